@@ -1,0 +1,3 @@
+#pragma once
+
+#include "cordon/error.hpp"

@@ -1,0 +1,149 @@
+#include "base/strings.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+
+#include "base/unique_fd.hpp"
+
+namespace cordon {
+
+std::optional<uint64_t> parse_uint(std::string_view text) {
+  if (text.empty()) {
+    return std::nullopt;
+  }
+  uint64_t value = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || ptr != text.data() + text.size()) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+std::optional<uint64_t> parse_size(std::string_view text) {
+  if (text.empty()) {
+    return std::nullopt;
+  }
+  uint64_t mult = 1;
+  char last = text.back();
+  switch (last) {
+    case 'k': case 'K': mult = 1ULL << 10; break;
+    case 'm': case 'M': mult = 1ULL << 20; break;
+    case 'g': case 'G': mult = 1ULL << 30; break;
+    case 't': case 'T': mult = 1ULL << 40; break;
+    default: break;
+  }
+  if (mult != 1) {
+    text.remove_suffix(1);
+  }
+  auto value = parse_uint(text);
+  if (!value || (*value != 0 && UINT64_MAX / *value < mult)) {
+    return std::nullopt;
+  }
+  return *value * mult;
+}
+
+std::optional<double> parse_decimal(std::string_view text) {
+  if (text.empty()) {
+    return std::nullopt;
+  }
+  size_t dot = text.find('.');
+  auto whole = parse_uint(text.substr(0, dot));
+  if (!whole && dot != 0) {
+    return std::nullopt;
+  }
+  double value = whole ? static_cast<double>(*whole) : 0.0;
+  if (dot != std::string_view::npos) {
+    std::string_view frac = text.substr(dot + 1);
+    if (frac.empty() || frac.size() > 6) {
+      return std::nullopt;
+    }
+    auto f = parse_uint(frac);
+    if (!f) {
+      return std::nullopt;
+    }
+    value += static_cast<double>(*f) / std::pow(10.0, static_cast<double>(frac.size()));
+  }
+  return value;
+}
+
+std::optional<std::string> read_small_file(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) {
+    return std::nullopt;
+  }
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) {
+        continue;
+      }
+      return std::nullopt;
+    }
+    if (n == 0) {
+      break;
+    }
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return out;
+}
+
+std::string normalize_path(std::string_view path) {
+  if (path.empty() || path[0] != '/') {
+    return {};
+  }
+  std::vector<std::string_view> parts;
+  size_t i = 0;
+  while (i < path.size()) {
+    size_t j = path.find('/', i);
+    if (j == std::string_view::npos) {
+      j = path.size();
+    }
+    std::string_view part = path.substr(i, j - i);
+    if (part == "..") {
+      if (!parts.empty()) {
+        parts.pop_back();
+      }
+    } else if (!part.empty() && part != ".") {
+      parts.push_back(part);
+    }
+    i = j + 1;
+  }
+  std::string out;
+  for (auto p : parts) {
+    out += '/';
+    out += p;
+  }
+  return out.empty() ? "/" : out;
+}
+
+bool path_within(std::string_view path, std::string_view dir) {
+  if (dir == "/") {
+    return !path.empty() && path[0] == '/';
+  }
+  if (path.size() < dir.size() || path.substr(0, dir.size()) != dir) {
+    return false;
+  }
+  return path.size() == dir.size() || path[dir.size()] == '/';
+}
+
+std::vector<std::string> split(std::string_view text, char sep) {
+  std::vector<std::string> out;
+  size_t i = 0;
+  for (;;) {
+    size_t j = text.find(sep, i);
+    if (j == std::string_view::npos) {
+      out.emplace_back(text.substr(i));
+      return out;
+    }
+    out.emplace_back(text.substr(i, j - i));
+    i = j + 1;
+  }
+}
+
+}  // namespace cordon

@@ -1,0 +1,26 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace cordon {
+
+/// Parses a size such as "512M", "2G", "1048576" (binary units); nullopt when malformed.
+std::optional<uint64_t> parse_size(std::string_view text);
+/// Parses a non-negative decimal integer that fits in uint64_t.
+std::optional<uint64_t> parse_uint(std::string_view text);
+/// Parses a non-negative decimal number such as "1.5"; nullopt when malformed.
+std::optional<double> parse_decimal(std::string_view text);
+/// Reads a whole file; nullopt (errno set) on failure.
+std::optional<std::string> read_small_file(const std::string& path);
+/// Lexically normalises an absolute path: collapses "//", "." and "..". Empty when relative.
+std::string normalize_path(std::string_view path);
+/// True when `path` equals `dir` or lies beneath it (both normalised, absolute).
+bool path_within(std::string_view path, std::string_view dir);
+/// Splits on one character, keeping empty fields.
+std::vector<std::string> split(std::string_view text, char sep);
+
+}  // namespace cordon

@@ -1,0 +1,88 @@
+#pragma once
+
+// The one channel between a sandbox and its supervisor: an AF_UNIX SOCK_SEQPACKET pair.
+// Supervisor → child: the go byte. Child and init → supervisor: fixed-size records, and the
+// pty master as SCM_RIGHTS. EOF alone never means success: the supervisor needs a
+// kCommandExited record (or reads init's own wait status) to call a run finished.
+
+#include <cstdint>
+
+namespace cordon::sandbox {
+
+enum class RecordKind : uint32_t {
+  kSetupError = 1,     // step + err: a step of the recipe failed; nothing was exec'd
+  kCommandStarted = 2, // pid (inside the sandbox's pid namespace) of the command
+  kCommandExited = 3,  // wait_status: the command's raw wait status from wait4()
+  kPtyMaster = 4,      // carries the pty master fd as SCM_RIGHTS
+};
+
+// Each step of the child recipe and of init, so a failure reads "mount /proc: EPERM".
+enum class SetupStep : uint32_t {
+  kNone = 0,
+  kWaitGo,
+  kCgroupNs,
+  kMountPrivate,
+  kMountRootTmpfs,
+  kMountSystem,
+  kMountEtc,
+  kMountEtcMask,
+  kMountProc,
+  kMountProcReadOnly,
+  kProcSysUser,
+  kMountDev,
+  kMountDevpts,
+  kMountTmp,
+  kMountWorkRoot,
+  kMountReadOnlyPath,
+  kPivotRoot,
+  kLoopback,
+  kHostname,
+  kRlimits,
+  kPty,
+  kCwd,
+  kLandlock,
+  kSecurebits,
+  kBoundingSet,
+  kSetgroups,
+  kSetresgid,
+  kSetresuid,
+  kCapabilities,
+  kPdeathsig,
+  kFds,
+  kExecInit,
+  // init (PID 1) steps
+  kInitPlan,
+  kInitFork,
+  kInitConfine,
+  kCommandSetsid,
+  kCommandCtty,
+  kCommandNoNewPrivs,
+  kCommandLandlock,
+  kCommandSeccomp,
+  kCommandExec,
+  kStepCount,
+};
+
+/// A human name for a step ("mount /proc"), for error messages.
+const char* step_name(SetupStep step);
+
+struct StatusRecord {
+  RecordKind kind;
+  SetupStep step;
+  int32_t err;          // errno for kSetupError
+  int32_t wait_status;  // for kCommandExited
+  int32_t pid;          // for kCommandStarted
+  int32_t reserved;
+};
+static_assert(sizeof(StatusRecord) == 24);
+
+// Fixed descriptor numbers in the sandbox between the child recipe and init's exec of the
+// command; everything else is closed (close_range) before init is exec'd.
+inline constexpr int kFdStatus = 3;        // the SOCK_SEQPACKET channel (CLOEXEC in the command)
+inline constexpr int kFdPlan = 4;          // memfd with argv, envp and the BPF programs
+inline constexpr int kFdExec = 5;          // O_PATH fd of the command's executable, or -1 slot
+inline constexpr int kFdLandlockCmd = 6;   // Landlock ruleset for the command
+inline constexpr int kFdLandlockInit = 7;  // empty Landlock ruleset init confines itself with
+inline constexpr int kFdFirstFree = 8;
+
+}  // namespace cordon::sandbox

@@ -1,0 +1,116 @@
+#include "sys/fs.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "sys/syscalls.hpp"
+
+namespace cordon::sys {
+
+Result<UniqueFd> open_fd(const std::string& path, int flags, mode_t mode) {
+  int fd = ::open(path.c_str(), flags | O_CLOEXEC, mode);
+  if (fd < 0) {
+    return sys_error("open `{}`", path);
+  }
+  return UniqueFd(fd);
+}
+
+Result<UniqueFd> openat2_fd(int dirfd, const std::string& path, uint64_t flags, uint64_t resolve,
+                            mode_t mode) {
+  struct open_how how {};
+  how.flags = flags | O_CLOEXEC;
+  how.mode = (flags & (O_CREAT | O_TMPFILE)) ? mode : 0;
+  how.resolve = resolve;
+  int fd;
+  do {
+    fd = openat2(dirfd, path.c_str(), &how);
+  } while (fd < 0 && errno == EAGAIN);  // RESOLVE_BENEATH retries on a concurrent rename
+  if (fd < 0) {
+    return sys_error("openat2 `{}`", path);
+  }
+  return UniqueFd(fd);
+}
+
+Result<struct stat> fstat_fd(int fd) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    return sys_error("fstat");
+  }
+  return st;
+}
+
+Result<void> write_all(int fd, const void* data, size_t size) {
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    ssize_t n = ::write(fd, p, size);
+    if (n < 0) {
+      if (errno == EINTR) {
+        continue;
+      }
+      return sys_error("write");
+    }
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+  return {};
+}
+
+Result<void> write_file(const std::string& path, const std::string& text) {
+  return write_file_at(AT_FDCWD, path, text);
+}
+
+Result<void> write_file_at(int dirfd, const std::string& name, const std::string& text) {
+  int fd = ::openat(dirfd, name.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) {
+    return sys_error("open `{}`", name);
+  }
+  UniqueFd guard(fd);
+  ssize_t n = ::write(fd, text.data(), text.size());
+  if (n < 0) {
+    return sys_error("write `{}`", name);
+  }
+  if (static_cast<size_t>(n) != text.size()) {
+    return errno_error(EIO, "write `{}`: short write", name);
+  }
+  return {};
+}
+
+Result<std::string> read_file_at(int dirfd, const std::string& name) {
+  int fd = ::openat(dirfd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) {
+    return sys_error("open `{}`", name);
+  }
+  UniqueFd guard(fd);
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) {
+        continue;
+      }
+      return sys_error("read `{}`", name);
+    }
+    if (n == 0) {
+      return out;
+    }
+    out.append(buf, static_cast<size_t>(n));
+  }
+}
+
+Result<std::string> fd_path(int fd) {
+  std::string link = "/proc/self/fd/" + std::to_string(fd);
+  char buf[4096];
+  ssize_t n = ::readlink(link.c_str(), buf, sizeof buf);
+  if (n < 0) {
+    return sys_error("readlink `{}`", link);
+  }
+  if (static_cast<size_t>(n) == sizeof buf) {
+    return errno_error(ENAMETOOLONG, "readlink `{}`", link);
+  }
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+}  // namespace cordon::sys

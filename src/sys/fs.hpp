@@ -1,0 +1,29 @@
+#pragma once
+
+#include <sys/stat.h>
+
+#include <string>
+
+#include "base/error.hpp"
+#include "base/unique_fd.hpp"
+
+namespace cordon::sys {
+
+/// open(2) with O_CLOEXEC added; the error names the path.
+[[nodiscard]] Result<UniqueFd> open_fd(const std::string& path, int flags, mode_t mode = 0);
+/// openat2(2) with O_CLOEXEC added and the given resolve flags; the error names the path.
+[[nodiscard]] Result<UniqueFd> openat2_fd(int dirfd, const std::string& path, uint64_t flags,
+                                          uint64_t resolve, mode_t mode = 0);
+[[nodiscard]] Result<struct stat> fstat_fd(int fd);
+/// Writes the whole buffer, retrying on EINTR and short writes.
+[[nodiscard]] Result<void> write_all(int fd, const void* data, size_t size);
+/// Writes `text` to an existing file (cgroupfs, procfs): one write(2), as those files expect.
+[[nodiscard]] Result<void> write_file(const std::string& path, const std::string& text);
+[[nodiscard]] Result<void> write_file_at(int dirfd, const std::string& name,
+                                         const std::string& text);
+/// Reads a whole (small) file relative to dirfd.
+[[nodiscard]] Result<std::string> read_file_at(int dirfd, const std::string& name);
+/// The path the kernel records for an fd (readlink of /proc/self/fd/N).
+[[nodiscard]] Result<std::string> fd_path(int fd);
+
+}  // namespace cordon::sys
