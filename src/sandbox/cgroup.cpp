@@ -77,8 +77,8 @@ std::string join_path(std::string_view dir, std::string_view name) {
 std::string unescape_mount_field(std::string_view s) {
   std::string out;
   for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '\\' && i + 3 < s.size() && s[i + 1] >= '0' && s[i + 1] <= '3' &&
-        s[i + 2] >= '0' && s[i + 2] <= '7' && s[i + 3] >= '0' && s[i + 3] <= '7') {
+    if (s[i] == '\\' && i + 3 < s.size() && s[i + 1] >= '0' && s[i + 1] <= '3' && s[i + 2] >= '0' &&
+        s[i + 2] <= '7' && s[i + 3] >= '0' && s[i + 3] <= '7') {
       out += static_cast<char>((s[i + 1] - '0') * 64 + (s[i + 2] - '0') * 8 + (s[i + 3] - '0'));
       i += 3;
     } else {
@@ -169,8 +169,9 @@ Result<std::string> v2_dir(const std::vector<CgroupLine>& lines,
     }
   }
   if (v2 == nullptr) {
-    return unsupported("no cgroup v2 line (`0::`) in /proc/self/cgroup: cordon needs the "
-                       "unified hierarchy for tracking and cgroup.kill");
+    return unsupported(
+        "no cgroup v2 line (`0::`) in /proc/self/cgroup: cordon needs the "
+        "unified hierarchy for tracking and cgroup.kill");
   }
   bool any_mount = false;
   for (const CgroupMount& m : mounts) {
@@ -183,8 +184,9 @@ Result<std::string> v2_dir(const std::vector<CgroupLine>& lines,
     }
   }
   if (!any_mount) {
-    return unsupported("no cgroup2 mount in /proc/self/mountinfo: cordon needs the unified "
-                       "hierarchy for tracking and cgroup.kill");
+    return unsupported(
+        "no cgroup2 mount in /proc/self/mountinfo: cordon needs the unified "
+        "hierarchy for tracking and cgroup.kill");
   }
   return unsupported("our cgroup `{}` is not visible through any cgroup2 mount", v2->path);
 }
@@ -205,14 +207,17 @@ Result<std::optional<std::string>> v1_dir(const std::vector<CgroupLine>& lines,
         }
       }
     }
-    return unsupported("controller `{}` is bound to a v1 hierarchy, but our cgroup `{}` there "
-                       "is not visible through any mount",
-                       controller, l.path);
+    return unsupported(
+        "controller `{}` is bound to a v1 hierarchy, but our cgroup `{}` there "
+        "is not visible through any mount",
+        controller, l.path);
   }
   return std::optional<std::string>();
 }
 
-bool is_missing(const Error& e) { return e.code() == ErrorCode::kSystem && e.sys_errno() == ENOENT; }
+bool is_missing(const Error& e) {
+  return e.code() == ErrorCode::kSystem && e.sys_errno() == ENOENT;
+}
 
 Result<uint64_t> keyed_value(std::string_view text, std::string_view key, std::string_view file) {
   for (std::string_view line : split_view(text, '\n')) {
@@ -327,10 +332,10 @@ Result<void> wait_v2_empty(int dirfd, const std::string& path, int64_t deadline)
       }
       return sys_error("read `{}/cgroup.events`", path);
     }
-    CORDON_TRY_CTX(populated,
-                   keyed_value(std::string_view(buf, static_cast<size_t>(n)), "populated",
-                               "cgroup.events"),
-                   "cgroup `{}`", path);
+    CORDON_TRY_CTX(
+        populated,
+        keyed_value(std::string_view(buf, static_cast<size_t>(n)), "populated", "cgroup.events"),
+        "cgroup `{}`", path);
     if (populated == 0) {
       return {};
     }
@@ -339,7 +344,9 @@ Result<void> wait_v2_empty(int dirfd, const std::string& path, int64_t deadline)
       return errno_error(ETIMEDOUT, "cgroup `{}` still populated after {} ms", path,
                          JobCgroup::kEmptyTimeout.count());
     }
-    struct pollfd p {events.get(), POLLPRI, 0};
+    struct pollfd p {
+      events.get(), POLLPRI, 0
+    };
     if (::poll(&p, 1, static_cast<int>(left)) < 0 && errno != EINTR) {
       return sys_error("poll `{}/cgroup.events`", path);
     }
@@ -360,7 +367,9 @@ Result<void> wait_v1_empty(int dirfd, const std::string& path, int64_t deadline)
         return errno_error(ETIMEDOUT, "cgroup `{}` still has processes after {} ms", path,
                            JobCgroup::kEmptyTimeout.count());
       }
-      struct pollfd p {pidfd.get(), POLLIN, 0};
+      struct pollfd p {
+        pidfd.get(), POLLIN, 0
+      };
       if (::poll(&p, 1, static_cast<int>(left)) < 0 && errno != EINTR) {
         return sys_error("poll pidfd");
       }
@@ -495,9 +504,10 @@ Result<void> prepare_parents(const CgroupLayout& layout) {
     if (!missing.empty()) {
       // We never enable controllers in a cgroup we did not create: delegation is the
       // host's job (systemd Delegate=yes, or the parent's cgroup.subtree_control).
-      return unsupported("controllers `{}` are not delegated to `{}`: enable them in the "
-                         "cgroup.subtree_control of its parent",
-                         missing, layout.v2_parent);
+      return unsupported(
+          "controllers `{}` are not delegated to `{}`: enable them in the "
+          "cgroup.subtree_control of its parent",
+          missing, layout.v2_parent);
     }
     CORDON_CHECK_CTX(sys::write_file_at(fd.get(), "cgroup.subtree_control", "+memory +pids +cpu"),
                      "enable controllers in `{}`", layout.v2_parent);
@@ -661,8 +671,8 @@ Result<void> JobCgroup::set_limits(const CgroupLimits& limits) {
     }
   }
   if (limits.pids != 0) {
-    CORDON_CHECK(write(v1_[static_cast<size_t>(v1_pids_)], "pids.max",
-                       std::to_string(limits.pids)));
+    CORDON_CHECK(
+        write(v1_[static_cast<size_t>(v1_pids_)], "pids.max", std::to_string(limits.pids)));
   }
   if (quota != 0) {
     const Dir& cpu = v1_[static_cast<size_t>(v1_cpu_)];
@@ -710,8 +720,7 @@ Result<bool> JobCgroup::populated() const {
     }
     return std::unexpected(std::move(text.error()).wrap("cgroup `{}`", v2_.path));
   }
-  CORDON_TRY_CTX(value, keyed_value(*text, "populated", "cgroup.events"), "cgroup `{}`",
-                 v2_.path);
+  CORDON_TRY_CTX(value, keyed_value(*text, "populated", "cgroup.events"), "cgroup `{}`", v2_.path);
   return value != 0;
 }
 
@@ -743,10 +752,9 @@ Result<CgroupUsage> JobCgroup::usage() const {
   const Dir& pids = v1_[static_cast<size_t>(v1_pids_)];
   CORDON_TRY_CTX(peak, read_number(mem.fd.get(), "memory.max_usage_in_bytes"), "usage of `{}`",
                  mem.path);
-  CORDON_TRY_CTX(oom, read_keyed(mem.fd.get(), "memory.oom_control", "oom_kill"),
-                 "usage of `{}`", mem.path);
-  CORDON_TRY_CTX(pmax, read_keyed(pids.fd.get(), "pids.events", "max"), "usage of `{}`",
-                 pids.path);
+  CORDON_TRY_CTX(oom, read_keyed(mem.fd.get(), "memory.oom_control", "oom_kill"), "usage of `{}`",
+                 mem.path);
+  CORDON_TRY_CTX(pmax, read_keyed(pids.fd.get(), "pids.events", "max"), "usage of `{}`", pids.path);
   u.peak_memory_bytes = peak;
   u.oom_kills = oom;
   u.pids_max_hits = pmax;
@@ -817,8 +825,8 @@ Result<UniqueFd> open_records_dir(const std::string& dir) {
   CORDON_TRY(st, sys::fstat_fd(fd.get()));
   // Whoever can write here can make a sweep kill and remove cgroups: only we may.
   if (st.st_uid != ::geteuid() || (st.st_mode & 022) != 0) {
-    return refusal("records dir `{}` must be owned by uid {} and not writable by others",
-                   dir, ::geteuid());
+    return refusal("records dir `{}` must be owned by uid {} and not writable by others", dir,
+                   ::geteuid());
   }
   return fd;
 }
@@ -849,8 +857,8 @@ Result<std::optional<UniqueFd>> lock_record(int dirfd, const std::string& name) 
   }
   CORDON_TRY(held, sys::fstat_fd(fd.get()));
   struct stat now {};
-  if (::fstatat(dirfd, name.c_str(), &now, AT_SYMLINK_NOFOLLOW) != 0 ||
-      now.st_ino != held.st_ino || now.st_dev != held.st_dev) {
+  if (::fstatat(dirfd, name.c_str(), &now, AT_SYMLINK_NOFOLLOW) != 0 || now.st_ino != held.st_ino ||
+      now.st_dev != held.st_dev) {
     return std::optional<UniqueFd>();
   }
   if (!S_ISREG(held.st_mode) || held.st_uid != ::geteuid()) {
@@ -904,8 +912,8 @@ Result<RecordLock> CgroupRecords::add(const std::string& name,
   if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
     return sys_error("flock record `{}/{}`", dir_, temp_name);
   }
-  CORDON_CHECK_CTX(sys::write_all(fd.get(), text.data(), text.size()), "write record `{}/{}`",
-                   dir_, temp_name);
+  CORDON_CHECK_CTX(sys::write_all(fd.get(), text.data(), text.size()), "write record `{}/{}`", dir_,
+                   temp_name);
   CORDON_CHECK(fsync_fd(fd.get(), dir_ + "/" + temp_name));
   if (::renameat2(dirfd.get(), temp_name.c_str(), dirfd.get(), final_name.c_str(),
                   RENAME_NOREPLACE) != 0) {
@@ -1009,8 +1017,9 @@ Result<size_t> CgroupRecords::sweep() {
     ++swept;
   }
   if (first_error) {
-    return std::unexpected(std::move(*first_error).wrap(
-        "sweep `{}`: {} swept, {} failed, first failure", dir_, swept, failed));
+    return std::unexpected(
+        std::move(*first_error)
+            .wrap("sweep `{}`: {} swept, {} failed, first failure", dir_, swept, failed));
   }
   if (swept > 0) {
     CORDON_CHECK(fsync_fd(dirfd.get(), dir_));

@@ -73,8 +73,7 @@ class JobCgroup {
 
   /// Creates "<parent>/<name>" in every hierarchy of the layout (an existing one is an error:
   /// it may hold someone else's processes), then applies `limits`. On failure nothing is left.
-  [[nodiscard]] static Result<JobCgroup> create(const CgroupLayout& layout,
-                                                const std::string& name,
+  [[nodiscard]] static Result<JobCgroup> create(const CgroupLayout& layout, const std::string& name,
                                                 const CgroupLimits& limits);
   /// Takes over existing job cgroups (crash recovery): v2 and v1 dirs are told apart by statfs.
   [[nodiscard]] static Result<JobCgroup> adopt(const std::vector<std::string>& paths);
@@ -117,8 +116,8 @@ class JobCgroup {
 
   CgroupMode mode_ = CgroupMode::kUnified;
   Dir v2_;
-  std::vector<Dir> v1_;        // unique v1 job dirs (co-mounted controllers share one)
-  int v1_memory_ = -1;         // index into v1_ of each controller's dir, -1 on kUnified
+  std::vector<Dir> v1_;  // unique v1 job dirs (co-mounted controllers share one)
+  int v1_memory_ = -1;   // index into v1_ of each controller's dir, -1 on kUnified
   int v1_pids_ = -1;
   int v1_cpu_ = -1;
 };

@@ -1,5 +1,5 @@
 #define BOOST_TEST_MODULE sandbox_cgroup
-#include <boost/test/unit_test.hpp>
+#include "sandbox/cgroup.hpp"
 
 #include <fcntl.h>
 #include <stdlib.h>
@@ -7,12 +7,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <boost/test/unit_test.hpp>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
-
-#include "sandbox/cgroup.hpp"
 
 using namespace cordon;
 using namespace cordon::sandbox;
@@ -183,8 +182,8 @@ BOOST_AUTO_TEST_CASE(refuses_job_names_that_escape_the_parent) {
     BOOST_TEST(!check_job_name(bad).has_value(), bad);
   }
   BOOST_TEST(!check_job_name(std::string(129, 'a')).has_value());
-  auto paths = JobCgroup::paths_for(CgroupLayout{CgroupMode::kUnified, "/x/cordon", "", "", ""},
-                                    "../evil");
+  auto paths =
+      JobCgroup::paths_for(CgroupLayout{CgroupMode::kUnified, "/x/cordon", "", "", ""}, "../evil");
   BOOST_TEST(!paths.has_value());
 }
 
@@ -214,8 +213,7 @@ BOOST_AUTO_TEST_CASE(prepares_unified_parent_and_enables_controllers) {
   put(layout.v2_parent + "/cgroup.controllers", "cpu io\n");
   auto refused = prepare_parents(layout);
   BOOST_TEST_REQUIRE(!refused.has_value());
-  BOOST_TEST(refused.error().message().find("`memory pids` are not delegated") !=
-                 std::string::npos,
+  BOOST_TEST(refused.error().message().find("`memory pids` are not delegated") != std::string::npos,
              refused.error().message());
 }
 
