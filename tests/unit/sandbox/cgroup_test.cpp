@@ -401,3 +401,22 @@ BOOST_AUTO_TEST_CASE(refuses_records_dir_writable_by_others) {
   BOOST_TEST_REQUIRE(!records.has_value());
   BOOST_TEST((records.error().code() == ErrorCode::kRefused));
 }
+
+BOOST_AUTO_TEST_CASE(sweep_deletes_unlocked_temp_records_but_not_locked_ones) {
+  TempDir tmp;
+  auto records = CgroupRecords::open(tmp.path + "/r");
+  BOOST_TEST_REQUIRE(records.has_value());
+  std::string stale = tmp.path + "/r/.dead.123.tmp";
+  std::string busy = tmp.path + "/r/.busy.456.tmp";
+  put(stale, "/x/dead\n");
+  put(busy, "/x/busy\n");
+  int fd = ::open(busy.c_str(), O_RDONLY | O_CLOEXEC);
+  BOOST_TEST_REQUIRE(fd >= 0);
+  BOOST_TEST_REQUIRE(::flock(fd, LOCK_EX) == 0);  // a writer between flock and rename
+  auto swept = records->sweep();
+  BOOST_TEST_REQUIRE(swept.has_value(), why(swept));
+  BOOST_TEST(*swept == 0u);  // temp files are not records: nothing was made for them yet
+  BOOST_TEST(!exists(stale));
+  BOOST_TEST(exists(busy));
+  ::close(fd);
+}
