@@ -1,0 +1,640 @@
+#include "api/cli.hpp"
+
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "api/doctor.hpp"
+#include "base/strings.hpp"
+#include "engine/oneshot.hpp"
+#include "policy/host_paths.hpp"
+#include "sys/fs.hpp"
+
+extern char** environ;
+
+namespace cordon::api {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr const char* kUsage = R"(usage: cordon run [options] -- PROGRAM [ARGS...]
+       cordon doctor [--state-dir DIR]
+       cordon --version
+
+Runs PROGRAM once inside a kernel-enforced sandbox (no shell, ever) and exits with its exit
+code (128+N when killed by signal N). Options of `run`:
+  --root DIR          working root, bound read-write at its own path (default: current dir)
+  --cwd DIR           working directory inside the root (default: current dir if inside, else root)
+  --ro PATH           also bind a host path read-only at its own path (repeatable)
+  --network none|host default none: a fresh network namespace with only loopback up
+  --memory BYTES      memory limit, e.g. 2G (default 2G)
+  --pids N            process/thread limit (default 1024)
+  --cpus N            CPU limit in cores, e.g. 1.5 (default: half the host's cores, at least 1)
+  --timeout SECONDS   wall clock limit (default 3600); SIGTERM, then SIGKILL after the grace
+  --kill-grace SECONDS  time between SIGTERM and SIGKILL (default 5)
+  --max-output BYTES  per-stream output cap (default 1G); the command is killed at the cap
+  --env NAME=VALUE    set a variable (repeatable)
+  --pass-env NAME     copy a variable from cordon's environment (repeatable)
+  --seccomp FILE      seccomp profile, OCI JSON (default: the shipped default.json)
+  --user UID          the uid the command sees inside (default 1000)
+  --json-status FILE  write the authoritative outcome as JSON (symlinks refused)
+  --tty               give the command a new pty, relayed to this terminal
+  --allow-ptrace      allow ptrace inside the sandbox (sanitizer builds; see docs/security.md)
+  --state-dir DIR     cordon's state directory (default /var/lib/cordon as root)
+
+Exit codes besides the command's own: 122 OOM-killed, 123 output cap, 124 timeout,
+125 refused or could not set up, 126 cannot execute, 127 program not found.
+)";
+
+struct RunArgs {
+  std::optional<std::string> root, cwd, seccomp, json_status, state_dir;
+  std::vector<std::string> ro, env, pass_env, argv, test_disable_walls;
+  std::string network = "none";
+  std::optional<uint64_t> memory, pids, max_output;
+  std::optional<double> cpus, timeout_s, grace_s;
+  uint32_t user = 1000;
+  bool tty = false, allow_ptrace = false;
+};
+
+int refuse(const std::string& msg, int code = kExitRefused) {
+  std::fprintf(stderr, "cordon: %s\n", msg.c_str());
+  return code;
+}
+
+std::string exe_dir() {
+  char buf[PATH_MAX];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) {
+    return ".";
+  }
+  std::string p(buf, static_cast<size_t>(n));
+  return p.substr(0, p.rfind('/'));
+}
+
+std::string first_existing(const std::vector<std::string>& candidates) {
+  for (const auto& c : candidates) {
+    if (::access(c.c_str(), F_OK) == 0) {
+      return c;
+    }
+  }
+  return candidates.front();
+}
+
+std::string default_state_dir() {
+  if (::geteuid() == 0) {
+    return "/var/lib/cordon";
+  }
+  const char* xdg = ::getenv("XDG_STATE_HOME");
+  if (xdg != nullptr && xdg[0] == '/') {
+    return std::string(xdg) + "/cordon";
+  }
+  const char* home = ::getenv("HOME");
+  return std::string(home ? home : "/tmp") + "/.local/state/cordon";
+}
+
+Result<std::string> resolve_dir(const std::string& path, const std::string& what) {
+  auto fd = sys::openat2_fd(AT_FDCWD, path, O_PATH | O_DIRECTORY, RESOLVE_NO_MAGICLINKS);
+  if (!fd) {
+    return std::unexpected(std::move(fd.error()).wrap("{}", what));
+  }
+  return sys::fd_path(fd->get());
+}
+
+bool valid_env_name(const std::string& n) {
+  if (n.empty() || !(std::isalpha(static_cast<unsigned char>(n[0])) || n[0] == '_')) {
+    return false;
+  }
+  for (char c : n) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// argv[0] rules: no shell, ever; so no metacharacters and no PATH lookup.
+Result<std::string> resolve_program(const std::string& arg0, const std::string& cwd) {
+  if (arg0.empty()) {
+    return refusal("the program name is empty");
+  }
+  if (arg0.find_first_of(" \t\n\r;&|<>()$`\\\"'*?[]{}~!#") != std::string::npos) {
+    return refusal("`{}` looks like shell syntax: cordon runs commands with NO shell. Pass the "
+                   "program and its arguments as separate words, e.g. `cordon run -- /usr/bin/make "
+                   "test`",
+                   arg0);
+  }
+  if (arg0[0] == '/') {
+    return normalize_path(arg0);
+  }
+  if (arg0.find('/') != std::string::npos) {
+    return normalize_path(cwd + "/" + arg0);
+  }
+  std::string hint;
+  const char* path = ::getenv("PATH");
+  for (const auto& dir : split(path ? path : "/usr/bin:/bin", ':')) {
+    std::string cand = dir + "/" + arg0;
+    if (!dir.empty() && dir[0] == '/' && ::access(cand.c_str(), X_OK) == 0) {
+      hint = fmt::format(", e.g. `{}`", cand);
+      break;
+    }
+  }
+  return refusal("`{}` is not a path: cordon does no PATH lookup (there is no shell). Give the "
+                 "program's absolute path{}",
+                 arg0, hint);
+}
+
+std::optional<sandbox::Wall> wall_by_name(const std::string& n) {
+  using sandbox::Wall;
+  static const std::pair<const char*, Wall> kWalls[] = {
+      {"seccomp-profile", Wall::kSeccompProfile}, {"seccomp-fixed", Wall::kSeccompFixed},
+      {"landlock", Wall::kLandlock},              {"pid-namespace", Wall::kPidNamespace},
+      {"net-namespace", Wall::kNetNamespace},     {"cap-drop", Wall::kCapDrop},
+      {"etc-mask", Wall::kEtcMask},               {"proc-readonly", Wall::kProcReadOnly},
+      {"user-quotas", Wall::kUserQuotas},         {"no-new-privs", Wall::kNoNewPrivs},
+      {"dumpable", Wall::kDumpable},              {"close-fds", Wall::kCloseFds},
+  };
+  for (const auto& [name, w] : kWalls) {
+    if (n == name) {
+      return w;
+    }
+  }
+  return std::nullopt;
+}
+
+json status_json(const engine::OneshotReport& r, const engine::OneshotRequest& req) {
+  json j;
+  j["state"] = r.state;
+  j["exitCode"] = r.state == "exited" ? json(r.exit_code) : json(nullptr);
+  if (r.term_signal > 0) {
+    const char* abbrev = sigabbrev_np(r.term_signal);
+    j["signal"] = abbrev ? std::string("SIG") + abbrev : std::to_string(r.term_signal);
+    j["signalNumber"] = r.term_signal;
+  } else {
+    j["signal"] = nullptr;
+  }
+  j["waitStatus"] = r.have_wait_status ? json(r.wait_status) : json(nullptr);
+  j["durationMs"] = std::chrono::duration<double, std::milli>(r.duration).count();
+  j["message"] = r.message;
+  j["argv"] = r.argv;
+  j["stdoutBytes"] = r.stdout_bytes;
+  j["stderrBytes"] = r.stderr_bytes;
+  if (!r.output_limit_stream.empty()) {
+    j["outputLimitStream"] = r.output_limit_stream;
+  }
+  if (!r.setup_step.empty()) {
+    j["setup"] = {{"step", r.setup_step}, {"errno", errno_name(r.setup_errno)}};
+  }
+  j["signalledByCaller"] = r.signalled_by_caller;
+  if (r.usage_known) {
+    j["usage"] = {{"peakMemoryBytes", r.peak_memory_bytes},
+                  {"cpuTimeUs", r.cpu_usec},
+                  {"oomKills", r.oom_kills},
+                  {"pidsLimitHits", r.pids_max_hits}};
+  } else {
+    j["usage"] = nullptr;
+  }
+  const auto& a = r.applied;
+  j["sandbox"] = {
+      {"namespaces", {"user", "mount", "pid", "ipc", "uts", "cgroup"}},
+      {"networkNamespace", a.network_namespace},
+      {"hostUid", r.host_uid},
+      {"insideUid", req.spec.inside_uid},
+      {"idmappedRoot", a.idmapped_root},
+      {"idmapFallback", a.idmap_fallback},
+      {"landlockAbi", a.landlock_abi},
+      {"landlockScopes", a.landlock_scopes},
+      {"seccompProfile", req.seccomp_profile_path},
+      {"seccompProfileApplied", a.seccomp_profile},
+      {"seccompFixedFilter", a.seccomp_fixed},
+      {"pinnedExecutable", a.pinned_executable},
+      {"interpreter", a.interpreter},
+      {"cgroupMode", r.cgroup_mode},
+      {"limits",
+       {{"memoryBytes", req.memory_bytes},
+        {"pids", req.pids},
+        {"cpus", req.cpus},
+        {"timeoutMs", req.timeout.count()},
+        {"killGraceMs", req.kill_grace.count()},
+        {"maxOutputBytes", req.max_output_bytes}}},
+  };
+  if (a.network_namespace) {
+    j["sandbox"]["namespaces"].push_back("net");
+  }
+  j["warnings"] = a.warnings;
+  return j;
+}
+
+int exit_code_for(const engine::OneshotReport& r) {
+  if (r.state == "exited") {
+    return r.exit_code;
+  }
+  if (r.state == "killed") {
+    return 128 + r.term_signal;
+  }
+  if (r.state == "timeout") {
+    return kExitTimeout;
+  }
+  if (r.state == "oom") {
+    return kExitOom;
+  }
+  if (r.state == "output-limit") {
+    return kExitOutputLimit;
+  }
+  if (r.state == "setup-failed" && r.setup_step == "command: exec") {
+    return r.setup_errno == ENOENT ? kExitNotFound : kExitCannotExec;
+  }
+  return kExitRefused;
+}
+
+int run_main(const RunArgs& a) {
+  // Everything a refusal can name is checked before anything is created.
+  char cwdbuf[PATH_MAX];
+  if (::getcwd(cwdbuf, sizeof cwdbuf) == nullptr) {
+    return refuse(fmt::format("getcwd: {}", errno_name(errno)));
+  }
+  std::string here = cwdbuf;
+  auto root = resolve_dir(a.root.value_or(here), "--root");
+  if (!root) {
+    return refuse(root.error().message());
+  }
+  std::string state_dir = a.state_dir.value_or(default_state_dir());
+  std::string bin_dir = exe_dir();
+  std::string seccomp = a.seccomp.value_or(first_existing(
+      {bin_dir + "/seccomp/default.json", bin_dir + "/../share/cordon/seccomp/default.json"}));
+  std::string init = first_existing(
+      {bin_dir + "/cordon-init", bin_dir + "/../libexec/cordon/cordon-init"});
+  std::vector<std::string> protected_paths = {state_dir, seccomp, init, bin_dir + "/cordon"};
+  auto guard = policy::HostPathGuard::from_system(protected_paths);
+  if (auto ok = guard.check(*root, "--root"); !ok) {
+    return refuse(ok.error().message());
+  }
+
+  engine::OneshotRequest req;
+  sandbox::SandboxSpec& spec = req.spec;
+  spec.root = *root;
+  std::string cwd;
+  if (a.cwd) {
+    cwd = (*a.cwd)[0] == '/' ? normalize_path(*a.cwd) : normalize_path(*root + "/" + *a.cwd);
+    if (!path_within(cwd, *root)) {
+      return refuse(fmt::format("--cwd `{}` is not inside the working root `{}`", cwd, *root));
+    }
+  } else {
+    cwd = path_within(here, *root) ? here : *root;
+  }
+  spec.cwd = cwd;
+  for (const auto& ro : a.ro) {
+    auto r = resolve_dir(ro, "--ro");
+    std::string resolved;
+    if (r) {
+      resolved = *r;
+    } else {
+      // A single file is allowed too.
+      auto fd = sys::openat2_fd(AT_FDCWD, ro, O_PATH, RESOLVE_NO_MAGICLINKS);
+      if (!fd) {
+        return refuse(fd.error().wrap("--ro").message());
+      }
+      auto p = sys::fd_path(fd->get());
+      if (!p) {
+        return refuse(p.error().message());
+      }
+      resolved = *p;
+    }
+    if (auto ok = guard.check(resolved, "--ro"); !ok) {
+      return refuse(ok.error().message());
+    }
+    spec.read_only_paths.push_back(resolved);
+  }
+  if (a.argv.empty()) {
+    return refuse("nothing to run: give the program after `--`, e.g. `cordon run -- /usr/bin/make`");
+  }
+  auto prog = resolve_program(a.argv[0], cwd);
+  if (!prog) {
+    return refuse(prog.error().message());
+  }
+  spec.argv = a.argv;
+  spec.argv[0] = *prog;
+  if (a.network == "none") {
+    spec.network = sandbox::NetworkMode::kNone;
+  } else if (a.network == "host") {
+    spec.network = sandbox::NetworkMode::kHost;
+  } else {
+    return refuse(fmt::format("--network must be `none` or `host`, not `{}`", a.network));
+  }
+  spec.inside_uid = a.user;
+  spec.inside_gid = a.user;
+  spec.tty = a.tty;
+  spec.allow_ptrace = a.allow_ptrace;
+
+  // The environment: a minimal safe one; nothing else of ours leaks in.
+  std::vector<std::pair<std::string, std::string>> env = {
+      {"PATH", "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"},
+      {"HOME", "/tmp/home"},
+      {"LANG", "C.UTF-8"},
+      {"TERM", ::getenv("TERM") ? ::getenv("TERM") : "dumb"},
+  };
+  auto set_env = [&env](const std::string& n, const std::string& v) {
+    for (auto& [k, val] : env) {
+      if (k == n) {
+        val = v;
+        return;
+      }
+    }
+    env.emplace_back(n, v);
+  };
+  for (const auto& n : a.pass_env) {
+    if (!valid_env_name(n)) {
+      return refuse(fmt::format("--pass-env `{}` is not a variable name", n));
+    }
+    const char* v = ::getenv(n.c_str());
+    if (v == nullptr) {
+      return refuse(fmt::format("--pass-env {}: not set in cordon's environment; use --env {}=VALUE",
+                                n, n));
+    }
+    set_env(n, v);
+  }
+  for (const auto& e : a.env) {
+    size_t eq = e.find('=');
+    if (eq == std::string::npos || !valid_env_name(e.substr(0, eq))) {
+      return refuse(fmt::format("--env `{}` must be NAME=VALUE with NAME made of letters, digits "
+                                "and _", e));
+    }
+    set_env(e.substr(0, eq), e.substr(eq + 1));
+  }
+  for (const auto& [k, v] : env) {
+    spec.env.push_back(k + "=" + v);
+  }
+
+#ifdef CORDON_TEST_WALLS
+  for (const auto& w : a.test_disable_walls) {
+    auto wall = wall_by_name(w);
+    if (!wall) {
+      return refuse(fmt::format("unknown wall `{}`", w));
+    }
+    spec.disabled_walls |= static_cast<uint32_t>(*wall);
+  }
+#else
+  (void)wall_by_name;
+#endif
+
+  long ncpu = ::sysconf(_SC_NPROCESSORS_ONLN);
+  req.memory_bytes = a.memory.value_or(2ULL << 30);
+  req.pids = a.pids.value_or(1024);
+  req.cpus = a.cpus.value_or(std::max(1.0, static_cast<double>(ncpu > 0 ? ncpu : 2) / 2));
+  if (req.memory_bytes < (8ULL << 20)) {
+    return refuse("--memory must be at least 8M");
+  }
+  if (req.pids < 1 || req.cpus <= 0) {
+    return refuse("--pids and --cpus must be positive");
+  }
+  req.timeout = std::chrono::milliseconds(
+      static_cast<int64_t>(a.timeout_s.value_or(3600) * 1000));
+  req.kill_grace = std::chrono::milliseconds(static_cast<int64_t>(a.grace_s.value_or(5) * 1000));
+  if (req.timeout.count() <= 0) {
+    return refuse("--timeout must be positive");
+  }
+  req.max_output_bytes = a.max_output.value_or(1ULL << 30);
+  spec.tmp_size_bytes = std::min<uint64_t>(req.memory_bytes, 1ULL << 30);
+  spec.rlimits = {
+      {RLIMIT_CORE, 0, 0},
+      {RLIMIT_NOFILE, 4096, 4096},
+      {RLIMIT_MEMLOCK, 64 << 10, 64 << 10},
+      {RLIMIT_MSGQUEUE, 800 << 10, 800 << 10},
+      {RLIMIT_NICE, 0, 0},
+      {RLIMIT_RTPRIO, 0, 0},
+  };
+  req.seccomp_profile_path = seccomp;
+  req.init_path = init;
+  req.state_dir = state_dir;
+  if (::mkdir(state_dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return refuse(fmt::format("create the state dir `{}`: {}", state_dir, errno_name(errno)));
+  }
+
+  // --json-status is opened before the spawn, refusing symlinks anywhere in its path.
+  UniqueFd status_fd;
+  if (a.json_status) {
+    auto fd = sys::openat2_fd(AT_FDCWD, *a.json_status, O_WRONLY | O_CREAT | O_TRUNC,
+                              RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS, 0644);
+    if (!fd) {
+      return refuse(fd.error().wrap("--json-status").message());
+    }
+    status_fd = std::move(*fd);
+  }
+
+  bool stdin_tty = ::isatty(STDIN_FILENO) != 0;
+  if (a.tty) {
+    if (!stdin_tty) {
+      return refuse("--tty needs a terminal on stdin");
+    }
+    req.terminal_fd = STDIN_FILENO;
+  } else {
+    req.stdin_fd = stdin_tty ? -1 : STDIN_FILENO;
+  }
+
+  auto report = engine::run_oneshot(req);
+  auto write_status = [&](const json& j) {
+    if (status_fd) {
+      std::string text = j.dump(2) + "\n";
+      (void)::ftruncate(status_fd.get(), 0);
+      (void)::pwrite(status_fd.get(), text.data(), text.size(), 0);
+    }
+  };
+  if (!report) {
+    const Error& e = report.error();
+    int code = kExitRefused;
+    if (e.code() == ErrorCode::kNotFound) {
+      code = kExitNotFound;
+    } else if (e.code() == ErrorCode::kRefused && e.sys_errno() == EACCES) {
+      code = kExitCannotExec;
+    }
+    write_status(json{{"state", "refused"}, {"message", e.message()}, {"exitCode", nullptr}});
+    return refuse(e.message(), code);
+  }
+  write_status(status_json(*report, req));
+  for (const auto& w : report->applied.warnings) {
+    std::fprintf(stderr, "cordon: warning: %s\n", w.c_str());
+  }
+  if (!report->message.empty() && report->state != "exited" && report->state != "killed") {
+    std::fprintf(stderr, "cordon: %s\n", report->message.c_str());
+  }
+  return exit_code_for(*report);
+}
+
+template <class T>
+bool take(int& i, int argc, char** argv, T& out, const char* name, std::string& err,
+          std::optional<T> (*parse)(std::string_view)) {
+  if (i + 1 >= argc) {
+    err = fmt::format("{} needs a value", name);
+    return false;
+  }
+  auto v = parse(argv[++i]);
+  if (!v) {
+    err = fmt::format("{}: `{}` is not a valid value", name, argv[i]);
+    return false;
+  }
+  out = *v;
+  return true;
+}
+
+std::optional<std::string> as_string(std::string_view s) { return std::string(s); }
+
+int parse_run(int argc, char** argv) {
+  RunArgs a;
+  std::string err;
+  int i = 2;
+  for (; i < argc; ++i) {
+    std::string opt = argv[i];
+    auto str = [&](std::optional<std::string>& out) {
+      std::string v;
+      if (!take<std::string>(i, argc, argv, v, opt.c_str(), err, as_string)) {
+        return false;
+      }
+      out = v;
+      return true;
+    };
+    auto push = [&](std::vector<std::string>& out) {
+      std::string v;
+      if (!take<std::string>(i, argc, argv, v, opt.c_str(), err, as_string)) {
+        return false;
+      }
+      out.push_back(v);
+      return true;
+    };
+    auto size = [&](std::optional<uint64_t>& out) {
+      uint64_t v;
+      if (!take<uint64_t>(i, argc, argv, v, opt.c_str(), err, parse_size)) {
+        return false;
+      }
+      out = v;
+      return true;
+    };
+    auto dec = [&](std::optional<double>& out) {
+      double v;
+      if (!take<double>(i, argc, argv, v, opt.c_str(), err, parse_decimal)) {
+        return false;
+      }
+      out = v;
+      return true;
+    };
+    bool ok = true;
+    if (opt == "--") {
+      ++i;
+      break;
+    } else if (opt == "--root") {
+      ok = str(a.root);
+    } else if (opt == "--cwd") {
+      ok = str(a.cwd);
+    } else if (opt == "--ro") {
+      ok = push(a.ro);
+    } else if (opt == "--network") {
+      std::optional<std::string> n;
+      ok = str(n);
+      if (ok) a.network = *n;
+    } else if (opt == "--memory") {
+      ok = size(a.memory);
+    } else if (opt == "--pids") {
+      ok = size(a.pids);
+    } else if (opt == "--cpus") {
+      ok = dec(a.cpus);
+    } else if (opt == "--timeout") {
+      ok = dec(a.timeout_s);
+    } else if (opt == "--kill-grace") {
+      ok = dec(a.grace_s);
+    } else if (opt == "--max-output") {
+      ok = size(a.max_output);
+    } else if (opt == "--env") {
+      ok = push(a.env);
+    } else if (opt == "--pass-env") {
+      ok = push(a.pass_env);
+    } else if (opt == "--seccomp") {
+      ok = str(a.seccomp);
+    } else if (opt == "--user") {
+      uint64_t u;
+      ok = take<uint64_t>(i, argc, argv, u, "--user", err, parse_uint);
+      if (ok && u > 65533) {
+        err = "--user must be below 65534";
+        ok = false;
+      }
+      a.user = static_cast<uint32_t>(u);
+    } else if (opt == "--json-status") {
+      ok = str(a.json_status);
+    } else if (opt == "--state-dir") {
+      ok = str(a.state_dir);
+    } else if (opt == "--tty") {
+      a.tty = true;
+    } else if (opt == "--allow-ptrace") {
+      a.allow_ptrace = true;
+#ifdef CORDON_TEST_WALLS
+    } else if (opt == "--test-disable-wall") {
+      ok = push(a.test_disable_walls);
+#endif
+    } else if (opt == "-h" || opt == "--help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else if (!opt.empty() && opt[0] == '-') {
+      return refuse(fmt::format("unknown option `{}` (see `cordon run --help`)", opt));
+    } else {
+      break;
+    }
+    if (!ok) {
+      return refuse(err);
+    }
+  }
+  for (; i < argc; ++i) {
+    a.argv.emplace_back(argv[i]);
+  }
+  return run_main(a);
+}
+
+}  // namespace
+
+int cli_main(int argc, char** argv) {
+  // The supervisor must see EPIPE on a closed stdout, not die of SIGPIPE mid-run.
+  ::signal(SIGPIPE, SIG_IGN);
+  if (argc < 2) {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
+  std::string cmd = argv[1];
+  if (cmd == "run") {
+    return parse_run(argc, argv);
+  }
+  if (cmd == "doctor") {
+    std::optional<std::string> state_dir;
+    for (int i = 2; i < argc; ++i) {
+      if (std::string(argv[i]) == "--state-dir" && i + 1 < argc) {
+        state_dir = argv[++i];
+      } else if (std::string(argv[i]) == "--json") {
+        // handled by doctor_main
+      } else {
+        return refuse(fmt::format("doctor: unknown argument `{}`", argv[i]), 2);
+      }
+    }
+    bool as_json = false;
+    for (int i = 2; i < argc; ++i) {
+      as_json = as_json || std::string(argv[i]) == "--json";
+    }
+    return doctor_main(state_dir.value_or(default_state_dir()), as_json);
+  }
+  if (cmd == "--version" || cmd == "version") {
+    std::puts("cordon 0.1.0");
+    return 0;
+  }
+  if (cmd == "-h" || cmd == "--help" || cmd == "help") {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  std::fprintf(stderr, "cordon: unknown command `%s`\n%s", cmd.c_str(), kUsage);
+  return 2;
+}
+
+}  // namespace cordon::api

@@ -1,0 +1,77 @@
+#include "policy/host_paths.hpp"
+
+#include "base/strings.hpp"
+
+namespace cordon::policy {
+namespace {
+
+// Refused as a whole; a project directory somewhere beneath most of them is fine.
+const char* const kSystemDirs[] = {
+    "/",         "/etc",     "/usr",      "/proc",     "/sys",      "/dev",
+    "/run",      "/var",     "/tmp",      "/var/tmp",  "/dev/shm",  "/boot",
+    "/bin",      "/sbin",    "/lib",      "/lib32",    "/lib64",    "/libx32",
+    "/home",     "/root",    "/var/lib",  "/var/log",  "/var/cache", "/usr/local",
+    "/usr/bin",  "/usr/lib", "/usr/sbin", "/usr/share", "/run/user", "/mnt",
+    "/media",    "/srv",     "/opt",
+};
+
+}  // namespace
+
+HostPathGuard HostPathGuard::from_system(std::vector<std::string> protected_paths,
+                                         const std::string& passwd_path) {
+  HostPathGuard g;
+  for (auto& p : protected_paths) {
+    std::string n = normalize_path(p);
+    if (!n.empty()) {
+      g.protected_paths.push_back(n);
+    }
+  }
+  if (auto text = read_small_file(passwd_path)) {
+    for (const auto& line : split(*text, '\n')) {
+      auto f = split(line, ':');
+      if (f.size() >= 6) {
+        std::string home = normalize_path(f[5]);
+        if (!home.empty() && home != "/" && home != "/nonexistent") {
+          g.home_dirs.push_back(home);
+        }
+      }
+    }
+  }
+  return g;
+}
+
+Result<void> HostPathGuard::check(const std::string& resolved, const std::string& what) const {
+  std::string p = normalize_path(resolved);
+  if (p.empty()) {
+    return refusal("{} `{}` must be an absolute path", what, resolved);
+  }
+  for (const char* dir : kSystemDirs) {
+    if (p == dir) {
+      return refusal("{} `{}` is a system directory; pass a project directory instead "
+                     "(a sandbox must never get all of `{}`)",
+                     what, p, dir);
+    }
+  }
+  for (const auto& home : home_dirs) {
+    if (p == home) {
+      return refusal("{} `{}` is a whole home directory (dotfiles, keys, credentials); pass "
+                     "the project directory inside it instead",
+                     what, p);
+    }
+  }
+  for (const auto& prot : protected_paths) {
+    if (path_within(prot, p)) {
+      return refusal("{} `{}` contains cordon's own `{}`; a job could rewrite what later "
+                     "jobs run under. Use a directory that does not contain it",
+                     what, p, prot);
+    }
+    if (path_within(p, prot)) {
+      return refusal("{} `{}` lies inside cordon's own `{}`; use a project directory "
+                     "elsewhere",
+                     what, p, prot);
+    }
+  }
+  return {};
+}
+
+}  // namespace cordon::policy

@@ -1,0 +1,28 @@
+#pragma once
+
+// Which host directories may become a sandbox's working root (or a --ro path): never a
+// system directory itself, never a home directory's root, never anything that contains or
+// lies inside cordon's own files (its state, policy, socket, seccomp profiles, binaries) —
+// a job could otherwise rewrite what the next job runs under.
+
+#include <string>
+#include <vector>
+
+#include "base/error.hpp"
+
+namespace cordon::policy {
+
+struct HostPathGuard {
+  std::vector<std::string> protected_paths;  // cordon's own files and directories (resolved)
+  std::vector<std::string> home_dirs;        // from the passwd database
+
+  /// Reads home directories from `passwd_path` (default /etc/passwd).
+  static HostPathGuard from_system(std::vector<std::string> protected_paths,
+                                   const std::string& passwd_path = "/etc/passwd");
+
+  /// `what` names the option in the refusal ("--root", "--ro"). `resolved` is absolute and
+  /// symlink-free (the kernel's path of an opened fd).
+  [[nodiscard]] Result<void> check(const std::string& resolved, const std::string& what) const;
+};
+
+}  // namespace cordon::policy

@@ -1,0 +1,101 @@
+#pragma once
+
+// The data the clone3 child applies, and the recipe that applies it. Everything here is
+// prepared by the parent (sandbox/prepare.cpp): the child reads it from its copy of the
+// parent's memory and runs only raw syscalls — no allocation, no locks, no exceptions, no
+// logging — then execs the sandbox init.
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "sandbox/spec.hpp"
+
+namespace cordon::sandbox {
+
+struct TreeMount {
+  int fd;            // detached tree from open_tree(OPEN_TREE_CLONE), flags already set
+  const char* path;  // where it goes, relative to the new root ("usr", "home/u/proj")
+  bool is_file;      // a single file: the mount point is an empty file, not a directory
+};
+
+struct SymlinkEntry {
+  const char* target;
+  const char* path;
+};
+
+struct GeneratedFile {
+  const char* path;  // relative to the new root, over an existing file ("etc/passwd")
+  const char* data;
+  size_t size;
+};
+
+struct SysctlEntry {
+  const char* path;   // "proc/sys/user/max_user_namespaces"
+  const char* value;
+};
+
+struct LandlockPathRule {
+  const char* path;   // absolute inside the sandbox
+  uint64_t access;
+};
+
+struct ChildPlan {
+  int status_fd = -1;         // SOCK_SEQPACKET to the supervisor
+  bool unshare_cgroupns = false;  // hybrid hosts: unshare after the v1 placement
+  uint64_t root_tmpfs_size = 0;
+
+  const TreeMount* system_trees = nullptr;  // usr, lib, etc (all read-only)
+  size_t n_system_trees = 0;
+  const SymlinkEntry* symlinks = nullptr;   // merged-usr links (bin -> usr/bin) and /dev links
+  size_t n_symlinks = 0;
+  const GeneratedFile* generated = nullptr;  // passwd, group, hostname, hosts
+  size_t n_generated = 0;
+  const char* const* mask_files = nullptr;   // secrets under /etc: an empty read-only file
+  size_t n_mask_files = 0;
+  const char* const* mask_dirs = nullptr;    // an empty read-only tmpfs
+  size_t n_mask_dirs = 0;
+  const char* const* dev_nodes = nullptr;    // "null", "zero", ... bound from the host /dev
+  size_t n_dev_nodes = 0;
+  const char* const* proc_read_only = nullptr;  // "proc/sys", "proc/sysrq-trigger", ...
+  size_t n_proc_read_only = 0;
+  const SysctlEntry* sysctls = nullptr;
+  size_t n_sysctls = 0;
+  const char* tmp_options = nullptr;   // fsconfig-style "size=...,mode=1777"
+  uint64_t tmp_size = 0;
+  uint64_t shm_size = 0;
+  const TreeMount* user_trees = nullptr;    // working root and --ro paths, parents first
+  size_t n_user_trees = 0;
+
+  const char* cwd = nullptr;   // absolute inside the sandbox, already resolved by the parent
+  dev_t cwd_dev = 0;
+  ino_t cwd_ino = 0;
+
+  bool loopback_up = false;
+  const char* hostname = nullptr;
+  const Rlimit* rlimits = nullptr;
+  size_t n_rlimits = 0;
+  bool tty = false;
+
+  int landlock_abi = 0;
+  uint64_t landlock_handled = 0;
+  uint64_t landlock_scoped = 0;
+  const LandlockPathRule* landlock_rules = nullptr;
+  size_t n_landlock_rules = 0;
+
+  uid_t uid = 1000;
+  gid_t gid = 1000;
+  int cap_last_cap = 40;
+
+  int plan_fd = -1;        // memfd read by init
+  int exec_fd = -1;        // O_PATH of the command's executable, -1 when exec'd by path
+  int init_fd = -1;        // O_PATH of the cordon-init binary
+  int stdin_fd = -1, stdout_fd = -1, stderr_fd = -1;  // -1 with tty
+  uint32_t disabled_walls = 0;
+};
+
+/// The clone3 child's entry point: applies `plan` and execs init; never returns.
+[[noreturn]] void child_main(const ChildPlan& plan);
+
+}  // namespace cordon::sandbox

@@ -1,0 +1,162 @@
+#include "sandbox/executable.hpp"
+
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "base/strings.hpp"
+#include "sys/fs.hpp"
+
+namespace cordon::sandbox {
+namespace {
+
+bool is_visible(const std::string& path, const std::vector<std::string>& visible) {
+  for (const auto& v : visible) {
+    if (path_within(path, v)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+struct Opened {
+  UniqueFd fd;
+  std::string resolved;  // kernel's path of what was opened
+};
+
+// Opens `path` for exec: beneath the root when inside it, else from the host with magic
+// links refused. Checks: regular file with an execute bit.
+Result<Opened> open_program(const std::string& path, const std::string& root, int root_fd) {
+  Result<UniqueFd> fd = std::unexpected(Error::invalid(""));
+  if (path_within(path, root)) {
+    std::string rel = path.size() == root.size() ? "." : path.substr(root.size() + (root == "/" ? 0 : 1));
+    fd = sys::openat2_fd(root_fd, rel, O_PATH, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS);
+    if (!fd && fd.error().sys_errno() == EXDEV) {
+      return refusal("`{}` leads outside the working root `{}`; run a program inside the root "
+                     "or a system one by its real path", path, root);
+    }
+  } else {
+    fd = sys::openat2_fd(AT_FDCWD, path, O_PATH, RESOLVE_NO_MAGICLINKS);
+  }
+  if (!fd) {
+    if (fd.error().sys_errno() == ENOENT) {
+      return std::unexpected(Error(ErrorCode::kNotFound, ENOENT,
+                                   fmt::format("`{}` does not exist", path)));
+    }
+    return std::unexpected(std::move(fd.error()));
+  }
+  CORDON_TRY(st, sys::fstat_fd(fd->get()));
+  if (!S_ISREG(st.st_mode)) {
+    return refusal("`{}` is not a regular file", path);
+  }
+  if ((st.st_mode & (S_IXUSR | S_IXGRP | S_IXOTH)) == 0) {
+    return std::unexpected(Error(ErrorCode::kRefused, EACCES,
+                                 fmt::format("`{}` is not executable (mode {:o})", path,
+                                             st.st_mode & 07777)));
+  }
+  CORDON_TRY(resolved, sys::fd_path(fd->get()));
+  return Opened{std::move(*fd), std::move(resolved)};
+}
+
+// Reads the `#!` line; empty interpreter when the file is not a script.
+Result<std::pair<std::string, std::string>> read_shebang(int path_fd, const std::string& path) {
+  std::string proc = fmt::format("/proc/self/fd/{}", path_fd);
+  int fd = ::open(proc.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return sys_error("open `{}` to read its first line", path);
+  }
+  UniqueFd guard(fd);
+  char buf[256];
+  ssize_t n = ::read(fd, buf, sizeof buf);
+  if (n < 0) {
+    return sys_error("read `{}`", path);
+  }
+  std::string head(buf, static_cast<size_t>(n));
+  if (head.size() < 2 || head[0] != '#' || head[1] != '!') {
+    return std::pair<std::string, std::string>{};
+  }
+  size_t eol = head.find('\n');
+  if (eol == std::string::npos) {
+    return refusal("`{}`: the `#!` line is longer than {} bytes", path, sizeof buf);
+  }
+  std::string line = head.substr(2, eol - 2);
+  auto trim = [](std::string s) {
+    size_t b = s.find_first_not_of(" \t\r");
+    size_t e = s.find_last_not_of(" \t\r");
+    return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+  };
+  line = trim(line);
+  size_t sp = line.find_first_of(" \t");
+  std::string interp = sp == std::string::npos ? line : line.substr(0, sp);
+  std::string arg = sp == std::string::npos ? "" : trim(line.substr(sp));
+  if (interp.empty()) {
+    return refusal("`{}` has an empty `#!` line", path);
+  }
+  return std::pair{interp, arg};
+}
+
+}  // namespace
+
+Result<ResolvedExecutable> resolve_executable(const std::vector<std::string>& argv,
+                                              const std::string& root, int root_fd,
+                                              const std::vector<std::string>& visible) {
+  if (argv.empty() || argv[0].empty() || argv[0][0] != '/') {
+    return refusal("the program must be an absolute path");
+  }
+  std::string path = normalize_path(argv[0]);
+  CORDON_TRY(prog, open_program(path, root, root_fd));
+  CORDON_TRY(shebang, read_shebang(prog.fd.get(), path));
+
+  ResolvedExecutable out;
+  if (shebang.first.empty()) {
+    out.argv = argv;
+    if (path_within(prog.resolved, root)) {
+      out.exec_path = prog.resolved;
+    } else {
+      out.fd = std::move(prog.fd);
+      out.pinned = true;
+    }
+    return out;
+  }
+
+  // A script: the kernel would look the interpreter up by path and could not exec a
+  // close-on-exec fd, so cordon execs the interpreter itself with the script's path.
+  const std::string& interp = shebang.first;
+  if (interp[0] != '/') {
+    return refusal("`{}`: the `#!` interpreter `{}` is not an absolute path", path, interp);
+  }
+  if (!is_visible(prog.resolved, visible)) {
+    return refusal("the script `{}` is not visible inside the sandbox; put it under the "
+                   "working root or add its directory with --ro", path);
+  }
+  CORDON_TRY_CTX(ip, open_program(normalize_path(interp), root, root_fd),
+                 "`{}`: `#!` interpreter", path);
+  if (!is_visible(ip.resolved, visible)) {
+    return refusal("`{}`: its `#!` interpreter `{}` is not visible inside the sandbox; add it "
+                   "with --ro or run the interpreter explicitly", path, interp);
+  }
+  CORDON_TRY(nested, read_shebang(ip.fd.get(), interp));
+  if (!nested.first.empty()) {
+    return refusal("`{}`: the `#!` interpreter `{}` is itself a script; name a binary", path,
+                   interp);
+  }
+  out.interpreter = ip.resolved;
+  out.argv.push_back(interp);
+  if (!shebang.second.empty()) {
+    out.argv.push_back(shebang.second);
+  }
+  out.argv.push_back(prog.resolved);
+  out.argv.insert(out.argv.end(), argv.begin() + 1, argv.end());
+  if (path_within(ip.resolved, root)) {
+    out.exec_path = ip.resolved;
+  } else {
+    out.fd = std::move(ip.fd);
+    out.pinned = true;
+  }
+  return out;
+}
+
+}  // namespace cordon::sandbox

@@ -1,0 +1,210 @@
+// The sandbox init. Linked statically into its own small binary (cordon-init) so no copy of
+// the engine's memory is ever inside a sandbox. Only libc and raw syscalls; no allocation.
+
+#include "sandbox/init.hpp"
+
+#include <fcntl.h>
+#include <linux/seccomp.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <initializer_list>
+
+#include "sandbox/plan_format.hpp"
+#include "sandbox/status.hpp"
+#include "sys/syscalls.hpp"
+
+namespace cordon::sandbox {
+namespace {
+
+// write(), not send(): the init's own seccomp filter allows write but not sendto. If the
+// supervisor is gone, SIGPIPE ends init and with it the sandbox — the right outcome.
+void send_record(const StatusRecord& rec) { (void)::write(kFdStatus, &rec, sizeof rec); }
+
+[[noreturn]] void fail(SetupStep step, int err, int code) {
+  StatusRecord rec{};
+  rec.kind = RecordKind::kSetupError;
+  rec.step = step;
+  rec.err = err;
+  send_record(rec);
+  ::_exit(code);
+}
+
+// Forwards a termination request to every process of the sandbox (kill(-1) from PID 1 of a
+// pid namespace reaches all of them but init). kill is async-signal-safe.
+void forward_signal(int sig) { ::kill(-1, sig); }
+
+int load_filter(const struct sock_filter* insns, uint32_t count) {
+  struct sock_fprog prog {};
+  prog.len = static_cast<unsigned short>(count);
+  prog.filter = const_cast<struct sock_filter*>(insns);
+  return static_cast<int>(::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog));
+}
+
+[[noreturn]] void run_command(const PlanHeader* h, const char* base, char** argv, char** envp,
+                              const char* exec_path) {
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  for (int sig : {SIGTERM, SIGINT, SIGHUP}) {
+    ::signal(sig, SIG_DFL);
+  }
+  // A session of its own (job control, and no way to reach a terminal it was not given).
+  if (::setsid() < 0) {
+    fail(SetupStep::kCommandSetsid, errno, 126);
+  }
+  if ((h->flags & kPlanTty) && ::ioctl(0, TIOCSCTTY, 0) != 0) {
+    fail(SetupStep::kCommandCtty, errno, 126);
+  }
+  if (!(h->flags & kPlanNoNoNewPrivs) && ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
+    fail(SetupStep::kCommandNoNewPrivs, errno, 126);
+  }
+  if (!(h->flags & kPlanNoLandlock) && sys::landlock_restrict_self(kFdLandlockCmd, 0) != 0) {
+    fail(SetupStep::kCommandLandlock, errno, 126);
+  }
+  ::close(kFdLandlockCmd);
+  ::close(kFdLandlockInit);
+  ::close(kFdPlan);
+  // The status channel and the exec fd close on exec: the command inherits neither.
+  if (::fcntl(kFdStatus, F_SETFD, FD_CLOEXEC) != 0) {
+    fail(SetupStep::kCommandExec, errno, 126);
+  }
+  bool by_path = (h->flags & kPlanExecByPath) != 0;
+  if (!by_path && ::fcntl(kFdExec, F_SETFD, FD_CLOEXEC) != 0) {
+    fail(SetupStep::kCommandExec, errno, 126);
+  }
+  // seccomp last: the filters need not allow anything but the exec that follows.
+  const auto* profile = reinterpret_cast<const struct sock_filter*>(base + h->profile_off);
+  const auto* fixed = reinterpret_cast<const struct sock_filter*>(base + h->fixed_off);
+  if (!(h->flags & kPlanNoFixedFilter) && h->fixed_count > 0 &&
+      load_filter(fixed, h->fixed_count) != 0) {
+    fail(SetupStep::kCommandSeccomp, errno, 126);
+  }
+  if (!(h->flags & kPlanNoProfileFilter) && h->profile_count > 0 &&
+      load_filter(profile, h->profile_count) != 0) {
+    fail(SetupStep::kCommandSeccomp, errno, 126);
+  }
+  if (by_path) {
+    ::execve(exec_path, argv, envp);
+  } else {
+    sys::execveat(kFdExec, "", argv, envp, AT_EMPTY_PATH);
+  }
+  int err = errno;
+  fail(SetupStep::kCommandExec, err, err == ENOENT ? 127 : 126);
+}
+
+}  // namespace
+
+int init_main() {
+  // First: nobody in the sandbox may ptrace us or read our memory through /proc/1/mem.
+  struct stat st {};
+  if (::fstat(kFdPlan, &st) != 0) {
+    fail(SetupStep::kInitPlan, errno, 125);
+  }
+  void* map = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, kFdPlan, 0);
+  if (map == MAP_FAILED) {
+    fail(SetupStep::kInitPlan, errno, 125);
+  }
+  const char* base = static_cast<const char*>(map);
+  const auto* h = static_cast<const PlanHeader*>(map);
+  if (static_cast<size_t>(st.st_size) < sizeof(PlanHeader) || h->magic != kPlanMagic ||
+      h->total_size != static_cast<uint32_t>(st.st_size)) {
+    fail(SetupStep::kInitPlan, EINVAL, 125);
+  }
+  if (!(h->flags & kPlanKeepDumpable) && ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {
+    fail(SetupStep::kInitPlan, errno, 125);
+  }
+
+  // argv/envp pointer arrays, in anonymous memory (init has no heap of its own to speak of).
+  size_t nptr = h->argc + 1 + h->envc + 1;
+  void* arr = ::mmap(nullptr, nptr * sizeof(char*), PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (arr == MAP_FAILED) {
+    fail(SetupStep::kInitPlan, errno, 125);
+  }
+  char** argv = static_cast<char**>(arr);
+  char** envp = argv + h->argc + 1;
+  const char* s = base + h->strings_off;
+  const char* end = s + h->strings_len;
+  for (uint32_t i = 0; i < h->argc + h->envc; ++i) {
+    if (s >= end) {
+      fail(SetupStep::kInitPlan, EINVAL, 125);
+    }
+    char** slot = i < h->argc ? &argv[i] : &envp[i - h->argc];
+    *slot = const_cast<char*>(s);
+    s += std::strlen(s) + 1;
+  }
+  argv[h->argc] = nullptr;
+  envp[h->envc] = nullptr;
+  const char* exec_path = s < end ? s : "";
+
+  // Signal forwarding is installed before the fork so no request is lost in between.
+  struct sigaction sa {};
+  sa.sa_handler = forward_signal;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGTERM, SIGINT, SIGHUP}) {
+    ::sigaction(sig, &sa, nullptr);
+  }
+
+  pid_t cmd = ::fork();
+  if (cmd < 0) {
+    fail(SetupStep::kInitFork, errno, 125);
+  }
+  if (cmd == 0) {
+    run_command(h, base, argv, envp, exec_path);
+  }
+  StatusRecord started{};
+  started.kind = RecordKind::kCommandStarted;
+  started.pid = cmd;
+  send_record(started);
+
+  // Confine ourselves: nothing but reaping, signalling and reporting is left to do.
+  ::close(0);
+  ::close(1);
+  ::close(2);
+  if (!(h->flags & kPlanExecByPath)) {
+    ::close(kFdExec);
+  }
+  ::close(kFdLandlockCmd);
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+      sys::landlock_restrict_self(kFdLandlockInit, 0) != 0) {
+    ::kill(cmd, SIGKILL);
+    fail(SetupStep::kInitConfine, errno, 125);
+  }
+  ::close(kFdLandlockInit);
+  const auto* init_filter = reinterpret_cast<const struct sock_filter*>(base + h->init_off);
+  if (h->init_count > 0 && load_filter(init_filter, h->init_count) != 0) {
+    ::kill(cmd, SIGKILL);
+    fail(SetupStep::kInitConfine, errno, 125);
+  }
+
+  for (;;) {
+    int status = 0;
+    pid_t pid = static_cast<pid_t>(::syscall(SYS_wait4, -1, &status, 0, nullptr));
+    if (pid < 0) {
+      if (errno == EINTR) {
+        continue;
+      }
+      ::_exit(125);  // ECHILD before the command was reaped cannot happen; say so by code
+    }
+    if (pid == cmd) {
+      StatusRecord done{};
+      done.kind = RecordKind::kCommandExited;
+      done.wait_status = status;
+      send_record(done);
+      // Our exit kills every process left in the pid namespace.
+      ::_exit(0);
+    }
+  }
+}
+
+}  // namespace cordon::sandbox

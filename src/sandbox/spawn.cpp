@@ -1,0 +1,152 @@
+#include "sandbox/spawn.hpp"
+
+#include <linux/sched.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "sandbox/child.hpp"
+#include "sandbox/userns.hpp"
+#include "sys/syscalls.hpp"
+
+namespace cordon::sandbox {
+namespace {
+
+// Switches the effective uid/gid to the leased host id around clone3, so the new user
+// namespace is owned by that unprivileged id (per-user kernel limits are charged there, not
+// to root). SECBIT_NO_SETUID_FIXUP keeps our effective capabilities across the switch, which
+// CLONE_INTO_CGROUP needs (write access to the common ancestor's cgroup.procs).
+class EffectiveIdSwitch {
+ public:
+  static Result<EffectiveIdSwitch> to(uid_t id) {
+    int old_bits = ::prctl(PR_GET_SECUREBITS, 0, 0, 0, 0);
+    if (old_bits < 0) {
+      return sys_error("prctl PR_GET_SECUREBITS");
+    }
+    if (::prctl(PR_SET_SECUREBITS,
+                static_cast<unsigned long>(old_bits) | sys::kSecbitNoSetuidFixup, 0, 0, 0) != 0) {
+      return sys_error("prctl PR_SET_SECUREBITS NO_SETUID_FIXUP");
+    }
+    EffectiveIdSwitch sw(old_bits);
+    // Raw syscalls: only this thread (the one calling clone3) changes credentials.
+    if (::syscall(SYS_setresgid, -1, id, -1) != 0) {
+      return sys_error("setresgid(-1, {}, -1)", id);
+    }
+    sw.gid_switched_ = true;
+    if (::syscall(SYS_setresuid, -1, id, -1) != 0) {
+      return sys_error("setresuid(-1, {}, -1)", id);
+    }
+    sw.uid_switched_ = true;
+    return sw;
+  }
+  EffectiveIdSwitch(EffectiveIdSwitch&& o) noexcept
+      : old_bits_(o.old_bits_), uid_switched_(o.uid_switched_), gid_switched_(o.gid_switched_) {
+    o.old_bits_ = -1;
+    o.uid_switched_ = o.gid_switched_ = false;
+  }
+  EffectiveIdSwitch& operator=(EffectiveIdSwitch&&) = delete;
+  ~EffectiveIdSwitch() {
+    // Restoring root's ids cannot fail while the saved ids are 0; if it did, continuing
+    // as the wrong user would be worse than dying.
+    if (uid_switched_ && ::syscall(SYS_setresuid, -1, 0, -1) != 0) {
+      ::abort();
+    }
+    if (gid_switched_ && ::syscall(SYS_setresgid, -1, 0, -1) != 0) {
+      ::abort();
+    }
+    if (old_bits_ >= 0) {
+      (void)::prctl(PR_SET_SECUREBITS, static_cast<unsigned long>(old_bits_), 0, 0, 0);
+    }
+  }
+
+ private:
+  explicit EffectiveIdSwitch(int old_bits) : old_bits_(old_bits) {}
+  int old_bits_;
+  bool uid_switched_ = false;
+  bool gid_switched_ = false;
+};
+
+}  // namespace
+
+Result<SpawnedSandbox> spawn_sandbox(PreparedSandbox& prepared, const SpawnOptions& options) {
+  ChildPlan& plan = prepared.plan();
+  uint64_t flags = CLONE_PIDFD | CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC |
+                   CLONE_NEWUTS;
+  if (options.network_namespace) {
+    flags |= CLONE_NEWNET;
+  }
+#ifdef CORDON_TEST_WALLS
+  if (plan.disabled_walls & static_cast<uint32_t>(Wall::kPidNamespace)) {
+    flags &= ~static_cast<uint64_t>(CLONE_NEWPID);
+  }
+  if (plan.disabled_walls & static_cast<uint32_t>(Wall::kNetNamespace)) {
+    flags &= ~static_cast<uint64_t>(CLONE_NEWNET);
+    plan.loopback_up = false;
+  }
+#endif
+  if (options.cgroup_fd >= 0) {
+    flags |= CLONE_INTO_CGROUP;
+  }
+  if (options.cgroupns_at_clone) {
+    flags |= CLONE_NEWCGROUP;
+  }
+  plan.unshare_cgroupns = !options.cgroupns_at_clone;
+
+  int pidfd = -1;
+  struct clone_args args {};
+  args.flags = flags;
+  args.pidfd = reinterpret_cast<uint64_t>(&pidfd);
+  args.exit_signal = SIGCHLD;
+  if (options.cgroup_fd >= 0) {
+    args.cgroup = static_cast<uint64_t>(options.cgroup_fd);
+  }
+  long pid;
+  {
+    CORDON_TRY(sw, EffectiveIdSwitch::to(options.host_id));
+    pid = sys::clone3(&args);
+    if (pid == 0) {
+      child_main(plan);
+    }
+  }
+  if (pid < 0) {
+    int err = errno;
+    prepared.close_child_ends();
+    return errno_error(err, "clone3");
+  }
+  SpawnedSandbox out;
+  out.pid = static_cast<pid_t>(pid);
+  out.pidfd.reset(pidfd);
+  prepared.close_child_ends();
+
+  auto abort_child = [&](Error e) -> Result<SpawnedSandbox> {
+    (void)sys::pidfd_send_signal(out.pidfd.get(), SIGKILL, nullptr, 0);
+    siginfo_t info{};
+    (void)::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(out.pidfd.get()), &info,
+                   WEXITED);
+    return std::unexpected(std::move(e));
+  };
+  auto maps = write_id_maps(out.pid, plan.uid, plan.gid, options.host_id, options.host_id);
+  if (!maps) {
+    return abort_child(std::move(maps.error()).wrap("write the sandbox's id maps"));
+  }
+  if (options.before_go) {
+    auto placed = options.before_go(out.pid);
+    if (!placed) {
+      return abort_child(std::move(placed.error()));
+    }
+  }
+  char go = 1;
+  if (::send(prepared.status_parent.get(), &go, 1, MSG_NOSIGNAL) != 1) {
+    int err = errno;
+    return abort_child(Error::sys(err, "send the go byte"));
+  }
+  return out;
+}
+
+}  // namespace cordon::sandbox

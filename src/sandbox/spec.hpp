@@ -1,0 +1,61 @@
+#pragma once
+
+// What a caller asks the sandbox for, after validation (argv, root, cwd and paths are
+// absolute and checked by the policy layer or the CLI). The sandbox layer turns a SandboxSpec
+// into a prepared plan (parent side, may allocate) and a spawned child.
+
+#include <sys/resource.h>
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace cordon::sandbox {
+
+enum class NetworkMode { kNone, kHost };
+
+/// The walls a test-only build may remove one at a time, for security-probe controls.
+enum class Wall : uint32_t {
+  kNone = 0,
+  kSeccompProfile = 1 << 0,
+  kSeccompFixed = 1 << 1,
+  kLandlock = 1 << 2,
+  kPidNamespace = 1 << 3,
+  kNetNamespace = 1 << 4,
+  kCapDrop = 1 << 5,
+  kEtcMask = 1 << 6,
+  kProcReadOnly = 1 << 7,
+  kUserQuotas = 1 << 8,
+  kNoNewPrivs = 1 << 9,
+  kDumpable = 1 << 10,
+  kCloseFds = 1 << 11,
+};
+
+struct Rlimit {
+  int resource;
+  rlim_t soft;
+  rlim_t hard;
+};
+
+struct SandboxSpec {
+  std::vector<std::string> argv;  // argv[0]: absolute path of the executable
+  std::vector<std::string> env;   // final NAME=VALUE list
+  std::string root;               // working root, bound read-write at its own path
+  std::string cwd;                // inside root
+  std::vector<std::string> read_only_paths;  // host paths bound read-only at their own path
+  std::vector<std::string> extra_masked_paths;  // under /etc, hidden in addition to the defaults
+  NetworkMode network = NetworkMode::kNone;
+  uid_t inside_uid = 1000;
+  gid_t inside_gid = 1000;
+  bool tty = false;
+  std::string hostname = "cordon";
+  uint64_t tmp_size_bytes = 1ULL << 30;  // /tmp and /dev/shm tmpfs size each
+  uint64_t inotify_instances = 32;       // per-sandbox quota (user.max_inotify_instances)
+  uint64_t inotify_watches = 8192;
+  std::vector<Rlimit> rlimits;
+  bool allow_ptrace = false;     // documented opt-in for sanitizer builds
+  uint32_t disabled_walls = 0;   // honoured only in the test-walls build (CORDON_TEST_WALLS)
+};
+
+}  // namespace cordon::sandbox

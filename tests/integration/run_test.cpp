@@ -1,0 +1,328 @@
+#define BOOST_TEST_MODULE run
+#include <boost/test/unit_test.hpp>
+
+#include <dirent.h>
+#include <pty.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "helpers/cordon_fixture.hpp"
+
+using namespace cordon::test;
+using nlohmann::json;
+
+namespace {
+
+// Every process on the host whose real uid is `uid` (the sandbox's leased host id).
+std::vector<pid_t> processes_of_uid(uid_t uid) {
+  std::vector<pid_t> out;
+  DIR* d = ::opendir("/proc");
+  while (struct dirent* e = ::readdir(d)) {
+    pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
+    if (pid <= 0) continue;
+    struct stat st {};
+    std::string p = std::string("/proc/") + e->d_name;
+    if (::stat(p.c_str(), &st) == 0 && st.st_uid == uid) out.push_back(pid);
+  }
+  ::closedir(d);
+  return out;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(passes_the_exit_code_through) {
+  Sandbox s;
+  auto [r, st] = s.run_status({}, {"/bin/sh", "-c", "exit 7"});
+  BOOST_TEST(r.exit_code() == 7);
+  BOOST_TEST(st["state"] == "exited");
+  BOOST_TEST(st["exitCode"] == 7);
+  BOOST_TEST(st["signal"].is_null());
+}
+
+BOOST_AUTO_TEST_CASE(signal_9_and_exit_137_are_never_confused) {
+  Sandbox s;
+  auto [killed, st1] = s.run_status({}, {"/bin/sh", "-c", "kill -9 $$"});
+  BOOST_TEST(killed.exit_code() == 137);
+  BOOST_TEST(st1["state"] == "killed");
+  BOOST_TEST(st1["signal"] == "SIGKILL");
+  BOOST_TEST(st1["exitCode"].is_null());
+  BOOST_TEST(st1["waitStatus"] == 9);
+  auto [exited, st2] = s.run_status({}, {"/bin/sh", "-c", "exit 137"});
+  BOOST_TEST(exited.exit_code() == 137);
+  BOOST_TEST(st2["state"] == "exited");
+  BOOST_TEST(st2["exitCode"] == 137);
+  BOOST_TEST(st2["waitStatus"] == 137 << 8);
+}
+
+BOOST_AUTO_TEST_CASE(streams_stdout_and_stderr_separately_byte_exact) {
+  Sandbox s;
+  auto r = s.run({}, {"/bin/sh", "-c", "head -c 3000000 /dev/zero | tr '\\0' a; echo err >&2"});
+  BOOST_TEST(r.exit_code() == 0);
+  BOOST_TEST(r.out.size() == 3000000u);
+  BOOST_TEST(r.out.find_first_not_of('a') == std::string::npos);
+  BOOST_TEST(r.err == "err\n");
+}
+
+BOOST_AUTO_TEST_CASE(forwards_stdin_when_it_is_not_a_terminal) {
+  Sandbox s;
+  ProcessOptions po;
+  po.input = "line one\nline two\n";
+  auto r = s.run({}, {"/usr/bin/wc", "-l"}, po);
+  BOOST_TEST(r.exit_code() == 0);
+  BOOST_TEST(r.out == "2\n");
+}
+
+BOOST_AUTO_TEST_CASE(environment_is_minimal_and_explicit) {
+  Sandbox s;
+  ::setenv("CORDON_SECRET_TOKEN", "leak", 1);
+  ::setenv("CORDON_PASSED", "yes", 1);
+  auto r = s.run({"--env", "FOO=bar", "--pass-env", "CORDON_PASSED"}, {"/usr/bin/env"});
+  BOOST_TEST(r.exit_code() == 0);
+  std::set<std::string> names;
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);) names.insert(line.substr(0, line.find('=')));
+  std::set<std::string> want = {"PATH", "HOME", "LANG", "TERM", "FOO", "CORDON_PASSED"};
+  BOOST_TEST((names == want), "got: " << r.out);
+  BOOST_TEST(r.out.find("HOME=/tmp/home\n") != std::string::npos);
+  BOOST_TEST(r.out.find("leak") == std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(home_is_writable_and_the_root_is_owned_by_the_sandbox_user) {
+  Sandbox s;
+  auto r = s.run({}, {"/bin/sh", "-c",
+                      "echo hi > $HOME/f && cat $HOME/f && id -u && stat -c %u . && "
+                      "echo data > made-inside && ls -n made-inside | cut -d' ' -f3"});
+  BOOST_TEST(r.exit_code() == 0, r.err);
+  BOOST_TEST(r.out == "hi\n1000\n1000\n1000\n");
+  // Idmapped: what the command created lands on disk owned by the root's owner (root here).
+  struct stat st {};
+  BOOST_REQUIRE(::stat((s.root + "/made-inside").c_str(), &st) == 0);
+  BOOST_TEST(st.st_uid == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(refuses_a_bare_program_name_and_names_the_path) {
+  Sandbox s;
+  auto r = s.run({}, {"make"});
+  BOOST_TEST(r.exit_code() == 125);
+  BOOST_TEST(r.err.find("no PATH lookup") != std::string::npos, r.err);
+  BOOST_TEST(r.err.find("/usr/bin/make") != std::string::npos, r.err);
+}
+
+BOOST_AUTO_TEST_CASE(refuses_shell_syntax_and_says_there_is_no_shell) {
+  Sandbox s;
+  auto r = s.run({}, {"/bin/echo hi; rm -rf /"});
+  BOOST_TEST(r.exit_code() == 125);
+  BOOST_TEST(r.err.find("NO shell") != std::string::npos, r.err);
+}
+
+BOOST_AUTO_TEST_CASE(missing_program_exits_127_and_non_executable_126) {
+  Sandbox s;
+  auto r = s.run({}, {"/usr/bin/does-not-exist-cordon"});
+  BOOST_TEST(r.exit_code() == 127, r.err);
+  s.write("noexec", "#!/bin/sh\necho x\n", 0644);
+  auto r2 = s.run({}, {s.root + "/noexec"});
+  BOOST_TEST(r2.exit_code() == 126, r2.err);
+}
+
+BOOST_AUTO_TEST_CASE(refuses_system_directories_and_home_roots_as_root) {
+  for (std::string dir : {"/", "/etc", "/usr", "/tmp", "/var/tmp", "/dev/shm", "/root", "/home"}) {
+    auto r = run_process({cordon_bin(), "run", "--root", dir, "--", "/bin/true"});
+    BOOST_TEST(r.exit_code() == 125, dir);
+    BOOST_TEST(r.err.find("--root") != std::string::npos, dir << ": " << r.err);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(refuses_a_root_containing_cordons_own_state) {
+  Sandbox s;
+  auto r = run_process({cordon_bin(), "run", "--root", s.base, "--state-dir", s.state, "--",
+                        "/bin/true"});
+  BOOST_TEST(r.exit_code() == 125);
+  BOOST_TEST(r.err.find("contains cordon's own") != std::string::npos, r.err);
+}
+
+BOOST_AUTO_TEST_CASE(cwd_symlink_leading_outside_is_refused_with_where_it_leads) {
+  Sandbox s;
+  ::symlink("/etc", (s.root + "/escape").c_str());
+  auto r = s.run({"--cwd", "escape"}, {"/bin/pwd"});
+  BOOST_TEST(r.exit_code() == 125);
+  BOOST_TEST(r.err.find("leads outside the working root") != std::string::npos, r.err);
+  BOOST_TEST(r.err.find("/etc") != std::string::npos, r.err);
+  // A symlink that stays inside is followed.
+  ::mkdir((s.root + "/real").c_str(), 0755);
+  ::symlink("real", (s.root + "/inside").c_str());
+  auto ok = s.run({"--cwd", "inside"}, {"/bin/pwd"});
+  BOOST_TEST(ok.exit_code() == 0, ok.err);
+  BOOST_TEST(ok.out == s.root + "/real\n");
+}
+
+BOOST_AUTO_TEST_CASE(runs_a_script_by_its_shebang) {
+  Sandbox s;
+  s.write("build/run.sh", "#!/bin/sh -e\necho \"script $0 $1\"\n", 0755);
+  auto [r, st] = s.run_status({}, {s.root + "/build/run.sh", "arg"});
+  BOOST_TEST(r.exit_code() == 0, r.err);
+  BOOST_TEST(r.out == "script " + s.root + "/build/run.sh arg\n");
+  BOOST_TEST(st["sandbox"]["interpreter"] == "/usr/bin/dash");
+}
+
+BOOST_AUTO_TEST_CASE(relative_program_runs_from_the_cwd_inside_the_root) {
+  Sandbox s;
+  s.write("bin/hello", "#!/bin/sh\necho hello\n", 0755);
+  auto r = run_process({cordon_bin(), "run", "--root", s.root, "--state-dir", s.state, "--cwd",
+                        s.root + "/bin", "--", "./hello"});
+  BOOST_TEST(r.exit_code() == 0, r.err);
+  BOOST_TEST(r.out == "hello\n");
+}
+
+BOOST_AUTO_TEST_CASE(timeout_reaches_a_child_that_ignores_sigterm_and_its_forks) {
+  Sandbox s;
+  auto start = std::chrono::steady_clock::now();
+  auto [r, st] = s.run_status(
+      {"--timeout", "1", "--kill-grace", "1"},
+      {"/bin/sh", "-c", "trap '' TERM; (trap '' TERM; exec sleep 1000) & sleep 1000 & wait"});
+  auto took = std::chrono::steady_clock::now() - start;
+  BOOST_TEST(r.exit_code() == 124);
+  BOOST_TEST(st["state"] == "timeout");
+  BOOST_TEST(took < std::chrono::seconds(20));
+  // Nothing of the sandbox is left: no process runs as its host uid.
+  uid_t host = st["sandbox"]["hostUid"].get<uid_t>();
+  BOOST_TEST(processes_of_uid(host).empty());
+}
+
+BOOST_AUTO_TEST_CASE(output_cap_is_exact_and_kills_the_command) {
+  Sandbox s;
+  auto [r, st] = s.run_status({"--max-output", "1M"}, {"/usr/bin/yes", "0123456789"});
+  BOOST_TEST(r.exit_code() == 123);
+  BOOST_TEST(r.out.size() == 1u << 20);
+  BOOST_TEST(st["state"] == "output-limit");
+  BOOST_TEST(st["outputLimitStream"] == "stdout");
+}
+
+BOOST_AUTO_TEST_CASE(memory_hog_is_oom_killed_and_reported) {
+  Sandbox s;
+  auto [r, st] = s.run_status({"--memory", "64M"},
+                              {"/usr/bin/python3", "-c", "x = bytearray(512 << 20); print(len(x))"});
+  BOOST_TEST(r.exit_code() == 122, r.err);
+  BOOST_TEST(st["state"] == "oom");
+  BOOST_TEST(st["usage"]["oomKills"].get<int>() >= 1);
+  BOOST_TEST(st["usage"]["peakMemoryBytes"].get<uint64_t>() <= 64u << 20);
+}
+
+BOOST_AUTO_TEST_CASE(fork_bomb_stops_at_the_pids_limit_and_is_reported) {
+  Sandbox s;
+  auto [r, st] = s.run_status(
+      {"--pids", "32", "--timeout", "20"},
+      {"/usr/bin/python3", "-c",
+       "import os\nn=0\ntry:\n  while True:\n    if os.fork()==0:\n      os.pause()\n    n+=1\n"
+       "except OSError as e:\n  print(n, e.errno)\n"});
+  BOOST_TEST(r.exit_code() == 0, r.err);
+  BOOST_TEST(r.out.find(" 11\n") != std::string::npos, r.out);  // EAGAIN
+  BOOST_TEST(st["usage"]["pidsLimitHits"].get<int>() >= 1);
+}
+
+BOOST_AUTO_TEST_CASE(json_status_refuses_a_symlink) {
+  Sandbox s;
+  std::string link = s.base + "/status-link";
+  ::symlink((s.base + "/elsewhere").c_str(), link.c_str());
+  auto r = s.run({"--json-status", link}, {"/bin/true"});
+  BOOST_TEST(r.exit_code() == 125);
+  BOOST_TEST(!std::filesystem::exists(s.base + "/elsewhere"));
+}
+
+BOOST_AUTO_TEST_CASE(json_status_lists_the_applied_walls) {
+  Sandbox s;
+  auto [r, st] = s.run_status({}, {"/bin/true"});
+  BOOST_TEST(r.exit_code() == 0, r.err);
+  BOOST_TEST(st["sandbox"]["landlockAbi"].get<int>() >= 1);
+  BOOST_TEST(st["sandbox"]["networkNamespace"] == true);
+  BOOST_TEST(st["sandbox"]["idmappedRoot"] == true);
+  BOOST_TEST(st["sandbox"]["pinnedExecutable"] == true);
+  BOOST_TEST(st["sandbox"]["hostUid"].get<uint64_t>() >= 0x70000000u);
+  BOOST_TEST(st["usage"]["cpuTimeUs"].is_number());
+  BOOST_TEST(st["durationMs"].get<double>() > 0);
+}
+
+BOOST_AUTO_TEST_CASE(tty_gives_the_command_a_terminal_of_its_own) {
+  Sandbox s;
+  int master = -1, slave = -1;
+  BOOST_REQUIRE(::openpty(&master, &slave, nullptr, nullptr, nullptr) == 0);
+  ProcessOptions po;
+  po.stdin_fd = slave;
+  po.stdout_fd = slave;
+  auto args = s.args({"--tty"}, {"/bin/sh", "-c", "tty; test -t 0 && echo interactive"});
+  // Read the relayed output from the master while cordon runs.
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::setsid();
+    ::ioctl(slave, TIOCSCTTY, 0);
+    ::dup2(slave, 0);
+    ::dup2(slave, 1);
+    ::dup2(slave, 2);
+    std::vector<char*> av;
+    for (auto& a : args) av.push_back(a.data());
+    av.push_back(nullptr);
+    ::execv(av[0], av.data());
+    ::_exit(99);
+  }
+  ::close(slave);
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ::read(master, buf, sizeof buf);
+    if (n <= 0) break;  // EIO once cordon (the last holder of the slave) exits
+    out.append(buf, static_cast<size_t>(n));
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ::close(master);
+  BOOST_TEST(WIFEXITED(status));
+  BOOST_TEST(WEXITSTATUS(status) == 0, out);
+  BOOST_TEST(out.find("/dev/pts/0") != std::string::npos, out);
+  BOOST_TEST(out.find("interactive") != std::string::npos, out);
+}
+
+BOOST_AUTO_TEST_CASE(a_sigkilled_cordon_leaves_nothing_behind_after_the_next_start) {
+  Sandbox s;
+  auto args = s.args({"--json-status", s.base + "/st.json"}, {"/bin/sleep", "1000"});
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    int devnull = ::open("/dev/null", O_RDWR);
+    ::dup2(devnull, 0);
+    ::dup2(devnull, 1);
+    std::vector<char*> av;
+    for (auto& a : args) av.push_back(a.data());
+    av.push_back(nullptr);
+    ::execv(av[0], av.data());
+    ::_exit(99);
+  }
+  // Wait until the sandbox exists: a job record appears in the state dir.
+  std::string records = s.state + "/cgroups";
+  std::vector<std::string> paths;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::error_code ec;
+    for (auto& e : std::filesystem::directory_iterator(records, ec)) {
+      if (e.path().extension() == ".cgroups") {
+        std::ifstream in(e.path());
+        for (std::string line; std::getline(in, line);) if (!line.empty()) paths.push_back(line);
+      }
+    }
+    if (!paths.empty() && std::filesystem::exists(paths.back())) break;
+    paths.clear();
+    ::usleep(10000);  // polling a directory the kernel gives no event for (inotify aside)
+  }
+  BOOST_REQUIRE(!paths.empty());
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  // The next start sweeps what the killed one left.
+  auto r = s.run({}, {"/bin/true"});
+  BOOST_TEST(r.exit_code() == 0, r.err);
+  for (const auto& p : paths) {
+    BOOST_TEST(!std::filesystem::exists(p), p);
+  }
+}

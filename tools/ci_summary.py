@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Counts test results for CI: one line `N passed, N failed, N skipped`.
+
+Boost.Test binaries write JUnit reports (build/tests/junit/<name>.xml): their test cases are
+counted one by one. A binary that produced no report (crashed, timed out, exit 77) is counted
+from meson's testlog.json as one result. A skip is never silent: each is listed with its
+reason, and a skip in the security suite counts as a failure (a security probe that cannot run
+on the reference machine proves nothing).
+"""
+import json
+import os
+import sys
+import xml.etree.ElementTree as ET
+
+build = sys.argv[1] if len(sys.argv) > 1 else "build"
+log = os.path.join(build, "meson-logs", "testlog.json")
+junit_dir = os.path.join(build, "tests", "junit")
+
+passed = failed = skipped = 0
+notes = []
+if not os.path.exists(log):
+    print("no meson test log found: the suite did not run")
+    print("0 passed, 1 failed, 0 skipped")
+    sys.exit(1)
+
+with open(log) as f:
+    runs = [json.loads(line) for line in f if line.strip()]
+
+for run in runs:
+    name = run["name"]
+    suites = run.get("suite", [])
+    security = any(s.endswith("security") for s in suites)
+    result = run["result"]
+    report = os.path.join(junit_dir, name + ".xml")
+    cases = None
+    if result in ("OK", "FAIL", "EXPECTEDFAIL", "UNEXPECTEDPASS") and os.path.exists(report) \
+            and os.path.getmtime(report) >= os.path.getmtime(log) - run.get("duration", 0) - 3600:
+        try:
+            cases = ET.parse(report).getroot().iter("testcase")
+            cases = list(cases)
+        except ET.ParseError:
+            cases = None
+    if cases:
+        for c in cases:
+            cname = f"{name}/{c.get('name')}"
+            if c.find("failure") is not None or c.find("error") is not None:
+                failed += 1
+                notes.append(f"FAILED  {cname}")
+            elif c.find("skipped") is not None:
+                msg = (c.find("skipped").get("message") or "").strip()
+                if security:
+                    failed += 1
+                    notes.append(f"FAILED  {cname}: a security test skipped ({msg})")
+                else:
+                    skipped += 1
+                    notes.append(f"SKIPPED {cname}: {msg}")
+            else:
+                passed += 1
+        if result == "FAIL" and not any(n.startswith(f"FAILED  {name}/") for n in notes):
+            failed += 1
+            notes.append(f"FAILED  {name}: exited {run.get('returncode')} (see testlog.txt)")
+        continue
+    if result == "OK":
+        passed += 1
+    elif result == "SKIP":
+        reason = (run.get("stdout") or "").strip().splitlines()[-1:] or ["no reason printed"]
+        if security:
+            failed += 1
+            notes.append(f"FAILED  {name}: a security test skipped ({reason[0]})")
+        else:
+            skipped += 1
+            notes.append(f"SKIPPED {name}: {reason[0]}")
+    else:
+        failed += 1
+        notes.append(f"FAILED  {name}: {result} (exit {run.get('returncode')})")
+
+for n in notes:
+    print(n)
+print(f"{passed} passed, {failed} failed, {skipped} skipped")
+sys.exit(1 if failed else 0)

@@ -1,0 +1,3 @@
+#include "sandbox/init.hpp"
+
+int main() { return cordon::sandbox::init_main(); }
