@@ -1,0 +1,84 @@
+#pragma once
+
+// The supervisor of one spawned sandbox: a single-threaded epoll loop that relays the
+// command's output (pipes or a pty master) to the caller's descriptors as it arrives, feeds
+// its stdin, enforces the wall-clock timeout and the per-stream output cap, forwards the
+// caller's termination signals, and turns the status channel plus init's own wait status into
+// an Outcome. It never blocks and never sleeps; every wait is an epoll event.
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "base/error.hpp"
+#include "base/unique_fd.hpp"
+#include "sandbox/status.hpp"
+
+namespace cordon::engine {
+
+/// The descriptors the spawn side hands over once the sandbox runs.
+struct SandboxHandles {
+  UniqueFd pidfd;                     // pidfd of the sandbox init (PID 1 of its pid namespace)
+  UniqueFd status;                    // SOCK_SEQPACKET status channel (sandbox/status.hpp)
+  UniqueFd stdout_read, stderr_read;  // pipe read ends (invalid when tty)
+  UniqueFd stdin_write;               // pipe write end to feed the command's stdin, or invalid
+};
+
+struct SuperviseOptions {
+  std::chrono::milliseconds timeout{0};  // 0 = none; counted from the call to supervise()
+  std::chrono::milliseconds kill_grace{5000};
+  // Once init is gone every writer of the pipes is dead, so EOF follows at once; this only
+  // bounds the wait for EOF should a write end have leaked outside the sandbox.
+  std::chrono::milliseconds drain_timeout{1000};
+  uint64_t max_output_bytes = 0;  // per stream; 0 = unlimited
+  int out_fd = STDOUT_FILENO, err_fd = STDERR_FILENO;
+  // Data read here goes to stdin_write (EOF closes stdin_write). With tty it goes to the pty
+  // master instead; when -1 in tty mode, terminal_fd is read (ssh-like).
+  int stdin_fd = -1;
+  bool tty = false;  // a pty master will arrive on the status channel; output counts as stdout
+  // The caller's terminal when tty: raw mode while running, termios restored and pending input
+  // flushed on return, initial size copied to the master and SIGWINCH relayed.
+  int terminal_fd = -1;
+};
+
+/// How supervise() reaches every process of the sandbox; the spawn side owns the mechanism.
+struct KillHooks {
+  std::function<void(int sig)> signal_init;  // send sig to the init (pidfd_send_signal)
+  std::function<void()> kill_all;            // SIGKILL every process (cgroup.kill + init)
+};
+
+enum class RunState { kExited, kKilled, kTimeout, kOutputLimit, kSetupFailed, kInitDied };
+
+/// "exited", "killed", "timeout", "output-limit", "setup-failed", "init-died".
+const char* run_state_name(RunState state);
+
+struct Outcome {
+  RunState state = RunState::kInitDied;
+  bool have_wait_status = false;  // a kCommandExited record arrived
+  int wait_status = 0;            // the command's raw wait status
+  int exit_code = -1, term_signal = 0;  // decoded from wait_status
+  sandbox::SetupStep failed_step = sandbox::SetupStep::kNone;
+  int setup_errno = 0;
+  bool have_init_wait_status = false;  // false when init is not our child (waitid: ECHILD)
+  int init_wait_status = 0;            // init's own status, in wait(2) encoding
+  std::chrono::nanoseconds duration{};  // from the call until init was seen to exit
+  // Bytes accepted from each stream (never more than the cap), including bytes that could
+  // not be delivered because the destination failed.
+  uint64_t stdout_bytes = 0, stderr_bytes = 0;
+  int stdout_write_errno = 0, stderr_write_errno = 0;  // first write error on out_fd / err_fd
+  std::string output_limit_stream;  // "stdout"/"stderr" when the cap was hit
+  bool signalled_by_caller = false;  // cordon itself got SIGINT/SIGTERM/SIGHUP and forwarded it
+  int caller_signal = 0;             // the last such signal, so a CLI can re-raise it
+};
+
+/// Supervises the sandbox until init has exited and its output is drained. Takes no
+/// ownership of the caller's fds (their O_NONBLOCK flags and the terminal's termios are
+/// restored); closes handles.stdin_write when stdin ends. On Error, kill_all has been called
+/// (if init was still running) and init is not reaped.
+[[nodiscard]] Result<Outcome> supervise(SandboxHandles& handles, const SuperviseOptions& options,
+                                        const KillHooks& hooks);
+
+}  // namespace cordon::engine

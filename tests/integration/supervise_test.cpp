@@ -1,0 +1,734 @@
+#define BOOST_TEST_MODULE engine_supervise
+#include <boost/test/unit_test.hpp>
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <pty.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <ostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/unique_fd.hpp"
+#include "engine/supervise.hpp"
+#include "sandbox/status.hpp"
+#include "sys/syscalls.hpp"
+
+// A fake sandbox: a real child in a real new pid namespace (we are root) that plays the part of
+// init. It speaks the status protocol over a real SOCK_SEQPACKET pair and runs the "command" as
+// a real grandchild whose raw wait status it reports. Killing it kills the whole namespace, as
+// with the real init.
+
+namespace cordon::engine {
+std::ostream& operator<<(std::ostream& os, RunState state) { return os << run_state_name(state); }
+}  // namespace cordon::engine
+namespace cordon::sandbox {
+std::ostream& operator<<(std::ostream& os, SetupStep step) { return os << step_name(step); }
+}  // namespace cordon::sandbox
+
+using namespace cordon;
+using namespace cordon::engine;
+using Clock = std::chrono::steady_clock;
+using sandbox::RecordKind;
+using sandbox::SetupStep;
+using sandbox::StatusRecord;
+
+namespace {
+
+constexpr size_t kMiB = size_t{1} << 20;
+
+// What the fake init works with: its end of the status channel and the command's ends of the
+// pipes (-1 where there is none).
+struct InitCtx {
+  int status = -1;
+  int out = -1, err = -1, in = -1;
+};
+
+struct FakeSandbox {
+  SandboxHandles handles;
+  pid_t pid = -1;
+};
+
+struct FakeOptions {
+  bool pipes = true;       // stdout/stderr pipes (false for tty)
+  bool stdin_pipe = false;
+};
+
+std::string pattern(size_t n, uint32_t seed) {
+  std::string s(n, '\0');
+  uint32_t x = seed * 2654435761u + 1;
+  for (size_t i = 0; i < n; ++i) {
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    s[i] = static_cast<char>(x >> 24);
+  }
+  return s;
+}
+
+bool write_all(int fd, const char* p, size_t n) {
+  while (n > 0) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) {
+        continue;
+      }
+      return false;
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+void send_record(int fd, StatusRecord rec, int pass_fd = -1) {
+  iovec iov{&rec, sizeof(rec)};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+  if (pass_fd >= 0) {
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
+  }
+  if (sendmsg(fd, &msg, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(rec))) {
+    _exit(120);
+  }
+}
+
+// Forks the command with the pipes as 0/1/2; the init keeps none of them, so EOF on the
+// pipes follows the command's exit.
+template <class Cmd>
+pid_t start_command(const InitCtx& c, Cmd cmd) {
+  pid_t pid = fork();
+  if (pid < 0) {
+    _exit(121);
+  }
+  if (pid == 0) {
+    if ((c.in >= 0 && dup2(c.in, 0) < 0) || (c.out >= 0 && dup2(c.out, 1) < 0) ||
+        (c.err >= 0 && dup2(c.err, 2) < 0)) {
+      _exit(122);
+    }
+    close(c.status);
+    _exit(cmd());
+  }
+  for (int fd : {c.in, c.out, c.err}) {
+    if (fd >= 0) {
+      close(fd);
+    }
+  }
+  return pid;
+}
+
+// What a real init does for a command: report its start, wait for it, report its raw status.
+template <class Cmd>
+int run_and_report(const InitCtx& c, Cmd cmd) {
+  pid_t pid = start_command(c, cmd);
+  send_record(c.status, {RecordKind::kCommandStarted, SetupStep::kNone, 0, 0, pid, 0});
+  int st = 0;
+  while (waitpid(pid, &st, 0) < 0) {
+    if (errno != EINTR) {
+      _exit(123);
+    }
+  }
+  send_record(c.status, {RecordKind::kCommandExited, SetupStep::kNone, 0, st, 0, 0});
+  return 0;
+}
+
+template <class Init>
+FakeSandbox spawn_fake(Init init, FakeOptions opts = {}) {
+  FakeSandbox fake;
+  int sp[2];
+  BOOST_REQUIRE(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) == 0);
+  int out[2] = {-1, -1}, err[2] = {-1, -1}, in[2] = {-1, -1};
+  if (opts.pipes) {
+    BOOST_REQUIRE(pipe2(out, O_CLOEXEC) == 0);
+    BOOST_REQUIRE(pipe2(err, O_CLOEXEC) == 0);
+    // As the caller of supervise() does: 1 MiB pipes for 1 MiB reads.
+    BOOST_REQUIRE(fcntl(out[0], F_SETPIPE_SZ, static_cast<int>(kMiB)) >= 0);
+    BOOST_REQUIRE(fcntl(err[0], F_SETPIPE_SZ, static_cast<int>(kMiB)) >= 0);
+  }
+  if (opts.stdin_pipe) {
+    BOOST_REQUIRE(pipe2(in, O_CLOEXEC) == 0);
+  }
+  int pidfd = -1;
+  clone_args args{};
+  args.flags = CLONE_PIDFD | CLONE_NEWPID;
+  args.pidfd = reinterpret_cast<uint64_t>(&pidfd);
+  args.exit_signal = SIGCHLD;
+  long pid = sys::clone3(&args);
+  BOOST_REQUIRE_MESSAGE(pid >= 0, "clone3: " << strerror(errno));
+  if (pid == 0) {
+    // The test runner's signal handlers must not be the init's: a pid-namespace init ignores
+    // SIGTERM from outside unless it installs a handler, as the real one does.
+    for (int sig = 1; sig < NSIG; ++sig) {
+      if (sig != SIGKILL && sig != SIGSTOP) {
+        signal(sig, SIG_DFL);
+      }
+    }
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    for (int fd : {sp[0], out[0], err[0], in[1]}) {
+      if (fd >= 0) {
+        close(fd);
+      }
+    }
+    InitCtx ctx{sp[1], out[1], err[1], in[0]};
+    _exit(init(ctx));
+  }
+  fake.pid = static_cast<pid_t>(pid);
+  fake.handles.pidfd = UniqueFd(pidfd);
+  fake.handles.status = UniqueFd(sp[0]);
+  close(sp[1]);
+  if (opts.pipes) {
+    fake.handles.stdout_read = UniqueFd(out[0]);
+    fake.handles.stderr_read = UniqueFd(err[0]);
+    close(out[1]);
+    close(err[1]);
+  }
+  if (opts.stdin_pipe) {
+    fake.handles.stdin_write = UniqueFd(in[1]);
+    close(in[0]);
+  }
+  return fake;
+}
+
+// Records what supervise() asked for and does it for real on the fake init's pidfd.
+struct HookLog {
+  std::vector<int> signals;
+  int kills = 0;
+  Clock::time_point term_at{}, kill_at{};
+};
+
+KillHooks real_hooks(int pidfd, HookLog& log) {
+  return KillHooks{
+      [&log, pidfd](int sig) {
+        log.signals.push_back(sig);
+        log.term_at = Clock::now();
+        (void)sys::pidfd_send_signal(pidfd, sig, nullptr, 0);
+      },
+      [&log, pidfd] {
+        ++log.kills;
+        log.kill_at = Clock::now();
+        (void)sys::pidfd_send_signal(pidfd, SIGKILL, nullptr, 0);
+      }};
+}
+
+UniqueFd make_memfd(const char* name) {
+  UniqueFd fd(memfd_create(name, MFD_CLOEXEC));
+  BOOST_REQUIRE(fd.valid());
+  return fd;
+}
+
+std::string read_file(int fd) {
+  std::string s;
+  char buf[65536];
+  off_t off = 0;
+  for (;;) {
+    ssize_t n = pread(fd, buf, sizeof(buf), off);
+    BOOST_REQUIRE(n >= 0);
+    if (n == 0) {
+      return s;
+    }
+    s.append(buf, static_cast<size_t>(n));
+    off += n;
+  }
+}
+
+int count_open_fds() {
+  int n = 0;
+  DIR* d = opendir("/proc/self/fd");
+  BOOST_REQUIRE(d != nullptr);
+  while (readdir(d) != nullptr) {
+    ++n;
+  }
+  closedir(d);
+  return n;
+}
+
+// Boost evaluates the message eagerly, so it must not touch error() of a success.
+std::string describe(const Result<Outcome>& r) {
+  return r.has_value() ? std::string() : r.error().message();
+}
+
+// supervise() must have reaped the init: nothing is left to wait for.
+void require_reaped(const FakeSandbox& fake) {
+  siginfo_t info{};
+  BOOST_TEST(waitid(P_PID, static_cast<id_t>(fake.pid), &info, WEXITED | WNOHANG) == -1);
+  BOOST_TEST(errno == ECHILD);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(streams_stdout_and_stderr_byte_exact) {
+  const std::string out = pattern(3 * kMiB + 123, 1);
+  const std::string err = pattern(2 * kMiB + 77, 2);
+  auto fake = spawn_fake([&](const InitCtx& c) {
+    return run_and_report(c, [&] {
+      // Interleaved chunks of unequal size, so both streams are live at once.
+      size_t o = 0, e = 0;
+      while (o < out.size() || e < err.size()) {
+        size_t no = std::min<size_t>(65536, out.size() - o);
+        size_t ne = std::min<size_t>(40000, err.size() - e);
+        if (!write_all(1, out.data() + o, no) || !write_all(2, err.data() + e, ne)) {
+          return 1;
+        }
+        o += no;
+        e += ne;
+      }
+      return 0;
+    });
+  });
+  auto out_file = make_memfd("out");
+  auto err_file = make_memfd("err");
+  HookLog log;
+  SuperviseOptions opts;
+  opts.out_fd = out_file.get();
+  opts.err_fd = err_file.get();
+  auto r = supervise(fake.handles, opts, real_hooks(fake.handles.pidfd.get(), log));
+  BOOST_REQUIRE_MESSAGE(r.has_value(), describe(r));
+  BOOST_TEST(r->state == RunState::kExited);
+  BOOST_TEST(r->exit_code == 0);
+  BOOST_TEST(r->stdout_bytes == out.size());
+  BOOST_TEST(r->stderr_bytes == err.size());
+  BOOST_TEST((read_file(out_file.get()) == out));
+  BOOST_TEST((read_file(err_file.get()) == err));
+  BOOST_TEST(log.signals.empty());
+  BOOST_TEST(log.kills == 0);
+  BOOST_TEST(r->have_init_wait_status);
+  BOOST_TEST(WIFEXITED(r->init_wait_status));
+  require_reaped(fake);
+}
+
+// Pipe destinations drained by slow readers: supervise() meets EAGAIN on its destination and
+// must hold the data (and stop reading the source) until the destination drains.
+BOOST_AUTO_TEST_CASE(delivers_through_pipe_destinations_that_push_back) {
+  const std::string out = pattern(4 * kMiB + 1, 3);
+  const std::string err = pattern(1 * kMiB + 3, 4);
+  auto fake = spawn_fake([&](const InitCtx& c) {
+    return run_and_report(c, [&] {
+      return write_all(1, out.data(), out.size()) && write_all(2, err.data(), err.size()) ? 0 : 1;
+    });
+  });
+  int op[2], ep[2];
+  BOOST_REQUIRE(pipe2(op, O_CLOEXEC) == 0);
+  BOOST_REQUIRE(pipe2(ep, O_CLOEXEC) == 0);
+  UniqueFd out_r(op[0]), out_w(op[1]), err_r(ep[0]), err_w(ep[1]);
+  std::string got_out, got_err;
+  auto reader = [](int fd, std::string& into) {
+    char buf[4096];  // small reads: the destination stays full most of the time
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof(buf))) > 0) {
+      into.append(buf, static_cast<size_t>(n));
+    }
+  };
+  std::thread t1(reader, out_r.get(), std::ref(got_out));
+  std::thread t2(reader, err_r.get(), std::ref(got_err));
+  HookLog log;
+  SuperviseOptions opts;
+  opts.out_fd = out_w.get();
+  opts.err_fd = err_w.get();
+  auto r = supervise(fake.handles, opts, real_hooks(fake.handles.pidfd.get(), log));
+  // The caller's descriptors are back to blocking, as the caller left them.
+  BOOST_TEST((fcntl(out_w.get(), F_GETFL) & O_NONBLOCK) == 0);
+  out_w.reset();
+  err_w.reset();
+  t1.join();
+  t2.join();
+  BOOST_REQUIRE_MESSAGE(r.has_value(), describe(r));
+  BOOST_TEST(r->state == RunState::kExited);
+  BOOST_TEST((got_out == out));
+  BOOST_TEST((got_err == err));
+}
+
+BOOST_AUTO_TEST_CASE(reports_exit_code_and_signal_distinctly) {
+  auto run = [](auto cmd) {
+    auto fake = spawn_fake([&](const InitCtx& c) { return run_and_report(c, cmd); });
+    HookLog log;
+    SuperviseOptions opts;
+    opts.out_fd = -1;
+    opts.err_fd = -1;
+    auto r = supervise(fake.handles, opts, real_hooks(fake.handles.pidfd.get(), log));
+    BOOST_REQUIRE_MESSAGE(r.has_value(), describe(r));
+    return *r;
+  };
+  Outcome exited = run([] { return 137; });
+  BOOST_TEST(exited.state == RunState::kExited);
+  BOOST_TEST(exited.have_wait_status);
+  BOOST_TEST(exited.exit_code == 137);
+  BOOST_TEST(exited.term_signal == 0);
+
+  Outcome killed = run([] {
+    raise(SIGKILL);
+    return 0;
+  });
+  BOOST_TEST(killed.state == RunState::kKilled);
+  BOOST_TEST(killed.have_wait_status);
+  BOOST_TEST(killed.exit_code == -1);
+  BOOST_TEST(killed.term_signal == SIGKILL);
+  BOOST_TEST(WIFSIGNALED(killed.wait_status));
+}
+
+BOOST_AUTO_TEST_CASE(timeout_escalates_term_then_kill) {
+  // The init installs no SIGTERM handler, so as a pid-namespace init it ignores the SIGTERM;
+  // the command sleeps forever. Only the SIGKILL after the grace ends the run.
+  auto fake = spawn_fake([](const InitCtx& c) {
+    return run_and_report(c, [] {
+      for (;;) {
+        pause();
+      }
+      return 0;
+    });
+  });
+  HookLog log;
+  SuperviseOptions opts;
+  opts.out_fd = -1;
+  opts.err_fd = -1;
+  opts.timeout = std::chrono::milliseconds(200);
+  opts.kill_grace = std::chrono::milliseconds(300);
+  auto start = Clock::now();
+  auto r = supervise(fake.handles, opts, real_hooks(fake.handles.pidfd.get(), log));
+  BOOST_REQUIRE_MESSAGE(r.has_value(), describe(r));
+  BOOST_TEST(r->state == RunState::kTimeout);
+  BOOST_REQUIRE(log.signals.size() == 1u);
+  BOOST_TEST(log.signals[0] == SIGTERM);
+  BOOST_TEST(log.kills == 1);
+  BOOST_TEST((log.term_at - start >= opts.timeout));
+  BOOST_TEST((log.kill_at - log.term_at >= opts.kill_grace));
+  BOOST_TEST(!r->have_wait_status);
+  BOOST_TEST(WIFSIGNALED(r->init_wait_status));
+  BOOST_TEST(WTERMSIG(r->init_wait_status) == SIGKILL);
+  require_reaped(fake);
+}
+
+BOOST_AUTO_TEST_CASE(output_cap_is_exact) {
+  const std::string chunk = pattern(65536 + 17, 5);  // odd size: the cap falls mid-chunk
+  auto fake = spawn_fake([&](const InitCtx& c) {
+    return run_and_report(c, [&] {
+      for (size_t written = 0; written < 10 * kMiB; written += chunk.size()) {
+        if (!write_all(1, chunk.data(), chunk.size())) {
+          return 1;
+        }
+      }
+      return 0;
+    });
+  });
+  auto out_file = make_memfd("out");
+  HookLog log;
+  SuperviseOptions opts;
+  opts.out_fd = out_file.get();
+  opts.err_fd = -1;
+  opts.max_output_bytes = kMiB;
+  auto r = supervise(fake.handles, opts, real_hooks(fake.handles.pidfd.get(), log));
+  BOOST_REQUIRE_MESSAGE(r.has_value(), describe(r));
+  BOOST_TEST(r->state == RunState::kOutputLimit);
+  BOOST_TEST(r->output_limit_stream == "stdout");
+  BOOST_TEST(r->stdout_bytes == kMiB);
+  BOOST_TEST(log.kills == 1);
+  std::string got = read_file(out_file.get());
+  BOOST_REQUIRE(got.size() == kMiB);
+  std::string expected;
+  while (expected.size() < kMiB) {
+    expected += chunk;
+  }
+  expected.resize(kMiB);
+  BOOST_TEST((got == expected));
+}
+
+BOOST_AUTO_TEST_CASE(eof_without_exit_record_is_init_died) {
+  auto fake = spawn_fake([](const InitCtx& c) {
+    send_record(c.status, {RecordKind::kCommandStarted, SetupStep::kNone, 0, 0, 2, 0});
+    return 3;  // init dies without reporting the command
+  });
+  HookLog log;
+  SuperviseOptions opts;
+  opts.out_fd = -1;
+  opts.err_fd = -1;
+  auto r = supervise(fake.handles, opts, real_hooks(fake.handles.pidfd.get(), log));
+  BOOST_REQUIRE_MESSAGE(r.has_value(), describe(r));
+  BOOST_TEST(r->state == RunState::kInitDied);
+  BOOST_TEST(!r->have_wait_status);
+  BOOST_TEST(r->exit_code == -1);
+  BOOST_TEST(r->have_init_wait_status);
+  BOOST_TEST(WIFEXITED(r->init_wait_status));
+  BOOST_TEST(WEXITSTATUS(r->init_wait_status) == 3);
+}
+
+BOOST_AUTO_TEST_CASE(setup_error_record_is_reported) {
+  auto fake = spawn_fake([](const InitCtx& c) {
+    send_record(c.status, {RecordKind::kSetupError, SetupStep::kMountProc, EPERM, 0, 0, 0});
+    return 1;
+  });
+  HookLog log;
+  SuperviseOptions opts;
+  opts.out_fd = -1;
+  opts.err_fd = -1;
+  auto r = supervise(fake.handles, opts, real_hooks(fake.handles.pidfd.get(), log));
+  BOOST_REQUIRE_MESSAGE(r.has_value(), describe(r));
+  BOOST_TEST(r->state == RunState::kSetupFailed);
+  BOOST_TEST(r->failed_step == SetupStep::kMountProc);
+  BOOST_TEST(r->setup_errno == EPERM);
+}
+
+BOOST_AUTO_TEST_CASE(forwards_stdin_to_the_command) {
+  // A regular file as stdin: never in epoll (EPERM), always ready, bigger than any pipe.
+  const std::string input = pattern(3 * kMiB + 5, 6);
+  auto in_file = make_memfd("in");
+  BOOST_REQUIRE(write_all(in_file.get(), input.data(), input.size()));
+  BOOST_REQUIRE(lseek(in_file.get(), 0, SEEK_SET) == 0);
+  auto fake = spawn_fake(
+      [](const InitCtx& c) {
+        return run_and_report(c, [] {
+          // cat, then exit 42 to prove EOF was seen.
+          char buf[16384];
+          for (;;) {
+            ssize_t n = read(0, buf, sizeof(buf));
+            if (n == 0) {
+              return 42;
+            }
+            if (n < 0 || !write_all(1, buf, static_cast<size_t>(n))) {
+              return 1;
+            }
+          }
+        });
+      },
+      FakeOptions{.pipes = true, .stdin_pipe = true});
+  auto out_file = make_memfd("out");
+  HookLog log;
+  SuperviseOptions opts;
+  opts.out_fd = out_file.get();
+  opts.err_fd = -1;
+  opts.stdin_fd = in_file.get();
+  auto r = supervise(fake.handles, opts, real_hooks(fake.handles.pidfd.get(), log));
+  BOOST_REQUIRE_MESSAGE(r.has_value(), describe(r));
+  BOOST_TEST(r->state == RunState::kExited);
+  BOOST_TEST(r->exit_code == 42);
+  BOOST_TEST(!fake.handles.stdin_write.valid());
+  BOOST_TEST((read_file(out_file.get()) == input));
+}
+
+BOOST_AUTO_TEST_CASE(caller_sigterm_is_forwarded) {
+  // The command reads one byte of stdin (so supervise() is already running with the signals
+  // blocked), then has a helper outside the namespace send SIGTERM to this test process.
+  // The init forwards SIGTERM to the command, as the real one does.
+  int ready[2];
+  BOOST_REQUIRE(pipe2(ready, O_CLOEXEC) == 0);
+  UniqueFd ready_r(ready[0]), ready_w(ready[1]);
+  pid_t test_pid = getpid();
+  pid_t helper = fork();
+  BOOST_REQUIRE(helper >= 0);
+  if (helper == 0) {
+    ready_w.reset();
+    char b;
+    if (read(ready_r.get(), &b, 1) == 1) {
+      kill(test_pid, SIGTERM);
+    }
+    _exit(0);
+  }
+  ready_r.reset();
+
+  int in[2];
+  BOOST_REQUIRE(pipe2(in, O_CLOEXEC) == 0);
+  UniqueFd in_r(in[0]), in_w(in[1]);
+  BOOST_REQUIRE(write(in_w.get(), "x", 1) == 1);
+  in_w.reset();
+
+  static volatile sig_atomic_t command_pid = 0;
+  const int ready_fd = ready_w.get();
+  auto fake = spawn_fake(
+      [ready_fd](const InitCtx& c) {
+        struct sigaction sa {};
+        sa.sa_handler = [](int) {
+          if (command_pid > 0) {
+            kill(command_pid, SIGTERM);
+          }
+        };
+        sigaction(SIGTERM, &sa, nullptr);
+        pid_t pid = start_command(c, [ready_fd] {
+          signal(SIGTERM, SIG_DFL);  // the init's handler is not the command's
+          char b;
+          if (read(0, &b, 1) != 1 || write(ready_fd, "r", 1) != 1) {
+            return 1;
+          }
+          for (;;) {
+            pause();
+          }
+          return 0;
+        });
+        command_pid = pid;
+        close(ready_fd);
+        send_record(c.status, {RecordKind::kCommandStarted, SetupStep::kNone, 0, 0, pid, 0});
+        int st = 0;
+        while (waitpid(pid, &st, 0) < 0) {
+          if (errno != EINTR) {
+            return 123;
+          }
+        }
+        send_record(c.status, {RecordKind::kCommandExited, SetupStep::kNone, 0, st, 0, 0});
+        return 0;
+      },
+      FakeOptions{.pipes = true, .stdin_pipe = true});
+  ready_w.reset();
+
+  sigset_t before, after, pending;
+  BOOST_REQUIRE(pthread_sigmask(SIG_SETMASK, nullptr, &before) == 0);
+  HookLog log;
+  SuperviseOptions opts;
+  opts.out_fd = -1;
+  opts.err_fd = -1;
+  opts.stdin_fd = in_r.get();
+  opts.kill_grace = std::chrono::milliseconds(30000);  // the command must die of the SIGTERM
+  auto r = supervise(fake.handles, opts, real_hooks(fake.handles.pidfd.get(), log));
+  int helper_status = 0;
+  BOOST_REQUIRE(waitpid(helper, &helper_status, 0) == helper);
+  BOOST_REQUIRE_MESSAGE(r.has_value(), describe(r));
+  BOOST_TEST(r->signalled_by_caller);
+  BOOST_TEST(r->caller_signal == SIGTERM);
+  BOOST_REQUIRE(log.signals.size() == 1u);
+  BOOST_TEST(log.signals[0] == SIGTERM);
+  BOOST_TEST(log.kills == 0);
+  BOOST_TEST(r->state == RunState::kKilled);
+  BOOST_TEST(r->term_signal == SIGTERM);
+  // The mask is the caller's again and the SIGTERM was consumed, not left pending.
+  BOOST_REQUIRE(pthread_sigmask(SIG_SETMASK, nullptr, &after) == 0);
+  BOOST_TEST(sigismember(&after, SIGTERM) == sigismember(&before, SIGTERM));
+  BOOST_REQUIRE(sigpending(&pending) == 0);
+  BOOST_TEST(sigismember(&pending, SIGTERM) == 0);
+}
+
+BOOST_AUTO_TEST_CASE(closed_destination_keeps_the_outcome) {
+  // `cordon run … | head`: the reader is gone. No SIGPIPE may kill us, the output is still
+  // counted and the command's exit is still reported.
+  const std::string out = pattern(2 * kMiB, 7);
+  auto fake = spawn_fake([&](const InitCtx& c) {
+    return run_and_report(c, [&] {
+      return write_all(1, out.data(), out.size()) && write_all(2, "tail\n", 5) ? 7 : 1;
+    });
+  });
+  int p[2];
+  BOOST_REQUIRE(pipe2(p, O_CLOEXEC) == 0);
+  close(p[0]);
+  UniqueFd dead_w(p[1]);
+  auto err_file = make_memfd("err");
+  HookLog log;
+  SuperviseOptions opts;
+  opts.out_fd = dead_w.get();
+  opts.err_fd = err_file.get();
+  auto r = supervise(fake.handles, opts, real_hooks(fake.handles.pidfd.get(), log));
+  BOOST_REQUIRE_MESSAGE(r.has_value(), describe(r));
+  BOOST_TEST(r->state == RunState::kExited);
+  BOOST_TEST(r->exit_code == 7);
+  BOOST_TEST(r->stdout_bytes == out.size());
+  BOOST_TEST(r->stdout_write_errno == EPIPE);
+  BOOST_TEST(read_file(err_file.get()) == "tail\n");
+  sigset_t pending;
+  BOOST_REQUIRE(sigpending(&pending) == 0);
+  BOOST_TEST(sigismember(&pending, SIGPIPE) == 0);
+}
+
+BOOST_AUTO_TEST_CASE(pty_master_over_scm_rights_is_relayed) {
+  // The caller's terminal is another pty pair, in cooked mode with a known size.
+  int tm = -1, ts = -1;
+  BOOST_REQUIRE(openpty(&tm, &ts, nullptr, nullptr, nullptr) == 0);
+  UniqueFd term_master(tm), term_slave(ts);
+  winsize ws{};
+  ws.ws_row = 37;
+  ws.ws_col = 91;
+  BOOST_REQUIRE(ioctl(term_slave.get(), TIOCSWINSZ, &ws) == 0);
+  termios saved{};
+  BOOST_REQUIRE(tcgetattr(term_slave.get(), &saved) == 0);
+  BOOST_REQUIRE((saved.c_lflag & ICANON) != 0);
+
+  int in[2];
+  BOOST_REQUIRE(pipe2(in, O_CLOEXEC) == 0);
+  UniqueFd in_r(in[0]), in_w(in[1]);
+  BOOST_REQUIRE(write(in_w.get(), "ping\n", 5) == 5);
+  in_w.reset();
+
+  const int caller_terminal = term_slave.get();  // the fake init inherits it, to look at it
+  auto fake = spawn_fake(
+      [caller_terminal](const InitCtx& c) {
+        int m = -1, s = -1;
+        if (openpty(&m, &s, nullptr, nullptr, nullptr) != 0) {
+          return 110;
+        }
+        termios raw{};
+        if (tcgetattr(s, &raw) != 0) {
+          return 111;
+        }
+        cfmakeraw(&raw);  // verbatim both ways, no echo
+        if (tcsetattr(s, TCSANOW, &raw) != 0) {
+          return 112;
+        }
+        send_record(c.status, {RecordKind::kPtyMaster, SetupStep::kNone, 0, 0, 0, 0}, m);
+        close(m);
+        InitCtx cmd_ctx = c;
+        cmd_ctx.in = cmd_ctx.out = cmd_ctx.err = s;
+        return run_and_report(cmd_ctx, [s, caller_terminal] {
+          if (setsid() < 0 || ioctl(s, TIOCSCTTY, 0) != 0) {
+            return 113;
+          }
+          std::string line;
+          char ch;
+          while (line.empty() || line.back() != '\n') {
+            if (read(0, &ch, 1) != 1) {
+              return 114;
+            }
+            line += ch;
+          }
+          winsize w{};
+          termios t{};
+          if (ioctl(0, TIOCGWINSZ, &w) != 0 || tcgetattr(caller_terminal, &t) != 0) {
+            return 115;
+          }
+          std::string reply = "pong:" + line.substr(0, line.size() - 1) +
+                              " rows=" + std::to_string(w.ws_row) +
+                              " cols=" + std::to_string(w.ws_col) +
+                              " raw=" + ((t.c_lflag & ICANON) == 0 ? "1" : "0") + "\n";
+          reply += std::string("\x00\x01\xff\r\n", 5);
+          return write_all(1, reply.data(), reply.size()) ? 0 : 116;
+        });
+      },
+      FakeOptions{.pipes = false, .stdin_pipe = false});
+
+  int fds_before = count_open_fds();
+  auto out_file = make_memfd("out");
+  HookLog log;
+  SuperviseOptions opts;
+  opts.tty = true;
+  opts.terminal_fd = term_slave.get();
+  opts.stdin_fd = in_r.get();
+  opts.out_fd = out_file.get();
+  opts.err_fd = -1;
+  auto r = supervise(fake.handles, opts, real_hooks(fake.handles.pidfd.get(), log));
+  BOOST_REQUIRE_MESSAGE(r.has_value(), describe(r));
+  BOOST_TEST(r->state == RunState::kExited);
+  BOOST_TEST(r->exit_code == 0);
+  std::string expected = "pong:ping rows=37 cols=91 raw=1\n" + std::string("\x00\x01\xff\r\n", 5);
+  BOOST_TEST((read_file(out_file.get()) == expected));
+  BOOST_TEST(r->stdout_bytes == expected.size());
+  BOOST_TEST(r->stderr_bytes == 0u);
+  // termios restored; the received master (and every dup) closed again.
+  termios now{};
+  BOOST_REQUIRE(tcgetattr(term_slave.get(), &now) == 0);
+  BOOST_TEST(now.c_lflag == saved.c_lflag);
+  BOOST_TEST(now.c_iflag == saved.c_iflag);
+  BOOST_TEST(now.c_oflag == saved.c_oflag);
+  BOOST_TEST(count_open_fds() == fds_before + 1);  // + the memfd opened after counting
+}
