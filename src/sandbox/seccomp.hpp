@@ -1,0 +1,95 @@
+#pragma once
+
+// Seccomp: the profile (data, OCI linux.seccomp) and cordon's fixed filter (code), compiled
+// to classic BPF with libseccomp in the parent. The sandbox child never links libseccomp at
+// run time: it loads the exported programs with seccomp(SECCOMP_SET_MODE_FILTER), profile
+// first and fixed second, after PR_SET_NO_NEW_PRIVS.
+//
+// Why two filters: libseccomp 2.5.4 silently drops a conditional rule when the same filter
+// also has an unconditional rule for that syscall (measured for a masked ioctl and for mode
+// checks on fchmodat/openat). The kernel runs every stacked filter and takes the most
+// restrictive answer, so argument checks in a separate default-ALLOW filter always hold,
+// whatever the profile allows. Among answers of the same kind (two ERRNOs) the filter loaded
+// last wins, which is why the fixed filter goes second.
+
+#include <linux/filter.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/error.hpp"
+
+namespace cordon::sandbox {
+
+enum class SeccompAction { kAllow, kErrno, kKillProcess, kKillThread, kTrap, kLog };
+enum class SeccompOp {
+  kNotEqual,
+  kLessThan,
+  kLessEqual,
+  kEqual,
+  kGreaterEqual,
+  kGreaterThan,
+  kMaskedEqual,  // (arg & value) == value_two, as in OCI
+};
+
+struct SeccompArg {
+  unsigned index = 0;
+  SeccompOp op = SeccompOp::kEqual;
+  uint64_t value = 0;
+  uint64_t value_two = 0;
+};
+
+struct SeccompRule {
+  std::vector<std::string> names;
+  SeccompAction action = SeccompAction::kAllow;
+  uint32_t errno_ret = 1;  // only for kErrno; OCI's default is EPERM
+  std::vector<SeccompArg> args;
+};
+
+struct SeccompProfile {
+  SeccompAction default_action = SeccompAction::kErrno;
+  uint32_t default_errno_ret = 1;
+  std::vector<std::string> architectures;  // SCMP_ARCH_* names; only x86_64 is filtered
+  std::vector<SeccompRule> syscalls;
+};
+
+struct SeccompOptions {
+  // Documented opt-in for sanitizer builds (LeakSanitizer ptraces its own process): the
+  // profile's ptrace and process_vm_* rules become ALLOW. The sandbox's pid and user
+  // namespaces still confine whom ptrace can reach.
+  bool allow_ptrace = false;
+};
+
+struct BpfProgram {
+  std::vector<struct sock_filter> insns;
+};
+
+struct CompiledFilters {
+  BpfProgram profile;  // from the profile; load first
+  BpfProgram fixed;    // cordon's fixed argument-conditioned filter; always stacked, load second
+  std::vector<std::string> warnings;  // skipped rules, unknown names, ignored architectures
+};
+
+// Errno values the fixed filter answers with.
+inline constexpr uint32_t kErrnoEperm = 1;
+inline constexpr uint32_t kErrnoEnosys = 38;
+inline constexpr uint32_t kErrnoEafnosupport = 97;
+
+/// Compiles the profile and the fixed filter; errors name the rule (/syscalls/N) at fault.
+[[nodiscard]] Result<CompiledFilters> compile_filters(const SeccompProfile& profile,
+                                                      const SeccompOptions& options);
+/// The filter PID 1 of a sandbox confines itself with (anything else kills it).
+[[nodiscard]] Result<BpfProgram> compile_init_filter();
+/// libseccomp's PFC text of the profile filter, for tests and `cordon doctor`.
+[[nodiscard]] Result<std::string> profile_pfc(const SeccompProfile& profile,
+                                              const SeccompOptions& options);
+/// PFC text of the fixed filter.
+[[nodiscard]] Result<std::string> fixed_pfc();
+/// PFC text of the init filter.
+[[nodiscard]] Result<std::string> init_pfc();
+
+/// The syscalls the init filter allows, for docs and tests.
+const std::vector<std::string>& init_allowed_syscalls();
+
+}  // namespace cordon::sandbox

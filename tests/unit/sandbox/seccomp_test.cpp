@@ -1,0 +1,358 @@
+#define BOOST_TEST_MODULE sandbox_seccomp
+#include <boost/test/unit_test.hpp>
+
+#include <fcntl.h>
+#include <linux/audit.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+
+#include <string>
+#include <vector>
+
+#include "helpers/bpf_eval.hpp"
+#include "sandbox/seccomp.hpp"
+#include "sys/syscalls.hpp"
+
+using namespace cordon;
+using namespace cordon::sandbox;
+using cordon::test::bpf_answer;
+using cordon::test::kRetAllow;
+using cordon::test::kRetKillProcess;
+using cordon::test::ret_errno;
+using cordon::test::syscall_data;
+
+namespace {
+
+// Boost evaluates a message even when the check passes; never touch error() of a value.
+template <class T>
+std::string error_text(const Result<T>& r) {
+  return r.has_value() ? std::string() : r.error().message();
+}
+
+constexpr uint32_t kEperm = ret_errno(1);
+constexpr uint32_t kEnosys = ret_errno(38);
+constexpr uint32_t kEafnosupport = ret_errno(97);
+
+// The PFC block of one syscall: from its "# filter for syscall" line to the next one.
+std::string pfc_block(const std::string& pfc, const std::string& name) {
+  std::string head = "# filter for syscall \"" + name + "\"";
+  size_t start = pfc.find(head);
+  if (start == std::string::npos) {
+    return {};
+  }
+  size_t end = pfc.find("# filter for syscall", start + head.size());
+  size_t def = pfc.find("# default action", start);
+  if (end == std::string::npos || (def != std::string::npos && def < end)) {
+    end = def;
+  }
+  return pfc.substr(start, end - start);
+}
+
+const CompiledFilters& fixed_only() {
+  // An allow-all profile, so every answer below comes from the fixed filter.
+  static const CompiledFilters filters = [] {
+    SeccompProfile p;
+    p.default_action = SeccompAction::kAllow;
+    auto r = compile_filters(p, {});
+    BOOST_REQUIRE_MESSAGE(r.has_value(), error_text(r));
+    return *r;
+  }();
+  return filters;
+}
+
+uint32_t fixed_answer(int nr, std::initializer_list<uint64_t> args) {
+  return bpf_answer(fixed_only().fixed.insns, syscall_data(nr, args));
+}
+
+SeccompRule rule(std::vector<std::string> names, SeccompAction action, uint32_t err = 1,
+                 std::vector<SeccompArg> args = {}) {
+  return SeccompRule{std::move(names), action, err, std::move(args)};
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(fixed_pfc_keeps_every_conditional_rule) {
+  auto pfc = fixed_pfc();
+  BOOST_REQUIRE_MESSAGE(pfc.has_value(), error_text(pfc));
+
+  // ioctl: 32-bit masked compares (the high word is masked out entirely).
+  std::string ioctl = pfc_block(*pfc, "ioctl");
+  BOOST_TEST(ioctl.find("$a1.hi32 & 0x00000000 == 0") != std::string::npos);
+  for (const char* cmd : {"== 21522", "== 21532", "== 21539"}) {  // TIOCSTI, TIOCLINUX, TIOCSETD
+    BOOST_TEST((ioctl.find(std::string("$a1.lo32 & 0xffffffff ") + cmd) != std::string::npos),
+               "ioctl " << cmd);
+  }
+
+  struct Mode {
+    const char* name;
+    const char* arg;
+  };
+  for (Mode m : {Mode{"chmod", "$a1"}, Mode{"fchmod", "$a1"}, Mode{"fchmodat", "$a2"},
+                 Mode{"fchmodat2", "$a2"}, Mode{"mkdir", "$a1"}, Mode{"mkdirat", "$a2"},
+                 Mode{"mknod", "$a1"}, Mode{"mknodat", "$a2"}, Mode{"creat", "$a1"}}) {
+    std::string block = pfc_block(*pfc, m.name);
+    BOOST_TEST_CONTEXT(m.name) {
+      BOOST_TEST((block.find(std::string(m.arg) + ".lo32 & 0x00000800 == 2048") !=
+                  std::string::npos));
+      BOOST_TEST((block.find(std::string(m.arg) + ".lo32 & 0x00000400 == 1024") !=
+                  std::string::npos));
+    }
+  }
+  for (auto [name, flags, mode] : {std::tuple{"open", "$a1", "$a2"},
+                                   std::tuple{"openat", "$a2", "$a3"}}) {
+    std::string block = pfc_block(*pfc, name);
+    BOOST_TEST_CONTEXT(name) {
+      BOOST_TEST((block.find(std::string(flags) + ".lo32 & 0x00000040 == 64") !=
+                  std::string::npos));  // O_CREAT
+      BOOST_TEST((block.find(std::string(flags) + ".lo32 & 0x00410000 == 4259840") !=
+                  std::string::npos));  // O_TMPFILE
+      BOOST_TEST((block.find(std::string(mode) + ".lo32 & 0x00000800 == 2048") !=
+                  std::string::npos));
+      BOOST_TEST((block.find(std::string(mode) + ".lo32 & 0x00000400 == 1024") !=
+                  std::string::npos));
+    }
+  }
+  for (const char* name : {"clone", "unshare"}) {
+    std::string block = pfc_block(*pfc, name);
+    for (const char* flag : {"0x00020000", "0x10000000", "0x20000000", "0x40000000",
+                             "0x08000000", "0x04000000", "0x02000000", "0x00000080"}) {
+      BOOST_TEST((block.find(std::string("$a0.lo32 & ") + flag) != std::string::npos),
+                 name << " " << flag);
+    }
+  }
+  BOOST_TEST(pfc_block(*pfc, "openat2").find("action ERRNO(38)") != std::string::npos);
+  BOOST_TEST(pfc_block(*pfc, "clone3").find("action ERRNO(38)") != std::string::npos);
+  for (const char* name : {"socket", "socketpair"}) {
+    std::string block = pfc_block(*pfc, name);
+    BOOST_TEST(block.find("$a0.lo32 > 16") != std::string::npos, name);
+    BOOST_TEST(block.find("$a0.lo32 == 16") != std::string::npos, name);
+    BOOST_TEST(block.find("action ERRNO(97)") != std::string::npos, name);
+  }
+  BOOST_TEST(pfc_block(*pfc, "personality").find("action ERRNO(1)") != std::string::npos);
+  BOOST_TEST(pfc->find("action ALLOW;\n# invalid architecture action\naction KILL_PROCESS") !=
+             std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(every_program_kills_x32_and_foreign_architectures) {
+  const CompiledFilters& f = fixed_only();
+  auto init = compile_init_filter();
+  BOOST_REQUIRE(init.has_value());
+  for (const BpfProgram* prog : std::initializer_list<const BpfProgram*>{&f.profile, &f.fixed, &*init}) {
+    // x32: the x86_64 arch with bit 30 set in the number (getpid there).
+    BOOST_TEST(bpf_answer(prog->insns, syscall_data(0x40000000 | SYS_getpid)) == kRetKillProcess);
+    BOOST_TEST(bpf_answer(prog->insns, syscall_data(SYS_getpid, {}, AUDIT_ARCH_I386)) ==
+               kRetKillProcess);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(ioctl_check_ignores_the_high_word) {
+  BOOST_TEST(fixed_answer(SYS_ioctl, {0, 0x5412}) == kEperm);
+  BOOST_TEST(fixed_answer(SYS_ioctl, {0, (1ULL << 32) | 0x5412}) == kEperm);  // CVE-2019-10063
+  BOOST_TEST(fixed_answer(SYS_ioctl, {0, 0x541C}) == kEperm);
+  BOOST_TEST(fixed_answer(SYS_ioctl, {0, 0x5423}) == kEperm);
+  BOOST_TEST(fixed_answer(SYS_ioctl, {0, 0x5401}) == kRetAllow);  // TCGETS
+}
+
+BOOST_AUTO_TEST_CASE(refuses_setuid_and_setgid_modes) {
+  BOOST_TEST(fixed_answer(SYS_chmod, {0, 04755}) == kEperm);
+  BOOST_TEST(fixed_answer(SYS_chmod, {0, 02755}) == kEperm);
+  BOOST_TEST(fixed_answer(SYS_chmod, {0, 0755}) == kRetAllow);
+  BOOST_TEST(fixed_answer(SYS_chmod, {0, 01777}) == kRetAllow);  // sticky is harmless
+  BOOST_TEST(fixed_answer(SYS_fchmodat, {0, 0, 04755}) == kEperm);
+  BOOST_TEST(fixed_answer(static_cast<int>(sys::kNrFchmodat2), {0, 0, 06755, 0}) == kEperm);
+  BOOST_TEST(fixed_answer(SYS_mknodat, {0, 0, 0100000 | 04755, 0}) == kEperm);
+  BOOST_TEST(fixed_answer(SYS_open, {0, O_CREAT | O_WRONLY, 06755}) == kEperm);
+  BOOST_TEST(fixed_answer(SYS_openat, {0, 0, O_CREAT | O_WRONLY, 04755}) == kEperm);
+  BOOST_TEST(fixed_answer(SYS_openat, {0, 0, O_TMPFILE | O_RDWR, 02755}) == kEperm);
+  BOOST_TEST(fixed_answer(SYS_openat, {0, 0, O_CREAT | O_WRONLY, 0644}) == kRetAllow);
+  // Without O_CREAT/O_TMPFILE the mode argument is ignored by the kernel; so is the filter.
+  BOOST_TEST(fixed_answer(SYS_openat, {0, 0, O_RDONLY, 04755}) == kRetAllow);
+  BOOST_TEST(fixed_answer(SYS_openat2, {0, 0, 0, 24}) == kEnosys);
+}
+
+BOOST_AUTO_TEST_CASE(refuses_namespace_flags_on_clone_and_unshare) {
+  for (uint64_t flag : {CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWIPC,
+                        CLONE_NEWUTS, CLONE_NEWCGROUP, 0x80}) {
+    BOOST_TEST(fixed_answer(SYS_clone, {flag | SIGCHLD}) == kEperm, flag);
+    BOOST_TEST(fixed_answer(SYS_unshare, {flag}) == kEperm, flag);
+  }
+  // What glibc's fork and pthread_create pass.
+  BOOST_TEST(fixed_answer(SYS_clone, {SIGCHLD}) == kRetAllow);
+  BOOST_TEST(fixed_answer(SYS_clone, {CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND |
+                                      CLONE_THREAD | CLONE_SYSVSEM | CLONE_SETTLS |
+                                      CLONE_PARENT_SETTID | CLONE_CHILD_CLEARTID}) == kRetAllow);
+  BOOST_TEST(fixed_answer(SYS_unshare, {CLONE_FILES}) == kRetAllow);
+  BOOST_TEST(fixed_answer(SYS_clone3, {0, 88}) == kEnosys);
+  BOOST_TEST(fixed_answer(SYS_io_uring_setup, {8, 0}) == kEperm);
+}
+
+BOOST_AUTO_TEST_CASE(allows_only_listed_socket_families) {
+  for (uint64_t family = 0; family < 64; ++family) {
+    bool allowed = family == AF_UNIX || family == AF_INET || family == AF_INET6 ||
+                   family == AF_NETLINK;
+    for (int nr : {SYS_socket, SYS_socketpair}) {
+      BOOST_TEST(fixed_answer(nr, {family, SOCK_STREAM, 0}) ==
+                     (allowed ? kRetAllow : kEafnosupport),
+                 "nr " << nr << " family " << family);
+    }
+  }
+  BOOST_TEST(fixed_answer(SYS_socket, {40, SOCK_STREAM, 0}) == kEafnosupport);  // AF_VSOCK
+  // The kernel truncates the family to an int: bit 32 must not smuggle in AF_VSOCK.
+  BOOST_TEST(fixed_answer(SYS_socket, {(1ULL << 32) | 40, SOCK_STREAM, 0}) == kEafnosupport);
+  BOOST_TEST(fixed_answer(SYS_socket, {~0ULL, SOCK_STREAM, 0}) == kEafnosupport);
+  BOOST_TEST(fixed_answer(SYS_socket, {AF_NETLINK, SOCK_RAW, 0}) == kRetAllow);  // ROUTE
+  BOOST_TEST(fixed_answer(SYS_socket, {AF_NETLINK, SOCK_RAW, 9}) == kEafnosupport);  // AUDIT
+  BOOST_TEST(fixed_answer(SYS_socket, {AF_NETLINK, SOCK_RAW, 1ULL << 32}) == kEafnosupport);
+}
+
+BOOST_AUTO_TEST_CASE(allows_only_docker_personalities) {
+  const uint64_t allowed[] = {0, 0x8, 0x20000, 0x20008, 0xffffffff};
+  for (uint64_t v : allowed) {
+    BOOST_TEST(fixed_answer(SYS_personality, {v}) == kRetAllow, v);
+  }
+  for (int bit = 0; bit < 64; ++bit) {
+    uint64_t v = 1ULL << bit;
+    bool ok = v == 0x8 || v == 0x20000;
+    BOOST_TEST(fixed_answer(SYS_personality, {v}) == (ok ? kRetAllow : kEperm), v);
+  }
+  for (uint64_t v : {0x1ULL, 0x7ULL, 0x9ULL, 0x1ffffULL, 0x20001ULL, 0x20007ULL, 0x20009ULL,
+                     0x0040000ULL /* ADDR_NO_RANDOMIZE */, 0x0400000ULL /* READ_IMPLIES_EXEC */,
+                     0xfffffffeULL, 0x100000000ULL, 0x1ffffffffULL}) {
+    BOOST_TEST(fixed_answer(SYS_personality, {v}) == kEperm, v);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(fixed_filter_allows_everything_else) {
+  BOOST_TEST(fixed_answer(SYS_getpid, {}) == kRetAllow);
+  BOOST_TEST(fixed_answer(SYS_mount, {}) == kRetAllow);  // the profile's business
+  BOOST_TEST(fixed_answer(1000, {}) == kRetAllow);
+}
+
+BOOST_AUTO_TEST_CASE(profile_answers_and_skips_with_warnings) {
+  SeccompProfile p;
+  p.default_action = SeccompAction::kErrno;
+  p.default_errno_ret = 38;
+  p.architectures = {"SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_AARCH64"};
+  p.syscalls = {
+      rule({"getpid", "no_such_syscall", "chown32"}, SeccompAction::kAllow),
+      rule({"mount"}, SeccompAction::kErrno, 1),
+      rule({"uname"}, SeccompAction::kErrno, 38),  // equals the default
+  };
+  auto r = compile_filters(p, {});
+  BOOST_REQUIRE_MESSAGE(r.has_value(), error_text(r));
+  const auto& w = r->warnings;
+  auto has = [&](const std::string& s) {
+    for (const auto& x : w) {
+      if (x.find(s) != std::string::npos) {
+        return true;
+      }
+    }
+    return false;
+  };
+  BOOST_TEST(w.size() == 5u);
+  BOOST_TEST(has("/architectures/1: `SCMP_ARCH_X86` ignored"));
+  BOOST_TEST(has("/architectures/2: `SCMP_ARCH_AARCH64` ignored"));
+  BOOST_TEST(has("/syscalls/0/names/1: unknown syscall `no_such_syscall` skipped"));
+  BOOST_TEST(has("/syscalls/0/names/2: `chown32` is not an x86_64 syscall"));
+  BOOST_TEST(has("/syscalls/2: skipped: its action is the defaultAction"));
+
+  auto answer = [&](int nr) { return bpf_answer(r->profile.insns, syscall_data(nr)); };
+  BOOST_TEST(answer(SYS_getpid) == kRetAllow);
+  BOOST_TEST(answer(SYS_mount) == kEperm);
+  BOOST_TEST(answer(SYS_uname) == kEnosys);
+  BOOST_TEST(answer(1000) == kEnosys);
+}
+
+BOOST_AUTO_TEST_CASE(refuses_unconditional_and_conditional_rules_for_one_syscall) {
+  SeccompArg masked{1, SeccompOp::kMaskedEqual, 0xffffffff, 0x5412};
+  for (bool conditional_first : {false, true}) {
+    SeccompProfile p;
+    p.default_action = SeccompAction::kErrno;
+    SeccompRule plain = rule({"read", "ioctl"}, SeccompAction::kAllow);
+    SeccompRule cond = rule({"ioctl"}, SeccompAction::kErrno, 13, {masked});
+    p.syscalls = conditional_first ? std::vector{cond, plain} : std::vector{plain, cond};
+    auto r = compile_filters(p, {});
+    BOOST_REQUIRE(!r.has_value());
+    BOOST_TEST((r.error().code() == ErrorCode::kInvalid));
+    BOOST_TEST(r.error().message().find("`ioctl`") != std::string::npos, r.error().message());
+    BOOST_TEST(r.error().message().find("/syscalls/0") != std::string::npos, r.error().message());
+    BOOST_TEST(r.error().message().find("/syscalls/1") != std::string::npos, r.error().message());
+  }
+}
+
+BOOST_AUTO_TEST_CASE(refuses_two_actions_for_one_syscall) {
+  SeccompProfile p;
+  p.syscalls = {rule({"read"}, SeccompAction::kAllow), rule({"read"}, SeccompAction::kErrno, 13)};
+  auto r = compile_filters(p, {});
+  BOOST_REQUIRE(!r.has_value());
+  BOOST_TEST(r.error().message() ==
+             "seccomp profile: /syscalls/1: `read` already has a rule with another action at "
+             "/syscalls/0");
+}
+
+BOOST_AUTO_TEST_CASE(refuses_two_comparisons_of_one_argument) {
+  SeccompProfile p;
+  p.syscalls = {rule({"socket"}, SeccompAction::kAllow, 1,
+                     {{0, SeccompOp::kGreaterEqual, 3, 0}, {0, SeccompOp::kLessEqual, 9, 0}})};
+  auto r = compile_filters(p, {});
+  BOOST_REQUIRE(!r.has_value());
+  BOOST_TEST(r.error().message().find("/syscalls/0/args/1/index: argument 0 compared twice") !=
+                 std::string::npos,
+             r.error().message());
+}
+
+BOOST_AUTO_TEST_CASE(conditional_profile_rules_reach_the_program) {
+  SeccompProfile p;
+  p.default_action = SeccompAction::kAllow;
+  p.syscalls = {rule({"kill"}, SeccompAction::kErrno, 1, {{1, SeccompOp::kEqual, 9, 0}})};
+  auto r = compile_filters(p, {});
+  BOOST_REQUIRE(r.has_value());
+  BOOST_TEST(bpf_answer(r->profile.insns, syscall_data(SYS_kill, {1, 9})) == kEperm);
+  BOOST_TEST(bpf_answer(r->profile.insns, syscall_data(SYS_kill, {1, 15})) == kRetAllow);
+}
+
+BOOST_AUTO_TEST_CASE(refuses_errno_above_max_errno) {
+  SeccompProfile p;
+  p.default_errno_ret = 70000;
+  auto r = compile_filters(p, {});
+  BOOST_REQUIRE(!r.has_value());
+  BOOST_TEST(r.error().message() == "seccomp profile: /defaultErrnoRet: 70000 is above 4095");
+}
+
+BOOST_AUTO_TEST_CASE(allow_ptrace_option_turns_ptrace_rules_into_allow) {
+  SeccompProfile p;
+  p.default_action = SeccompAction::kErrno;
+  p.default_errno_ret = 38;
+  p.syscalls = {rule({"ptrace", "process_vm_readv", "process_vm_writev", "getpid"},
+                     SeccompAction::kErrno, 1)};
+  auto denied = compile_filters(p, {});
+  auto allowed = compile_filters(p, SeccompOptions{.allow_ptrace = true});
+  BOOST_REQUIRE(denied.has_value());
+  BOOST_REQUIRE(allowed.has_value());
+  for (int nr : {SYS_ptrace, SYS_process_vm_readv, SYS_process_vm_writev}) {
+    BOOST_TEST(bpf_answer(denied->profile.insns, syscall_data(nr)) == kEperm);
+    BOOST_TEST(bpf_answer(allowed->profile.insns, syscall_data(nr)) == kRetAllow);
+  }
+  // Only the ptrace family changes.
+  BOOST_TEST(bpf_answer(allowed->profile.insns, syscall_data(SYS_getpid)) == kEperm);
+}
+
+BOOST_AUTO_TEST_CASE(init_filter_allows_its_list_and_kills_the_rest) {
+  auto init = compile_init_filter();
+  BOOST_REQUIRE(init.has_value());
+  for (int nr : {SYS_read, SYS_write, SYS_close, SYS_wait4, SYS_waitid, SYS_kill,
+                 SYS_rt_sigaction, SYS_rt_sigprocmask, SYS_rt_sigreturn, SYS_rt_sigtimedwait,
+                 SYS_restart_syscall, SYS_exit, SYS_exit_group}) {
+    BOOST_TEST(bpf_answer(init->insns, syscall_data(nr)) == kRetAllow, nr);
+  }
+  for (int nr : {SYS_getpid, SYS_openat, SYS_execve, SYS_ptrace, SYS_mmap, 1000}) {
+    BOOST_TEST(bpf_answer(init->insns, syscall_data(nr)) == kRetKillProcess, nr);
+  }
+  auto pfc = init_pfc();
+  BOOST_REQUIRE(pfc.has_value());
+  for (const std::string& name : init_allowed_syscalls()) {
+    BOOST_TEST(pfc_block(*pfc, name).find("action ALLOW") != std::string::npos, name);
+  }
+  BOOST_TEST(pfc->find("# default action\n  action KILL_PROCESS") != std::string::npos);
+}
