@@ -4,10 +4,9 @@
 
 #include <cstdint>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <utility>
-
-#include <nlohmann/json.hpp>
 
 #include "sys/fs.hpp"
 
@@ -115,9 +114,9 @@ Result<SeccompAction> parse_action(const json& j, const std::string& ptr) {
 Result<SeccompOp> parse_op(const json& j, const std::string& ptr) {
   CORDON_TRY(name, get_string(j, ptr));
   static const std::pair<const char*, SeccompOp> kOps[] = {
-      {"SCMP_CMP_NE", SeccompOp::kNotEqual},     {"SCMP_CMP_LT", SeccompOp::kLessThan},
-      {"SCMP_CMP_LE", SeccompOp::kLessEqual},    {"SCMP_CMP_EQ", SeccompOp::kEqual},
-      {"SCMP_CMP_GE", SeccompOp::kGreaterEqual}, {"SCMP_CMP_GT", SeccompOp::kGreaterThan},
+      {"SCMP_CMP_NE", SeccompOp::kNotEqual},           {"SCMP_CMP_LT", SeccompOp::kLessThan},
+      {"SCMP_CMP_LE", SeccompOp::kLessEqual},          {"SCMP_CMP_EQ", SeccompOp::kEqual},
+      {"SCMP_CMP_GE", SeccompOp::kGreaterEqual},       {"SCMP_CMP_GT", SeccompOp::kGreaterThan},
       {"SCMP_CMP_MASKED_EQ", SeccompOp::kMaskedEqual},
   };
   for (const auto& [n, op] : kOps) {
@@ -130,12 +129,12 @@ Result<SeccompOp> parse_op(const json& j, const std::string& ptr) {
 
 bool known_arch(const std::string& name) {
   static const char* const kArches[] = {
-      "SCMP_ARCH_X86",      "SCMP_ARCH_X86_64",     "SCMP_ARCH_X32",      "SCMP_ARCH_ARM",
-      "SCMP_ARCH_AARCH64",  "SCMP_ARCH_MIPS",       "SCMP_ARCH_MIPS64",   "SCMP_ARCH_MIPS64N32",
-      "SCMP_ARCH_MIPSEL",   "SCMP_ARCH_MIPSEL64",   "SCMP_ARCH_MIPSEL64N32",
-      "SCMP_ARCH_PPC",      "SCMP_ARCH_PPC64",      "SCMP_ARCH_PPC64LE",  "SCMP_ARCH_S390",
-      "SCMP_ARCH_S390X",    "SCMP_ARCH_PARISC",     "SCMP_ARCH_PARISC64", "SCMP_ARCH_RISCV64",
-      "SCMP_ARCH_LOONGARCH64", "SCMP_ARCH_M68K",    "SCMP_ARCH_SH",       "SCMP_ARCH_SHEB",
+      "SCMP_ARCH_X86",     "SCMP_ARCH_X86_64",   "SCMP_ARCH_X32",         "SCMP_ARCH_ARM",
+      "SCMP_ARCH_AARCH64", "SCMP_ARCH_MIPS",     "SCMP_ARCH_MIPS64",      "SCMP_ARCH_MIPS64N32",
+      "SCMP_ARCH_MIPSEL",  "SCMP_ARCH_MIPSEL64", "SCMP_ARCH_MIPSEL64N32", "SCMP_ARCH_PPC",
+      "SCMP_ARCH_PPC64",   "SCMP_ARCH_PPC64LE",  "SCMP_ARCH_S390",        "SCMP_ARCH_S390X",
+      "SCMP_ARCH_PARISC",  "SCMP_ARCH_PARISC64", "SCMP_ARCH_RISCV64",     "SCMP_ARCH_LOONGARCH64",
+      "SCMP_ARCH_M68K",    "SCMP_ARCH_SH",       "SCMP_ARCH_SHEB",
   };
   for (const char* a : kArches) {
     if (name == a) {

@@ -201,10 +201,10 @@ Result<Built> build_profile(const SeccompProfile& profile, const SeccompOptions&
   for (size_t i = 0; i < profile.architectures.size(); ++i) {
     const std::string& arch = profile.architectures[i];
     if (arch != "SCMP_ARCH_X86_64") {
-      built.warnings.push_back(fmt::format(
-          "/architectures/{}: `{}` ignored: cordon filters x86_64 only and kills other "
-          "architectures' syscalls",
-          i, arch));
+      built.warnings.push_back(
+          fmt::format("/architectures/{}: `{}` ignored: cordon filters x86_64 only and kills other "
+                      "architectures' syscalls",
+                      i, arch));
     }
   }
 
@@ -217,16 +217,17 @@ Result<Built> build_profile(const SeccompProfile& profile, const SeccompOptions&
     for (SourcedRule& r : rules) {
       std::erase_if(r.rule.names, is_ptrace_family);
     }
-    rules.push_back({SeccompRule{{"ptrace", "process_vm_readv", "process_vm_writev"},
-                                 SeccompAction::kAllow, 0, {}},
-                     "allow_ptrace"});
+    rules.push_back(
+        {SeccompRule{
+             {"ptrace", "process_vm_readv", "process_vm_writev"}, SeccompAction::kAllow, 0, {}},
+         "allow_ptrace"});
   }
 
   // libseccomp 2.5.4 silently drops a conditional rule for a syscall that also has an
   // unconditional one, so such profiles are refused here rather than weakened.
   struct Seen {
     std::optional<std::pair<uint32_t, std::string>> unconditional;  // action, origin
-    std::optional<std::string> conditional;                        // origin
+    std::optional<std::string> conditional;                         // origin
   };
   std::map<int, Seen> seen;
 
@@ -238,8 +239,8 @@ Result<Built> build_profile(const SeccompProfile& profile, const SeccompOptions&
                      kMaxErrno);
     }
     if (rule.args.size() > kMaxArgs) {
-      return invalid("seccomp profile: {}/args: {} comparisons, a syscall has {} arguments",
-                     origin, rule.args.size(), kMaxArgs);
+      return invalid("seccomp profile: {}/args: {} comparisons, a syscall has {} arguments", origin,
+                     rule.args.size(), kMaxArgs);
     }
     std::vector<scmp_arg_cmp> cmps;
     std::array<bool, kMaxArgs> used{};
@@ -260,8 +261,7 @@ Result<Built> build_profile(const SeccompProfile& profile, const SeccompOptions&
     }
     uint32_t action = to_scmp_action(rule.action, rule.errno_ret);
     if (action == default_action) {
-      built.warnings.push_back(
-          fmt::format("{}: skipped: its action is the defaultAction", origin));
+      built.warnings.push_back(fmt::format("{}: skipped: its action is the defaultAction", origin));
       continue;
     }
     for (size_t n = 0; n < rule.names.size(); ++n) {
@@ -407,13 +407,12 @@ Result<SeccompCtx> build_fixed() {
     unsigned mode_arg;
     const char* name;
   };
-  for (const OpenArgs& o : {OpenArgs{SCMP_SYS(open), 1, 2, "open"},
-                            OpenArgs{SCMP_SYS(openat), 2, 3, "openat"}}) {
+  for (const OpenArgs& o :
+       {OpenArgs{SCMP_SYS(open), 1, 2, "open"}, OpenArgs{SCMP_SYS(openat), 2, 3, "openat"}}) {
     for (uint64_t flag : {uint64_t{O_CREAT}, uint64_t{O_TMPFILE}}) {
       for (uint64_t bit : {uint64_t{S_ISUID}, uint64_t{S_ISGID}}) {
-        CORDON_CHECK(
-            add_rule(c, eperm, o.nr, {has_bits(o.flags_arg, flag), has_bits(o.mode_arg, bit)},
-                     o.name));
+        CORDON_CHECK(add_rule(c, eperm, o.nr,
+                              {has_bits(o.flags_arg, flag), has_bits(o.mode_arg, bit)}, o.name));
       }
     }
   }
@@ -437,8 +436,7 @@ Result<SeccompCtx> build_fixed() {
 
   // io_uring performs openat, socket and more from kernel context, where none of these rules
   // apply; refused here too so a custom profile that allows it cannot route around them.
-  for (int nr : {SCMP_SYS(io_uring_setup), SCMP_SYS(io_uring_enter),
-                 SCMP_SYS(io_uring_register)}) {
+  for (int nr : {SCMP_SYS(io_uring_setup), SCMP_SYS(io_uring_enter), SCMP_SYS(io_uring_register)}) {
     CORDON_CHECK(add_rule(c, eperm, nr, {}, "io_uring"));
   }
 
@@ -467,9 +465,8 @@ Result<SeccompCtx> build_fixed() {
 // ---- the init filter -----------------------------------------------------------------------
 
 const std::vector<std::string> kInitAllowed = {
-    "read",         "write",          "close",           "wait4",
-    "waitid",       "kill",           "rt_sigaction",    "rt_sigprocmask",
-    "rt_sigreturn", "rt_sigtimedwait", "restart_syscall", "exit",
+    "read",         "write",          "close",        "wait4",           "waitid",          "kill",
+    "rt_sigaction", "rt_sigprocmask", "rt_sigreturn", "rt_sigtimedwait", "restart_syscall", "exit",
     "exit_group",
 };
 

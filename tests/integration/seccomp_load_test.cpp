@@ -12,8 +12,8 @@
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/personality.h>
-#include <sys/ptrace.h>
 #include <sys/prctl.h>
+#include <sys/ptrace.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -69,7 +69,8 @@ struct Fixture {
 
 // Runs `call` in a forked child after loading `progs` in order; `call` returns a raw syscall
 // result. Only raw syscalls run in the child between fork and _exit.
-Outcome run_confined(const std::vector<const BpfProgram*>& progs, const std::function<long()>& call) {
+Outcome run_confined(const std::vector<const BpfProgram*>& progs,
+                     const std::function<long()>& call) {
   pid_t pid = ::fork();
   BOOST_REQUIRE_MESSAGE(pid >= 0, "fork: " << errno);
   if (pid == 0) {
@@ -118,56 +119,72 @@ BOOST_AUTO_TEST_CASE(answers_as_the_profile_and_fixed_filter_say) {
     Outcome got = run_confined(both, call);
     BOOST_TEST(same(got, want), what << ": got " << got << ", want " << want);
   };
-  check("getpid", [] { return ::syscall(SYS_getpid); }, errno_is(0));
-  check("mount", [] { return ::syscall(SYS_mount, "none", "/mnt", "tmpfs", 0, nullptr); },
-        errno_is(EPERM));
-  check("syscall 1000", [] { return ::syscall(1000); }, errno_is(ENOSYS));
-  check("clone3", [] { return ::syscall(SYS_clone3, nullptr, 0); }, errno_is(ENOSYS));
-  check("openat2", [] { return ::syscall(SYS_openat2, AT_FDCWD, "/", nullptr, 0); },
-        errno_is(ENOSYS));
-  check("ioctl TIOCSTI with bit 32",
-        [] {
-          char c = 'x';
-          return ::syscall(SYS_ioctl, 0, (1UL << 32) | TIOCSTI, &c);
-        },
-        errno_is(EPERM));
-  check("socket AF_VSOCK", [] { return ::syscall(SYS_socket, 40, SOCK_STREAM, 0); },
-        errno_is(EAFNOSUPPORT));
-  check("socket AF_PACKET", [] { return ::syscall(SYS_socket, AF_PACKET, SOCK_RAW, 0); },
-        errno_is(EAFNOSUPPORT));
-  check("socket AF_INET", [] { return ::syscall(SYS_socket, AF_INET, SOCK_STREAM, 0); },
-        errno_is(0));
-  check("socket AF_NETLINK ROUTE", [] { return ::syscall(SYS_socket, AF_NETLINK, SOCK_RAW, 0); },
-        errno_is(0));
-  check("socket AF_NETLINK AUDIT", [] { return ::syscall(SYS_socket, AF_NETLINK, SOCK_RAW, 9); },
-        errno_is(EAFNOSUPPORT));
-  check("unshare CLONE_NEWUSER", [] { return ::syscall(SYS_unshare, CLONE_NEWUSER); },
-        errno_is(EPERM));
-  check("clone CLONE_NEWUSER",
-        [] {
-          long r = ::syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, nullptr, nullptr, nullptr, 0);
-          if (r == 0) {
-            ::_exit(0);  // the grandchild, if the filter failed
-          }
-          return r;
-        },
-        errno_is(EPERM));
-  check("personality ADDR_NO_RANDOMIZE",
-        [] { return ::syscall(SYS_personality, ADDR_NO_RANDOMIZE); }, errno_is(EPERM));
-  check("personality query", [] { return ::syscall(SYS_personality, 0xffffffffUL); },
-        errno_is(0));
-  check("ptrace", [] { return ::syscall(SYS_ptrace, PTRACE_TRACEME, 0, 0, 0); }, errno_is(EPERM));
+  check(
+      "getpid", [] { return ::syscall(SYS_getpid); }, errno_is(0));
+  check(
+      "mount", [] { return ::syscall(SYS_mount, "none", "/mnt", "tmpfs", 0, nullptr); },
+      errno_is(EPERM));
+  check(
+      "syscall 1000", [] { return ::syscall(1000); }, errno_is(ENOSYS));
+  check(
+      "clone3", [] { return ::syscall(SYS_clone3, nullptr, 0); }, errno_is(ENOSYS));
+  check(
+      "openat2", [] { return ::syscall(SYS_openat2, AT_FDCWD, "/", nullptr, 0); },
+      errno_is(ENOSYS));
+  check(
+      "ioctl TIOCSTI with bit 32",
+      [] {
+        char c = 'x';
+        return ::syscall(SYS_ioctl, 0, (1UL << 32) | TIOCSTI, &c);
+      },
+      errno_is(EPERM));
+  check(
+      "socket AF_VSOCK", [] { return ::syscall(SYS_socket, 40, SOCK_STREAM, 0); },
+      errno_is(EAFNOSUPPORT));
+  check(
+      "socket AF_PACKET", [] { return ::syscall(SYS_socket, AF_PACKET, SOCK_RAW, 0); },
+      errno_is(EAFNOSUPPORT));
+  check(
+      "socket AF_INET", [] { return ::syscall(SYS_socket, AF_INET, SOCK_STREAM, 0); }, errno_is(0));
+  check(
+      "socket AF_NETLINK ROUTE", [] { return ::syscall(SYS_socket, AF_NETLINK, SOCK_RAW, 0); },
+      errno_is(0));
+  check(
+      "socket AF_NETLINK AUDIT", [] { return ::syscall(SYS_socket, AF_NETLINK, SOCK_RAW, 9); },
+      errno_is(EAFNOSUPPORT));
+  check(
+      "unshare CLONE_NEWUSER", [] { return ::syscall(SYS_unshare, CLONE_NEWUSER); },
+      errno_is(EPERM));
+  check(
+      "clone CLONE_NEWUSER",
+      [] {
+        long r = ::syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, nullptr, nullptr, nullptr, 0);
+        if (r == 0) {
+          ::_exit(0);  // the grandchild, if the filter failed
+        }
+        return r;
+      },
+      errno_is(EPERM));
+  check(
+      "personality ADDR_NO_RANDOMIZE", [] { return ::syscall(SYS_personality, ADDR_NO_RANDOMIZE); },
+      errno_is(EPERM));
+  check(
+      "personality query", [] { return ::syscall(SYS_personality, 0xffffffffUL); }, errno_is(0));
+  check(
+      "ptrace", [] { return ::syscall(SYS_ptrace, PTRACE_TRACEME, 0, 0, 0); }, errno_is(EPERM));
 
   // A foreign ABI kills the process: x32 (bit 30 in the number) and i386 (int 0x80).
   Outcome sigsys{true, SIGSYS, 0};
-  check("x32 getpid", [] { return ::syscall(0x40000000L | SYS_getpid); }, sigsys);
-  check("i386 getpid",
-        [] {
-          long ret = 20;  // __NR_getpid on i386
-          asm volatile("int $0x80" : "+a"(ret) : : "memory");
-          return ret;
-        },
-        sigsys);
+  check(
+      "x32 getpid", [] { return ::syscall(0x40000000L | SYS_getpid); }, sigsys);
+  check(
+      "i386 getpid",
+      [] {
+        long ret = 20;  // __NR_getpid on i386
+        asm volatile("int $0x80" : "+a"(ret) : : "memory");
+        return ret;
+      },
+      sigsys);
 }
 
 BOOST_AUTO_TEST_CASE(refuses_setuid_bits_and_the_control_shows_the_filter_did_it) {
@@ -179,7 +196,7 @@ BOOST_AUTO_TEST_CASE(refuses_setuid_bits_and_the_control_shows_the_filter_did_it
   ::close(fd);
   const char* f = file.c_str();
   auto mode_of = [&] {
-    struct stat st{};
+    struct stat st {};
     BOOST_REQUIRE(::stat(f, &st) == 0);
     return st.st_mode & 07777;
   };
@@ -190,23 +207,19 @@ BOOST_AUTO_TEST_CASE(refuses_setuid_bits_and_the_control_shows_the_filter_did_it
   BOOST_TEST(mode_of() == 0644u);
   BOOST_TEST(same(run_confined(both, chmod_to(0755)), errno_is(0)));
   BOOST_TEST(mode_of() == 0755u);
-  BOOST_TEST(same(run_confined(both,
-                               [f] {
-                                 return ::syscall(sys::kNrFchmodat2, AT_FDCWD, f, 04755, 0);
-                               }),
-                  errno_is(EPERM)));
+  BOOST_TEST(
+      same(run_confined(both, [f] { return ::syscall(sys::kNrFchmodat2, AT_FDCWD, f, 04755, 0); }),
+           errno_is(EPERM)));
   // Control: the profile alone allows chmod, so the same call succeeds.
   BOOST_TEST(same(run_confined(profile_only, chmod_to(04755)), errno_is(0)));
   BOOST_TEST(mode_of() == 04755u);
 
   std::string created = dir + "/new";
   const char* c = created.c_str();
-  BOOST_TEST(same(run_confined(both,
-                               [c] {
-                                 return ::syscall(SYS_open, c, O_CREAT | O_WRONLY | O_CLOEXEC,
-                                                  06755);
-                               }),
-                  errno_is(EPERM)));
+  BOOST_TEST(
+      same(run_confined(
+               both, [c] { return ::syscall(SYS_open, c, O_CREAT | O_WRONLY | O_CLOEXEC, 06755); }),
+           errno_is(EPERM)));
   BOOST_TEST(::access(c, F_OK) != 0);
   BOOST_TEST(same(run_confined(both,
                                [c] {
@@ -233,10 +246,10 @@ BOOST_AUTO_TEST_CASE(controls_without_the_fixed_filter_reach_the_kernel) {
   const std::vector<const BpfProgram*> none = {};
   // As root and without filters these succeed or fail differently, so the answers above are
   // the filters' own.
-  BOOST_TEST(same(run_confined(none, [] { return ::syscall(SYS_unshare, CLONE_NEWUSER); }),
-                  errno_is(0)));
-  BOOST_TEST(same(run_confined(none, [] { return ::syscall(SYS_clone3, nullptr, 0); }),
-                  errno_is(EINVAL)));
+  BOOST_TEST(
+      same(run_confined(none, [] { return ::syscall(SYS_unshare, CLONE_NEWUSER); }), errno_is(0)));
+  BOOST_TEST(
+      same(run_confined(none, [] { return ::syscall(SYS_clone3, nullptr, 0); }), errno_is(EINVAL)));
   Outcome ioctl = run_confined(none, [] {
     char ch = 'x';
     int fds[2];
@@ -254,10 +267,9 @@ BOOST_AUTO_TEST_CASE(init_filter_kills_anything_off_its_list) {
   const std::vector<const BpfProgram*> init_only = {&init};
   BOOST_TEST(same(run_confined(init_only, [] { return ::syscall(SYS_getpid); }),
                   Outcome{true, SIGSYS, 0}));
-  BOOST_TEST(same(run_confined(init_only, [] { return ::syscall(SYS_close, 999); }),
-                  errno_is(EBADF)));
-  BOOST_TEST(same(run_confined(init_only, [] { return ::syscall(SYS_kill, 0, 0); }),
-                  errno_is(0)));
+  BOOST_TEST(
+      same(run_confined(init_only, [] { return ::syscall(SYS_close, 999); }), errno_is(EBADF)));
+  BOOST_TEST(same(run_confined(init_only, [] { return ::syscall(SYS_kill, 0, 0); }), errno_is(0)));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -1,13 +1,13 @@
 #define BOOST_TEST_MODULE policy_seccomp_profile
-#include <boost/test/unit_test.hpp>
+#include "policy/seccomp_profile.hpp"
 
 #include <seccomp.h>
 #include <sys/syscall.h>
 
+#include <boost/test/unit_test.hpp>
 #include <string>
 
 #include "helpers/bpf_eval.hpp"
-#include "policy/seccomp_profile.hpp"
 #include "sandbox/seccomp.hpp"
 
 using namespace cordon;
@@ -45,18 +45,53 @@ const SeccompProfile& shipped() {
 }
 
 const std::vector<std::string> kEpermSet = {
-    "mount",          "umount2",         "move_mount",        "open_tree",
-    "fsopen",         "fsconfig",        "fsmount",           "fspick",
-    "mount_setattr",  "pivot_root",      "chroot",            "ptrace",
-    "process_vm_readv", "process_vm_writev", "bpf",           "perf_event_open",
-    "keyctl",         "add_key",         "request_key",       "userfaultfd",
-    "io_uring_setup", "io_uring_enter",  "io_uring_register", "kexec_load",
-    "kexec_file_load", "init_module",    "finit_module",      "delete_module",
-    "unshare",        "setns",           "open_by_handle_at", "name_to_handle_at",
-    "swapon",         "swapoff",         "reboot",            "acct",
-    "settimeofday",   "clock_settime",   "adjtimex",          "quotactl",
-    "lookup_dcookie", "vhangup",         "iopl",              "ioperm",
-    "syslog",         "nfsservctl",      "fanotify_init",
+    "mount",
+    "umount2",
+    "move_mount",
+    "open_tree",
+    "fsopen",
+    "fsconfig",
+    "fsmount",
+    "fspick",
+    "mount_setattr",
+    "pivot_root",
+    "chroot",
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "bpf",
+    "perf_event_open",
+    "keyctl",
+    "add_key",
+    "request_key",
+    "userfaultfd",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+    "kexec_load",
+    "kexec_file_load",
+    "init_module",
+    "finit_module",
+    "delete_module",
+    "unshare",
+    "setns",
+    "open_by_handle_at",
+    "name_to_handle_at",
+    "swapon",
+    "swapoff",
+    "reboot",
+    "acct",
+    "settimeofday",
+    "clock_settime",
+    "adjtimex",
+    "quotactl",
+    "lookup_dcookie",
+    "vhangup",
+    "iopl",
+    "ioperm",
+    "syslog",
+    "nfsservctl",
+    "fanotify_init",
 };
 
 }  // namespace
@@ -183,10 +218,12 @@ BOOST_AUTO_TEST_CASE(refuses_malformed_top_level_fields) {
              "seccomp profile: /defaultAction: expected a string, got non-negative integer");
   BOOST_TEST(error_of(R"({"defaultAction": "SCMP_ACT_ALLOW", "defaultErrnoRet": 1})") ==
              "seccomp profile: /defaultErrnoRet: only meaningful with SCMP_ACT_ERRNO");
-  BOOST_TEST(error_of(R"({"defaultAction": "SCMP_ACT_ERRNO", "architectures": ["SCMP_ARCH_VAX"]})") ==
-             "seccomp profile: /architectures/0: unknown architecture \"SCMP_ARCH_VAX\"");
-  BOOST_TEST(error_of(R"({"defaultAction": "SCMP_ACT_ERRNO", "flags": ["SECCOMP_FILTER_FLAG_LOG"]})") ==
-             "seccomp profile: /flags/0: filter flags are not supported");
+  BOOST_TEST(
+      error_of(R"({"defaultAction": "SCMP_ACT_ERRNO", "architectures": ["SCMP_ARCH_VAX"]})") ==
+      "seccomp profile: /architectures/0: unknown architecture \"SCMP_ARCH_VAX\"");
+  BOOST_TEST(
+      error_of(R"({"defaultAction": "SCMP_ACT_ERRNO", "flags": ["SECCOMP_FILTER_FLAG_LOG"]})") ==
+      "seccomp profile: /flags/0: filter flags are not supported");
   BOOST_TEST(error_of(R"({"defaultAction": "SCMP_ACT_ERRNO", "archMap": []})") ==
              "seccomp profile: /archMap: Docker's archMap is not supported; cordon filters "
              "x86_64 only");
@@ -236,10 +273,11 @@ BOOST_AUTO_TEST_CASE(shipped_default_answers_as_documented) {
     BOOST_TEST(answer(name) == test::ret_errno(1), name);
   }
   BOOST_TEST(answer("clone3") == test::ret_errno(38));  // glibc falls back to clone
-  for (const char* name : {"read", "write", "openat", "execve", "clone", "fork", "vfork",
-                           "wait4", "mmap", "ioctl", "socket", "connect", "chmod", "getdents64",
-                           "statx", "rseq", "getrandom", "prctl", "personality", "arch_prctl",
-                           "futex", "epoll_pwait", "pipe2", "dup3", "rename", "utimensat"}) {
+  for (const char* name :
+       {"read",        "write", "openat",    "execve", "clone",       "fork",       "vfork",
+        "wait4",       "mmap",  "ioctl",     "socket", "connect",     "chmod",      "getdents64",
+        "statx",       "rseq",  "getrandom", "prctl",  "personality", "arch_prctl", "futex",
+        "epoll_pwait", "pipe2", "dup3",      "rename", "utimensat"}) {
     BOOST_TEST(answer(name) == test::kRetAllow, name);
   }
   BOOST_TEST(test::bpf_answer(prog, test::syscall_data(1000)) == test::ret_errno(38));

@@ -1,5 +1,5 @@
 #define BOOST_TEST_MODULE sandbox_seccomp
-#include <boost/test/unit_test.hpp>
+#include "sandbox/seccomp.hpp"
 
 #include <fcntl.h>
 #include <linux/audit.h>
@@ -7,11 +7,11 @@
 #include <sys/socket.h>
 #include <sys/syscall.h>
 
+#include <boost/test/unit_test.hpp>
 #include <string>
 #include <vector>
 
 #include "helpers/bpf_eval.hpp"
-#include "sandbox/seccomp.hpp"
 #include "sys/syscalls.hpp"
 
 using namespace cordon;
@@ -93,30 +93,30 @@ BOOST_AUTO_TEST_CASE(fixed_pfc_keeps_every_conditional_rule) {
                  Mode{"mknod", "$a1"}, Mode{"mknodat", "$a2"}, Mode{"creat", "$a1"}}) {
     std::string block = pfc_block(*pfc, m.name);
     BOOST_TEST_CONTEXT(m.name) {
-      BOOST_TEST((block.find(std::string(m.arg) + ".lo32 & 0x00000800 == 2048") !=
-                  std::string::npos));
-      BOOST_TEST((block.find(std::string(m.arg) + ".lo32 & 0x00000400 == 1024") !=
-                  std::string::npos));
+      BOOST_TEST(
+          (block.find(std::string(m.arg) + ".lo32 & 0x00000800 == 2048") != std::string::npos));
+      BOOST_TEST(
+          (block.find(std::string(m.arg) + ".lo32 & 0x00000400 == 1024") != std::string::npos));
     }
   }
-  for (auto [name, flags, mode] : {std::tuple{"open", "$a1", "$a2"},
-                                   std::tuple{"openat", "$a2", "$a3"}}) {
+  for (auto [name, flags, mode] :
+       {std::tuple{"open", "$a1", "$a2"}, std::tuple{"openat", "$a2", "$a3"}}) {
     std::string block = pfc_block(*pfc, name);
     BOOST_TEST_CONTEXT(name) {
       BOOST_TEST((block.find(std::string(flags) + ".lo32 & 0x00000040 == 64") !=
                   std::string::npos));  // O_CREAT
       BOOST_TEST((block.find(std::string(flags) + ".lo32 & 0x00410000 == 4259840") !=
                   std::string::npos));  // O_TMPFILE
-      BOOST_TEST((block.find(std::string(mode) + ".lo32 & 0x00000800 == 2048") !=
-                  std::string::npos));
-      BOOST_TEST((block.find(std::string(mode) + ".lo32 & 0x00000400 == 1024") !=
-                  std::string::npos));
+      BOOST_TEST(
+          (block.find(std::string(mode) + ".lo32 & 0x00000800 == 2048") != std::string::npos));
+      BOOST_TEST(
+          (block.find(std::string(mode) + ".lo32 & 0x00000400 == 1024") != std::string::npos));
     }
   }
   for (const char* name : {"clone", "unshare"}) {
     std::string block = pfc_block(*pfc, name);
-    for (const char* flag : {"0x00020000", "0x10000000", "0x20000000", "0x40000000",
-                             "0x08000000", "0x04000000", "0x02000000", "0x00000080"}) {
+    for (const char* flag : {"0x00020000", "0x10000000", "0x20000000", "0x40000000", "0x08000000",
+                             "0x04000000", "0x02000000", "0x00000080"}) {
       BOOST_TEST((block.find(std::string("$a0.lo32 & ") + flag) != std::string::npos),
                  name << " " << flag);
     }
@@ -138,7 +138,8 @@ BOOST_AUTO_TEST_CASE(every_program_kills_x32_and_foreign_architectures) {
   const CompiledFilters& f = fixed_only();
   auto init = compile_init_filter();
   BOOST_REQUIRE(init.has_value());
-  for (const BpfProgram* prog : std::initializer_list<const BpfProgram*>{&f.profile, &f.fixed, &*init}) {
+  for (const BpfProgram* prog :
+       std::initializer_list<const BpfProgram*>{&f.profile, &f.fixed, &*init}) {
     // x32: the x86_64 arch with bit 30 set in the number (getpid there).
     BOOST_TEST(bpf_answer(prog->insns, syscall_data(0x40000000 | SYS_getpid)) == kRetKillProcess);
     BOOST_TEST(bpf_answer(prog->insns, syscall_data(SYS_getpid, {}, AUDIT_ARCH_I386)) ==
@@ -189,19 +190,19 @@ BOOST_AUTO_TEST_CASE(refuses_namespace_flags_on_clone_and_unshare) {
 
 BOOST_AUTO_TEST_CASE(allows_only_listed_socket_families) {
   for (uint64_t family = 0; family < 64; ++family) {
-    bool allowed = family == AF_UNIX || family == AF_INET || family == AF_INET6 ||
-                   family == AF_NETLINK;
+    bool allowed =
+        family == AF_UNIX || family == AF_INET || family == AF_INET6 || family == AF_NETLINK;
     for (int nr : {SYS_socket, SYS_socketpair}) {
-      BOOST_TEST(fixed_answer(nr, {family, SOCK_STREAM, 0}) ==
-                     (allowed ? kRetAllow : kEafnosupport),
-                 "nr " << nr << " family " << family);
+      BOOST_TEST(
+          fixed_answer(nr, {family, SOCK_STREAM, 0}) == (allowed ? kRetAllow : kEafnosupport),
+          "nr " << nr << " family " << family);
     }
   }
   BOOST_TEST(fixed_answer(SYS_socket, {40, SOCK_STREAM, 0}) == kEafnosupport);  // AF_VSOCK
   // The kernel truncates the family to an int: bit 32 must not smuggle in AF_VSOCK.
   BOOST_TEST(fixed_answer(SYS_socket, {(1ULL << 32) | 40, SOCK_STREAM, 0}) == kEafnosupport);
   BOOST_TEST(fixed_answer(SYS_socket, {~0ULL, SOCK_STREAM, 0}) == kEafnosupport);
-  BOOST_TEST(fixed_answer(SYS_socket, {AF_NETLINK, SOCK_RAW, 0}) == kRetAllow);  // ROUTE
+  BOOST_TEST(fixed_answer(SYS_socket, {AF_NETLINK, SOCK_RAW, 0}) == kRetAllow);      // ROUTE
   BOOST_TEST(fixed_answer(SYS_socket, {AF_NETLINK, SOCK_RAW, 9}) == kEafnosupport);  // AUDIT
   BOOST_TEST(fixed_answer(SYS_socket, {AF_NETLINK, SOCK_RAW, 1ULL << 32}) == kEafnosupport);
 }
@@ -341,9 +342,9 @@ BOOST_AUTO_TEST_CASE(allow_ptrace_option_turns_ptrace_rules_into_allow) {
 BOOST_AUTO_TEST_CASE(init_filter_allows_its_list_and_kills_the_rest) {
   auto init = compile_init_filter();
   BOOST_REQUIRE(init.has_value());
-  for (int nr : {SYS_read, SYS_write, SYS_close, SYS_wait4, SYS_waitid, SYS_kill,
-                 SYS_rt_sigaction, SYS_rt_sigprocmask, SYS_rt_sigreturn, SYS_rt_sigtimedwait,
-                 SYS_restart_syscall, SYS_exit, SYS_exit_group}) {
+  for (int nr : {SYS_read, SYS_write, SYS_close, SYS_wait4, SYS_waitid, SYS_kill, SYS_rt_sigaction,
+                 SYS_rt_sigprocmask, SYS_rt_sigreturn, SYS_rt_sigtimedwait, SYS_restart_syscall,
+                 SYS_exit, SYS_exit_group}) {
     BOOST_TEST(bpf_answer(init->insns, syscall_data(nr)) == kRetAllow, nr);
   }
   for (int nr : {SYS_getpid, SYS_openat, SYS_execve, SYS_ptrace, SYS_mmap, 1000}) {
