@@ -18,18 +18,6 @@
 namespace cordon::engine {
 namespace {
 
-const char* state_name(RunState s) {
-  switch (s) {
-    case RunState::kExited: return "exited";
-    case RunState::kKilled: return "killed";
-    case RunState::kTimeout: return "timeout";
-    case RunState::kOutputLimit: return "output-limit";
-    case RunState::kSetupFailed: return "setup-failed";
-    case RunState::kInitDied: return "init-died";
-  }
-  return "unknown";
-}
-
 std::string job_name() {
   return fmt::format("run-{}-{}", ::getpid(),
                      std::chrono::steady_clock::now().time_since_epoch().count());
@@ -133,7 +121,7 @@ Result<OneshotReport> run_oneshot(const OneshotRequest& req) {
   CORDON_CHECK_CTX(record.remove(), "remove the job's cgroup record");
 
   const Outcome& o = *outcome;
-  report.state = state_name(o.state);
+  report.state = run_state_name(o.state);
   report.have_wait_status = o.have_wait_status;
   report.wait_status = o.wait_status;
   report.exit_code = o.exit_code;

@@ -418,6 +418,15 @@ int build_landlock(const ChildPlan& plan, bool empty) {
     }
     ::close(pfd);
   }
+  if (plan.exec_fd >= 0) {
+    sys::LandlockPathBeneathAttr pb{};
+    pb.allowed_access =
+        (LANDLOCK_ACCESS_FS_EXECUTE | LANDLOCK_ACCESS_FS_READ_FILE) & plan.landlock_handled;
+    pb.parent_fd = plan.exec_fd;
+    if (sys::landlock_add_rule(rs, sys::kLandlockRuleTypePathBeneath, &pb, 0) != 0) {
+      fail(SetupStep::kLandlock);
+    }
+  }
   return rs;
 }
 

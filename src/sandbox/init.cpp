@@ -85,12 +85,14 @@ int load_filter(const struct sock_filter* insns, uint32_t count) {
   // seccomp last: the filters need not allow anything but the exec that follows.
   const auto* profile = reinterpret_cast<const struct sock_filter*>(base + h->profile_off);
   const auto* fixed = reinterpret_cast<const struct sock_filter*>(base + h->fixed_off);
-  if (!(h->flags & kPlanNoFixedFilter) && h->fixed_count > 0 &&
-      load_filter(fixed, h->fixed_count) != 0) {
-    fail(SetupStep::kCommandSeccomp, errno, 126);
-  }
+  // The profile first, the fixed filter last: when both answer with an errno, the kernel
+  // uses the most recently loaded filter's, so the fixed filter's answers win.
   if (!(h->flags & kPlanNoProfileFilter) && h->profile_count > 0 &&
       load_filter(profile, h->profile_count) != 0) {
+    fail(SetupStep::kCommandSeccomp, errno, 126);
+  }
+  if (!(h->flags & kPlanNoFixedFilter) && h->fixed_count > 0 &&
+      load_filter(fixed, h->fixed_count) != 0) {
     fail(SetupStep::kCommandSeccomp, errno, 126);
   }
   if (by_path) {

@@ -364,6 +364,15 @@ Result<void> PreparedSandbox::prepare_landlock(const SandboxSpec& spec) {
   const uint64_t kDev = LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_WRITE_FILE |
                         sys::kLandlockAccessFsTruncate | sys::kLandlockAccessFsIoctlDev;
   landlock_rules_.push_back({"/", kRead});
+  // Landlock rules belong to inodes and are checked walking up the path the kernel used. A
+  // bind mount shares the host's inodes, so each mounted tree needs its own rule (the tmpfs
+  // root's rule does not cover them), and so does the pinned executable, which is reached
+  // through the host's mount (the child adds that rule from the exec fd).
+  for (const auto& v : visible_) {
+    if (v != root_) {
+      landlock_rules_.push_back({keep(v), kRead});
+    }
+  }
   // Writes, and REFER (rename/link across directories), only in the writable places.
   landlock_rules_.push_back({keep(root_), handled});
   landlock_rules_.push_back({"/tmp", handled});
