@@ -51,6 +51,8 @@ code (128+N when killed by signal N). Options of `run`:
   --tty               give the command a new pty, relayed to this terminal
   --allow-ptrace      allow ptrace inside the sandbox (sanitizer builds; see docs/security.md)
   --state-dir DIR     cordon's state directory (default /var/lib/cordon as root)
+  --host-ids START:COUNT  the reserved host uid/gid range, one id per concurrent sandbox
+                      (default 1879048192:65536; `cordon doctor` checks it is unused)
 
 Exit codes besides the command's own: 122 OOM-killed, 123 output cap, 124 timeout,
 125 refused or could not set up, 126 cannot execute, 127 program not found.
@@ -62,6 +64,7 @@ struct RunArgs {
   std::string network = "none";
   std::optional<uint64_t> memory, pids, max_output;
   std::optional<double> cpus, timeout_s, grace_s;
+  std::optional<std::string> host_ids;
   uint32_t user = 1000;
   bool tty = false, allow_ptrace = false;
 };
@@ -412,6 +415,17 @@ int run_main(const RunArgs& a) {
       {RLIMIT_NICE, 0, 0},
       {RLIMIT_RTPRIO, 0, 0},
   };
+  if (a.host_ids) {
+    auto parts = split(*a.host_ids, ':');
+    auto start = parts.size() == 2 ? parse_uint(parts[0]) : std::nullopt;
+    auto count = parts.size() == 2 ? parse_uint(parts[1]) : std::nullopt;
+    if (!start || !count || *count == 0 || *start < 65536 || *start + *count > 0xFFFFFFFEULL) {
+      return refuse("--host-ids must be START:COUNT with START >= 65536 and the range below "
+                    "4294967294, e.g. 1879048192:65536");
+    }
+    req.host_id_base = static_cast<uid_t>(*start);
+    req.host_id_count = static_cast<uid_t>(*count);
+  }
   req.seccomp_profile_path = seccomp;
   req.init_path = init;
   req.state_dir = state_dir;
@@ -569,6 +583,8 @@ int parse_run(int argc, char** argv) {
       ok = str(a.json_status);
     } else if (opt == "--state-dir") {
       ok = str(a.state_dir);
+    } else if (opt == "--host-ids") {
+      ok = str(a.host_ids);
     } else if (opt == "--tty") {
       a.tty = true;
     } else if (opt == "--allow-ptrace") {

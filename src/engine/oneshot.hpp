@@ -19,6 +19,8 @@ struct OneshotRequest {
   std::string seccomp_profile_path;
   std::string init_path;
   std::string state_dir;
+  uid_t host_id_base = 0x70000000;  // the reserved range of host uids/gids, one per sandbox
+  uid_t host_id_count = 65536;
   uint64_t memory_bytes = 0;
   uint64_t pids = 0;
   double cpus = 0;

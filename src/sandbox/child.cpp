@@ -531,6 +531,21 @@ void arrange_fds(const ChildPlan& plan, int pty_slave, int ll_cmd, int ll_init) 
 void child_main(const ChildPlan& plan) {
   g_status_fd = plan.status_fd;
 
+  // 0. Only the plan's descriptors stay open (keep_fds is sorted ascending).
+  if (wall_on(plan, Wall::kCloseFds)) {
+    unsigned next = 0;
+    for (size_t i = 0; i < plan.n_keep_fds; ++i) {
+      unsigned keep = static_cast<unsigned>(plan.keep_fds[i]);
+      if (keep > next && sys::close_range(next, keep - 1, 0) != 0) {
+        fail(SetupStep::kFds);
+      }
+      next = keep + 1;
+    }
+    if (sys::close_range(next, ~0U, 0) != 0) {
+      fail(SetupStep::kFds);
+    }
+  }
+
   // 1. Wait for the go byte: id maps written, v1 cgroups placed. EOF: the parent gave up.
   char go = 0;
   ssize_t got;

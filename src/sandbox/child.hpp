@@ -42,6 +42,11 @@ struct LandlockPathRule {
 };
 
 struct ChildPlan {
+  // Every descriptor the recipe uses, ascending; the child closes all others first thing, so
+  // it never holds the supervisor's ends (EOF on the go byte must reach it when the parent
+  // dies) nor a lock the parent holds (a record or a uid lease).
+  const int* keep_fds = nullptr;
+  size_t n_keep_fds = 0;
   int status_fd = -1;         // SOCK_SEQPACKET to the supervisor
   bool unshare_cgroupns = false;  // hybrid hosts: unshare after the v1 placement
   uint64_t root_tmpfs_size = 0;

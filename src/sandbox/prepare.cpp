@@ -73,6 +73,27 @@ const char* PreparedSandbox::keep(std::string s) {
   return strings_.back()->c_str();
 }
 
+void PreparedSandbox::finalize_keep_fds() {
+  const ChildPlan& p = plan_;
+  keep_fds_.clear();
+  for (int fd : {p.status_fd, p.plan_fd, p.exec_fd, p.init_fd, p.stdin_fd, p.stdout_fd,
+                 p.stderr_fd}) {
+    if (fd >= 0) {
+      keep_fds_.push_back(fd);
+    }
+  }
+  for (size_t i = 0; i < p.n_system_trees; ++i) {
+    keep_fds_.push_back(p.system_trees[i].fd);
+  }
+  for (size_t i = 0; i < p.n_user_trees; ++i) {
+    keep_fds_.push_back(p.user_trees[i].fd);
+  }
+  std::sort(keep_fds_.begin(), keep_fds_.end());
+  keep_fds_.erase(std::unique(keep_fds_.begin(), keep_fds_.end()), keep_fds_.end());
+  plan_.keep_fds = keep_fds_.data();
+  plan_.n_keep_fds = keep_fds_.size();
+}
+
 void PreparedSandbox::close_child_ends() {
   status_child.reset();
   stdout_write.reset();
@@ -164,6 +185,7 @@ Result<std::unique_ptr<PreparedSandbox>> PreparedSandbox::prepare(const SandboxS
   auto last = last_cap ? parse_uint(last_cap->substr(0, last_cap->find('\n'))) : std::nullopt;
   plan.cap_last_cap = last ? static_cast<int>(*last) : 63;
   plan.disabled_walls = spec.disabled_walls;
+  p->finalize_keep_fds();
   return p;
 }
 

@@ -57,6 +57,8 @@ class PreparedSandbox {
   UniqueFd status_child, stdout_write, stderr_write, stdin_read;
 
   void close_child_ends();
+  /// Computes the child's keep list from the plan; call after the plan is complete.
+  void finalize_keep_fds();
 
  private:
   PreparedSandbox() = default;
@@ -83,6 +85,7 @@ class PreparedSandbox {
   std::vector<LandlockPathRule> landlock_rules_;
   std::vector<Rlimit> rlimits_;
   std::vector<std::string> visible_;
+  std::vector<int> keep_fds_;
   UniqueFd exec_fd_, init_fd_, plan_fd_;
 };
 

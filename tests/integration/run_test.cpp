@@ -287,7 +287,8 @@ BOOST_AUTO_TEST_CASE(tty_gives_the_command_a_terminal_of_its_own) {
 
 BOOST_AUTO_TEST_CASE(a_sigkilled_cordon_leaves_nothing_behind_after_the_next_start) {
   Sandbox s;
-  auto args = s.args({"--json-status", s.base + "/st.json"}, {"/bin/sleep", "1000"});
+  auto args = s.args({"--json-status", s.base + "/st.json"},
+                     {"/bin/sh", "-c", "touch started; exec sleep 1000"});
   pid_t pid = ::fork();
   if (pid == 0) {
     int devnull = ::open("/dev/null", O_RDWR);
@@ -299,7 +300,7 @@ BOOST_AUTO_TEST_CASE(a_sigkilled_cordon_leaves_nothing_behind_after_the_next_sta
     ::execv(av[0], av.data());
     ::_exit(99);
   }
-  // Wait until the sandbox exists: a job record appears in the state dir.
+  // Wait until the command runs: its marker file exists and so does the job record.
   std::string records = s.state + "/cgroups";
   std::vector<std::string> paths;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
@@ -311,7 +312,7 @@ BOOST_AUTO_TEST_CASE(a_sigkilled_cordon_leaves_nothing_behind_after_the_next_sta
         for (std::string line; std::getline(in, line);) if (!line.empty()) paths.push_back(line);
       }
     }
-    if (!paths.empty() && std::filesystem::exists(paths.back())) break;
+    if (!paths.empty() && std::filesystem::exists(s.root + "/started")) break;
     paths.clear();
     ::usleep(10000);  // polling a directory the kernel gives no event for (inotify aside)
   }
