@@ -27,7 +27,7 @@ with open(log) as f:
     runs = [json.loads(line) for line in f if line.strip()]
 
 for run in runs:
-    name = run["name"]
+    name = run["name"].split(" / ")[-1]
     suites = run.get("suite", [])
     security = any(s.endswith("security") for s in suites)
     result = run["result"]
