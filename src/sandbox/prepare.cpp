@@ -112,9 +112,11 @@ Result<std::unique_ptr<PreparedSandbox>> PreparedSandbox::prepare(const SandboxS
   std::unique_ptr<PreparedSandbox> p(new PreparedSandbox());
   ChildPlan& plan = p->plan_;
 
-  // The working root, opened once; every later check is relative to this fd.
+  // The working root, opened once; every later check is relative to this fd. The caller
+  // passes the path it resolved and checked, so no symlink may appear in it now: a component
+  // swapped for a symlink after the check fails here instead of binding somewhere else.
   CORDON_TRY_CTX(root_fd, sys::openat2_fd(AT_FDCWD, spec.root, O_PATH | O_DIRECTORY,
-                                          RESOLVE_NO_MAGICLINKS),
+                                          RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS),
                  "open the working root");
   CORDON_TRY(root_path, sys::fd_path(root_fd.get()));
   p->root_ = root_path;
@@ -343,7 +345,9 @@ Result<void> PreparedSandbox::prepare_mounts(const SandboxSpec& spec, uid_t host
   fds_.push_back(std::move(root_tree));
   visible_.push_back(root_);
   for (const auto& ro : spec.read_only_paths) {
-    CORDON_TRY_CTX(fd, sys::openat2_fd(AT_FDCWD, ro, O_PATH, RESOLVE_NO_MAGICLINKS),
+    // Resolved and checked by the caller: no symlink may have appeared since.
+    CORDON_TRY_CTX(fd, sys::openat2_fd(AT_FDCWD, ro, O_PATH,
+                                       RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS),
                    "open read-only path");
     CORDON_TRY(path, sys::fd_path(fd.get()));
     CORDON_TRY(st, sys::fstat_fd(fd.get()));

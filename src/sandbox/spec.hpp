@@ -41,6 +41,8 @@ struct Rlimit {
 struct SandboxSpec {
   std::vector<std::string> argv;  // argv[0]: absolute path of the executable
   std::vector<std::string> env;   // final NAME=VALUE list
+  // Paths are absolute and already resolved (no symlinks; the caller checked them with
+  // policy::HostPathGuard): prepare() refuses a symlink appearing in them since.
   std::string root;               // working root, bound read-write at its own path
   std::string cwd;                // inside root
   std::vector<std::string> read_only_paths;  // host paths bound read-only at their own path
