@@ -639,7 +639,10 @@ int cli_main(int argc, char** argv) {
     for (int i = 2; i < argc; ++i) {
       as_json = as_json || std::string(argv[i]) == "--json";
     }
-    return doctor_main(state_dir.value_or(default_state_dir()), as_json);
+    std::string bin_dir = exe_dir();
+    std::string seccomp = first_existing(
+        {bin_dir + "/seccomp/default.json", bin_dir + "/../share/cordon/seccomp/default.json"});
+    return doctor_main(state_dir.value_or(default_state_dir()), seccomp, as_json);
   }
   if (cmd == "--version" || cmd == "version") {
     std::puts("cordon 0.1.0");

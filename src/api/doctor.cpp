@@ -1,15 +1,37 @@
 #include "api/doctor.hpp"
 
 #include <cstdio>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "policy/seccomp_profile.hpp"
 #include "sandbox/cgroup.hpp"
+#include "sandbox/seccomp.hpp"
 #include "sandbox/features.hpp"
 
 namespace cordon::api {
 
-int doctor_main(const std::string& state_dir, bool as_json) {
+int doctor_main(const std::string& state_dir, const std::string& seccomp_profile, bool as_json) {
   auto checks = sandbox::probe_features(state_dir);
+
+  // The profile a run would load: it must compile, and what libseccomp skipped is said here.
+  sandbox::FeatureCheck prof{"seccomp profile", false, true, "", ""};
+  auto profile = policy::load_seccomp_profile(seccomp_profile);
+  if (!profile) {
+    prof.detail = profile.error().message();
+  } else if (auto compiled = sandbox::compile_filters(*profile, {}); !compiled) {
+    prof.detail = compiled.error().message();
+  } else {
+    prof.ok = true;
+    prof.detail = fmt::format("`{}`: {} + {} instructions (profile + fixed filter), {} warnings",
+                              seccomp_profile, compiled->profile.insns.size(),
+                              compiled->fixed.insns.size(), compiled->warnings.size());
+    for (const auto& w : compiled->warnings) {
+      prof.detail += "; " + w;
+    }
+  }
+  prof.guarantee = "the profile every run loads, with cordon's fixed filter stacked on top";
+  checks.push_back(prof);
 
   sandbox::FeatureCheck cg{"cgroups", false, true, "", ""};
   auto layout = sandbox::detect_cgroup_layout();
