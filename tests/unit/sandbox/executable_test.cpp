@@ -1,0 +1,112 @@
+#define BOOST_TEST_MODULE sandbox_executable
+#include <boost/test/unit_test.hpp>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "sandbox/executable.hpp"
+
+using namespace cordon;
+using namespace cordon::sandbox;
+
+namespace {
+
+std::string why(const Result<ResolvedExecutable>& r) { return r ? "ok" : r.error().message(); }
+
+struct Root {
+  std::string path;
+  int fd;
+  Root() {
+    char tmpl[] = "/tmp/cordon-exe.XXXXXX";
+    path = ::mkdtemp(tmpl);
+    fd = ::open(path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  }
+  ~Root() {
+    ::close(fd);
+    std::filesystem::remove_all(path);
+  }
+  std::string write(const std::string& rel, const std::string& text, mode_t mode) const {
+    std::string p = path + "/" + rel;
+    std::filesystem::create_directories(std::filesystem::path(p).parent_path());
+    std::ofstream(p) << text;
+    ::chmod(p.c_str(), mode);
+    return p;
+  }
+  std::vector<std::string> visible() const { return {"/usr", "/etc", path}; }
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(program_outside_the_root_is_pinned_by_fd) {
+  Root root;
+  auto r = resolve_executable({"/usr/bin/env", "x"}, root.path, root.fd, root.visible());
+  BOOST_REQUIRE_MESSAGE(r.has_value(), why(r));
+  BOOST_TEST(r->pinned);
+  BOOST_TEST(r->fd.valid());
+  BOOST_TEST(r->exec_path.empty());
+  BOOST_TEST((r->argv == std::vector<std::string>{"/usr/bin/env", "x"}));
+}
+
+BOOST_AUTO_TEST_CASE(program_inside_the_root_runs_by_path) {
+  Root root;
+  std::string p = root.write("build/tool", "\x7f" "ELF", 0755);
+  auto r = resolve_executable({p}, root.path, root.fd, root.visible());
+  BOOST_REQUIRE_MESSAGE(r.has_value(), why(r));
+  BOOST_TEST(!r->pinned);
+  BOOST_TEST(r->exec_path == p);
+}
+
+BOOST_AUTO_TEST_CASE(script_gets_its_interpreter_pinned_and_its_path_as_argument) {
+  Root root;
+  std::string p = root.write("run.sh", "#!/bin/sh -e\necho hi\n", 0755);
+  auto r = resolve_executable({p, "a"}, root.path, root.fd, root.visible());
+  BOOST_REQUIRE_MESSAGE(r.has_value(), why(r));
+  BOOST_TEST(r->pinned);
+  BOOST_TEST(r->interpreter == "/usr/bin/dash");
+  BOOST_TEST((r->argv == std::vector<std::string>{"/bin/sh", "-e", p, "a"}));
+}
+
+BOOST_AUTO_TEST_CASE(interpreter_the_sandbox_cannot_see_is_refused_by_name) {
+  Root root;
+  Root other;
+  std::string interp = other.write("interp", "\x7f" "ELF", 0755);
+  std::string p = root.write("run", "#!" + interp + "\n", 0755);
+  auto r = resolve_executable({p}, root.path, root.fd, root.visible());
+  BOOST_REQUIRE(!r.has_value());
+  BOOST_TEST(r.error().message().find(interp) != std::string::npos, r.error().message());
+  BOOST_TEST(r.error().message().find("not visible") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(script_interpreter_that_is_a_script_is_refused) {
+  Root root;
+  std::string inner = root.write("inner", "#!/bin/sh\n", 0755);
+  std::string outer = root.write("outer", "#!" + inner + "\n", 0755);
+  auto r = resolve_executable({outer}, root.path, root.fd, root.visible());
+  BOOST_REQUIRE(!r.has_value());
+  BOOST_TEST(r.error().message().find("itself a script") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(symlink_from_the_root_to_outside_is_refused) {
+  Root root;
+  ::symlink("/usr/bin/env", (root.path + "/env").c_str());
+  auto r = resolve_executable({root.path + "/env"}, root.path, root.fd, root.visible());
+  BOOST_REQUIRE(!r.has_value());
+  BOOST_TEST(r.error().message().find("leads outside the working root") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(not_executable_and_missing_are_distinct_errors) {
+  Root root;
+  std::string p = root.write("data", "x", 0644);
+  auto r = resolve_executable({p}, root.path, root.fd, root.visible());
+  BOOST_REQUIRE(!r.has_value());
+  BOOST_TEST(r.error().sys_errno() == EACCES);
+  auto m = resolve_executable({root.path + "/nope"}, root.path, root.fd, root.visible());
+  BOOST_REQUIRE(!m.has_value());
+  BOOST_TEST((m.error().code() == ErrorCode::kNotFound));
+  auto rel = resolve_executable({"make"}, root.path, root.fd, root.visible());
+  BOOST_TEST(!rel.has_value());
+}
