@@ -654,8 +654,17 @@ std::string probe_add_key(Args) {
 }
 
 // userfaultfd stalls kernel copies at will: the race-widening tool of many kernel exploits.
-std::string probe_userfaultfd(Args) {
-  return in_child([] { return outcome_of(syscall(SYS_userfaultfd, O_CLOEXEC)); });
+// `user-mode-only` asks for UFFD_USER_MODE_ONLY, which the kernel grants any user even with
+// vm.unprivileged_userfaultfd=0 (5.11+): the variant a control run can see succeed.
+std::string probe_userfaultfd(Args args) {
+  int flags = O_CLOEXEC;
+  if (!args.empty()) {
+    if (std::string_view(args[0]) != "user-mode-only") {
+      usage_error(std::string("bad userfaultfd mode `") + args[0] + "`");
+    }
+    flags |= 1;  // UFFD_USER_MODE_ONLY (linux/userfaultfd.h of 5.11+; our headers are 6.1)
+  }
+  return in_child([flags] { return outcome_of(syscall(SYS_userfaultfd, flags)); });
 }
 
 // io_uring performs syscalls-by-proxy that seccomp never sees, and has had many LPEs.
@@ -680,8 +689,18 @@ std::string probe_perf_event_open(Args) {
 }
 
 // The BPF verifier is a large, often-broken attack surface; a socket filter is the program
-// type unprivileged users could load.
-std::string probe_bpf(Args) {
+// type unprivileged users could load. With a command number instead, that command is sent
+// with a zeroed attribute: an unknown number reaches the kernel's dispatch (EINVAL) even
+// where kernel.unprivileged_bpf_disabled refuses every real command, so a control can tell
+// a filter's refusal of the whole syscall from the kernel's own.
+std::string probe_bpf(Args args) {
+  if (!args.empty()) {
+    long cmd = parse_long(args[0], "bpf command");
+    return in_child([cmd] {
+      bpf_attr attr{};
+      return outcome_of(syscall(SYS_bpf, cmd, &attr, sizeof(attr)));
+    });
+  }
   return in_child([] {
     bpf_insn insns[2] = {};
     insns[0].code = BPF_ALU64 | BPF_MOV | BPF_K;  // r0 = 0
@@ -707,6 +726,37 @@ std::string probe_vsock(Args) {
 std::string probe_packet(Args) {
   return in_child(
       [] { return outcome_of(socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, htons(ETH_P_ALL))); });
+}
+
+// Any family by name or number, for the allowlist's allowed side (and other families).
+std::string probe_socket(Args args) {
+  struct Named {
+    std::string_view name;
+    int value;
+  };
+  static constexpr Named kFamilies[] = {{"unix", AF_UNIX},     {"inet", AF_INET},
+                                        {"inet6", AF_INET6},   {"netlink", AF_NETLINK},
+                                        {"packet", AF_PACKET}, {"vsock", AF_VSOCK}};
+  static constexpr Named kTypes[] = {
+      {"stream", SOCK_STREAM}, {"dgram", SOCK_DGRAM}, {"raw", SOCK_RAW}};
+  auto lookup = [](std::span<const Named> table, const char* text, const char* what) {
+    for (const auto& e : table) {
+      if (e.name == text) {
+        return e.value;
+      }
+    }
+    return static_cast<int>(parse_long(text, what));
+  };
+  int family = lookup(kFamilies, args[0], "socket family");
+  int type = args.size() > 1 ? lookup(kTypes, args[1], "socket type") : SOCK_STREAM;
+  return in_child([family, type] {
+    int fd = socket(family, type | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+      return denied(errno);
+    }
+    close(fd);
+    return allowed();
+  });
 }
 
 // Raw IP sockets need CAP_NET_RAW (which `setcap` tries to plant on a file).
@@ -1379,12 +1429,14 @@ constexpr Probe kProbes[] = {
     {"process-vm-readv", "", 0, 0, probe_process_vm_readv},
     {"keyctl", "", 0, 0, probe_keyctl},
     {"add-key", "", 0, 0, probe_add_key},
-    {"userfaultfd", "", 0, 0, probe_userfaultfd},
+    {"userfaultfd", "[user-mode-only]", 0, 1, probe_userfaultfd},
     {"io-uring", "", 0, 0, probe_io_uring},
     {"perf-event-open", "", 0, 0, probe_perf_event_open},
-    {"bpf", "", 0, 0, probe_bpf},
+    {"bpf", "[cmd-number]", 0, 1, probe_bpf},
     {"vsock", "", 0, 0, probe_vsock},
     {"packet", "", 0, 0, probe_packet},
+    {"socket", "<unix|inet|inet6|netlink|packet|vsock|nr> [stream|dgram|raw|nr]", 1, 2,
+     probe_socket},
     {"raw-socket", "", 0, 0, probe_raw_socket},
     {"finit-module", "", 0, 0, probe_finit_module},
     {"kexec-file-load", "", 0, 0, probe_kexec_file_load},

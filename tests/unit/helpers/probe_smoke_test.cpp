@@ -267,6 +267,7 @@ BOOST_AUTO_TEST_CASE(list_names_every_probe_the_security_tests_use) {
                            "bpf",
                            "vsock",
                            "packet",
+                           "socket",
                            "x32",
                            "int80",
                            "caps",
