@@ -11,9 +11,9 @@
 // Exit status: 0 when a line was printed (the probe ran, whatever the kernel said); 1 when the
 // probe could not even make its attempt (a pipe or fork it needs failed; message on stderr,
 // nothing on stdout); 2 for a usage error (unknown name, wrong arguments, or `kill-all` outside
-// a sandbox-shaped pid namespace, where it refuses to run). `exit`, `raise`,
-// `sleep-forever` and `ignore-term-and-fork` deliberately end otherwise. Multi-step probes
-// report the errno of the first step that failed.
+// a sandbox-shaped pid namespace, where it refuses to run). `exit`, `raise`, `sleep-forever`,
+// `ignore-term-and-fork` and `inotify-exhaust hold` deliberately end otherwise. Multi-step
+// probes report the errno of the first step that failed.
 //
 // Attempts that a seccomp filter may answer by killing the process run in a forked child, so
 // the kill is reported as `signal SIG…` instead of the probe vanishing without its line.
@@ -1187,7 +1187,13 @@ std::string probe_getpid(Args) { return value(std::to_string(getpid())); }
 // ---------------------------------------------------------------------------------------------
 
 // inotify instances are a per-user kernel quota: one sandbox must not use up its uid's share.
-std::string probe_inotify_exhaust(Args) {
+// With `hold`, the instances stay open after the line until stdin reaches EOF, so a test can
+// check a second sandbox and the host while this one holds its whole quota.
+std::string probe_inotify_exhaust(Args args) {
+  bool hold = !args.empty();
+  if (hold && std::string_view(args[0]) != "hold") {
+    usage_error(std::string("inotify-exhaust takes only `hold`, not `") + args[0] + "`");
+  }
   // Lift the soft fd limit to the hard one so the inotify quota, not RLIMIT_NOFILE, is what
   // stops us (both answer EMFILE).
   rlimit rl;
@@ -1205,7 +1211,18 @@ std::string probe_inotify_exhaust(Args) {
     }
     ++count;
   }
-  return value(std::to_string(count) + " " + (err != 0 ? errno_name(err) : "capped"));
+  std::string out = value(std::to_string(count) + " " + (err != 0 ? errno_name(err) : "capped"));
+  if (!hold) {
+    return out;
+  }
+  emit(out);
+  char buf[256];
+  for (;;) {
+    ssize_t n = read(STDIN_FILENO, buf, sizeof(buf));
+    if (n == 0 || (n < 0 && errno != EINTR)) {
+      _exit(0);
+    }
+  }
 }
 
 std::string probe_inotify_one(Args) { return outcome_of(inotify_init1(IN_CLOEXEC)); }
@@ -1470,7 +1487,7 @@ constexpr Probe kProbes[] = {
     {"kill", "<pid> [signal]", 1, 2, probe_kill},
     {"kill-all", "", 0, 0, probe_kill_all},
     {"getpid", "", 0, 0, probe_getpid},
-    {"inotify-exhaust", "", 0, 0, probe_inotify_exhaust},
+    {"inotify-exhaust", "[hold]", 0, 1, probe_inotify_exhaust},
     {"inotify-one", "", 0, 0, probe_inotify_one},
     {"fork-bomb", "", 0, 0, probe_fork_bomb},
     {"memory-hog", "<MiB>", 1, 1, probe_memory_hog},
