@@ -186,15 +186,14 @@ void mount_proc(const ChildPlan& plan) {
   if (::mkdir("proc", 0555) != 0 && errno != EEXIST) {
     fail(SetupStep::kMountProc);
   }
+  // We are PID 1 of the new pid namespace, so a fresh procfs shows only the sandbox.
   if (!wall_on(plan, Wall::kPidNamespace)) {
     // Test control only: without a pid namespace of its own the child may not mount a procfs
     // (the host's pid namespace belongs to the initial user namespace), so it gets the host's.
     if (::mount("/proc", "proc", nullptr, MS_BIND | MS_REC, nullptr) != 0) {
       fail(SetupStep::kMountProc);
     }
-  } else if (::mount("proc", "proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=0") !=
-             0) {
-    // We are PID 1 of the new pid namespace, so this procfs shows only the sandbox.
+  } else if (::mount("proc", "proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=0") != 0) {
     fail(SetupStep::kMountProc);
   }
   // Per-sandbox quotas live in this user namespace's /proc/sys/user: one job cannot exhaust
