@@ -1,0 +1,678 @@
+#define BOOST_TEST_MODULE security_net_limits
+#include <boost/test/unit_test.hpp>
+
+// Security probes for what a sandbox can reach of the host besides files — its network
+// (TCP on the host's loopback, abstract unix sockets), its processes (signals) — and for the
+// resource walls that keep one sandbox from starving the host or the next sandbox (inotify
+// quota, pids limit, memory limit, cleanup when cordon itself is SIGKILLed).
+//
+// Each case runs the real `cordon run` with the probe inside and asserts the exact answer of
+// the wall it names; its control is the same run through cordon-testwalls with only that wall
+// removed (or, for limits, the same probe under a larger limit), which must answer otherwise.
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/inotify.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "helpers/cordon_fixture.hpp"
+
+using namespace cordon::test;
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Host uids for --host-ids, one per case. They lie above the default lease range
+// (0x70000000 + 0..65535), so no sandbox of a parallel test binary leasing from that range
+// can ever run as one of them; and each case checks first that no process has its uid.
+constexpr uid_t kUidBase = 0x70000000u + 65536u + 3100u;
+constexpr uid_t kUidSignals = kUidBase + 0;
+constexpr uid_t kUidInotifyA = kUidBase + 1;
+constexpr uid_t kUidInotifyB = kUidBase + 2;
+constexpr uid_t kUidInotifyControlA = kUidBase + 3;
+constexpr uid_t kUidInotifyControlB = kUidBase + 4;
+constexpr uid_t kUidKillCordon = kUidBase + 5;
+constexpr uid_t kUidKillCordonControl = kUidBase + 6;
+
+std::string host_ids(uid_t uid) { return std::to_string(uid) + ":1"; }
+
+std::string line(const std::string& probe, const std::string& outcome) {
+  return "probe " + probe + ": " + outcome + "\n";
+}
+
+int pidfd_open(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
+
+// True when the pidfd reports its process has exited, waiting at most `wait`.
+bool exited_within(int pidfd, std::chrono::milliseconds wait) {
+  struct pollfd p {
+    pidfd, POLLIN, 0
+  };
+  int n;
+  do {
+    n = ::poll(&p, 1, static_cast<int>(wait.count()));
+  } while (n < 0 && errno == EINTR);
+  return n == 1;
+}
+
+// The real uid of a process from /proc/<pid>/status; nullopt once it is gone or a zombie (an
+// exited process its new parent has not reaped yet runs nothing and holds nothing). The owner
+// of /proc/<pid> is no guide: a non-dumpable process like cordon-init shows as root.
+std::optional<uid_t> live_real_uid_of(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string l; std::getline(in, l);) {
+    if (l.rfind("State:", 0) == 0 &&
+        (l.find("(zombie)") != std::string::npos || l.find("(dead)") != std::string::npos)) {
+      return std::nullopt;
+    }
+    if (l.rfind("Uid:", 0) == 0) {
+      return static_cast<uid_t>(std::stoul(l.substr(4)));
+    }
+  }
+  return std::nullopt;
+}
+
+// Every live host process whose real uid is `uid`.
+std::vector<pid_t> processes_of_uid(uid_t uid) {
+  std::vector<pid_t> out;
+  DIR* d = ::opendir("/proc");
+  BOOST_REQUIRE(d != nullptr);
+  while (struct dirent* e = ::readdir(d)) {
+    pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
+    if (pid > 0 && live_real_uid_of(pid) == uid) {
+      out.push_back(pid);
+    }
+  }
+  ::closedir(d);
+  return out;
+}
+
+// The parent pid from /proc/<pid>/stat (field 4, after the parenthesised comm).
+pid_t parent_of(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  size_t paren = text.rfind(')');
+  if (paren == std::string::npos) {
+    return -1;
+  }
+  std::istringstream rest(text.substr(paren + 1));
+  std::string state;
+  pid_t ppid = -1;
+  rest >> state >> ppid;
+  return ppid;
+}
+
+// A child of the test switched to one host uid (and gid), after which it reports ready and
+// pauses: the host process a sandbox with the same host uid tries to signal. It dies with the
+// test (PDEATHSIG, armed after the uid change that would clear it) and is killed on scope exit.
+struct HostProcess {
+  pid_t pid = -1;
+  int pidfd = -1;
+
+  explicit HostProcess(uid_t uid) {
+    int ready[2];
+    BOOST_REQUIRE(::pipe2(ready, O_CLOEXEC) == 0);
+    pid_t parent = ::getpid();
+    pid = ::fork();
+    BOOST_REQUIRE(pid >= 0);
+    if (pid == 0) {
+      ::close(ready[0]);
+      if (::setgroups(0, nullptr) != 0 || ::setresgid(uid, uid, uid) != 0 ||
+          ::setresuid(uid, uid, uid) != 0 || ::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 ||
+          ::getppid() != parent) {
+        ::_exit(1);
+      }
+      char c = 1;
+      (void)!::write(ready[1], &c, 1);
+      for (;;) {
+        ::pause();
+      }
+    }
+    ::close(ready[1]);
+    pidfd = pidfd_open(pid);
+    BOOST_REQUIRE(pidfd >= 0);
+    char c = 0;
+    ssize_t n;
+    do {
+      n = ::read(ready[0], &c, 1);
+    } while (n < 0 && errno == EINTR);
+    ::close(ready[0]);
+    BOOST_REQUIRE_MESSAGE(n == 1, "the host process could not switch to uid " << uid);
+    BOOST_REQUIRE(live_real_uid_of(pid) == uid);
+  }
+  ~HostProcess() {
+    if (pid > 0) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+    if (pidfd >= 0) {
+      ::close(pidfd);
+    }
+  }
+  HostProcess(const HostProcess&) = delete;
+  HostProcess& operator=(const HostProcess&) = delete;
+
+  bool alive() const { return !exited_within(pidfd, 0ms); }
+
+  // The signal that ended it, after waiting for it (at most `wait`); 0 if it is still alive.
+  int reap_signal(std::chrono::milliseconds wait) {
+    if (!exited_within(pidfd, wait)) {
+      return 0;
+    }
+    int status = 0;
+    BOOST_REQUIRE(::waitpid(pid, &status, 0) == pid);
+    pid = -1;
+    return WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+  }
+};
+
+// inotify_init1 in a child running as `uid` on the host: 0 or the errno it failed with.
+int host_inotify_as(uid_t uid) {
+  int result[2];
+  BOOST_REQUIRE(::pipe2(result, O_CLOEXEC) == 0);
+  pid_t pid = ::fork();
+  BOOST_REQUIRE(pid >= 0);
+  if (pid == 0) {
+    int err = -1;
+    if (::setgroups(0, nullptr) == 0 && ::setresgid(uid, uid, uid) == 0 &&
+        ::setresuid(uid, uid, uid) == 0) {
+      err = ::inotify_init1(IN_CLOEXEC) >= 0 ? 0 : errno;
+    }
+    (void)!::write(result[1], &err, sizeof err);
+    ::_exit(0);
+  }
+  ::close(result[1]);
+  int err = -2;
+  ssize_t n;
+  do {
+    n = ::read(result[0], &err, sizeof err);
+  } while (n < 0 && errno == EINTR);
+  ::close(result[0]);
+  ::waitpid(pid, nullptr, 0);
+  BOOST_REQUIRE_MESSAGE(n == sizeof err && err >= 0, "could not run inotify_init1 as " << uid);
+  return err;
+}
+
+// A `cordon run` left running while the test does other things: stdin is a pipe the test
+// holds open, stdout is read line by line. Killed and reaped on scope exit if still running.
+struct BackgroundRun {
+  pid_t pid = -1;
+  int pidfd = -1;
+  int in_w = -1;
+  int out_r = -1;
+  int err_r = -1;
+  std::string out;
+  int wait_status = -1;
+
+  explicit BackgroundRun(const std::vector<std::string>& argv) {
+    int in[2], o[2], e[2];
+    BOOST_REQUIRE(::pipe2(in, O_CLOEXEC) == 0);
+    BOOST_REQUIRE(::pipe2(o, O_CLOEXEC) == 0);
+    BOOST_REQUIRE(::pipe2(e, O_CLOEXEC) == 0);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+    posix_spawn_file_actions_adddup2(&fa, o[1], 1);
+    posix_spawn_file_actions_adddup2(&fa, e[1], 2);
+    std::vector<char*> av;
+    for (const auto& a : argv) av.push_back(const_cast<char*>(a.c_str()));
+    av.push_back(nullptr);
+    int rc = ::posix_spawn(&pid, av[0], &fa, nullptr, av.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    ::close(in[0]);
+    ::close(o[1]);
+    ::close(e[1]);
+    in_w = in[1];
+    out_r = o[0];
+    err_r = e[0];
+    BOOST_REQUIRE_MESSAGE(rc == 0, "posix_spawn " << argv[0] << ": " << std::strerror(rc));
+    pidfd = pidfd_open(pid);
+    BOOST_REQUIRE(pidfd >= 0);
+    // Keep stderr from ever blocking cordon: it is drained only at the end (cordon writes a
+    // line or two there, far below a pipe's capacity).
+  }
+  ~BackgroundRun() {
+    if (pid > 0) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+    for (int fd : {pidfd, in_w, out_r, err_r}) {
+      if (fd >= 0) ::close(fd);
+    }
+  }
+  BackgroundRun(const BackgroundRun&) = delete;
+  BackgroundRun& operator=(const BackgroundRun&) = delete;
+
+  // The first stdout line, waiting at most `wait`; empty if none came (EOF or deadline).
+  std::string read_line(std::chrono::milliseconds wait = 30s) {
+    auto deadline = std::chrono::steady_clock::now() + wait;
+    while (out.find('\n') == std::string::npos) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) {
+        return {};
+      }
+      struct pollfd p {
+        out_r, POLLIN, 0
+      };
+      int n = ::poll(&p, 1, static_cast<int>(left.count()));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return {};
+      char buf[4096];
+      ssize_t k = ::read(out_r, buf, sizeof buf);
+      if (k < 0 && errno == EINTR) continue;
+      if (k <= 0) return {};
+      out.append(buf, static_cast<size_t>(k));
+    }
+    return out.substr(0, out.find('\n') + 1);
+  }
+
+  std::string stderr_text() {
+    std::string text;
+    ::fcntl(err_r, F_SETFL, O_NONBLOCK);
+    char buf[4096];
+    ssize_t k;
+    while ((k = ::read(err_r, buf, sizeof buf)) > 0) text.append(buf, static_cast<size_t>(k));
+    return text;
+  }
+
+  void close_stdin() {
+    ::close(in_w);
+    in_w = -1;
+  }
+
+  // Waits (at most `wait`) and reaps; false if it is still running.
+  bool wait(std::chrono::milliseconds wait = 30s) {
+    if (!exited_within(pidfd, wait)) {
+      return false;
+    }
+    BOOST_REQUIRE(::waitpid(pid, &wait_status, 0) == pid);
+    pid = -1;
+    return true;
+  }
+  int exit_code() const { return WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : -1; }
+};
+
+// A TCP listener on the host's 127.0.0.1, on a port the kernel picks.
+struct TcpListener {
+  int fd = -1;
+  uint16_t port = 0;
+  TcpListener() {
+    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    BOOST_REQUIRE(fd >= 0);
+    sockaddr_in sin{};
+    sin.sin_family = AF_INET;
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    BOOST_REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&sin), sizeof sin) == 0);
+    BOOST_REQUIRE(::listen(fd, 16) == 0);
+    socklen_t len = sizeof sin;
+    BOOST_REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&sin), &len) == 0);
+    port = ntohs(sin.sin_port);
+  }
+  ~TcpListener() { ::close(fd); }
+  TcpListener(const TcpListener&) = delete;
+  TcpListener& operator=(const TcpListener&) = delete;
+};
+
+// A listening abstract unix socket of the host, "\0cordon-test-<pid>".
+struct AbstractListener {
+  int fd = -1;
+  std::string name = "cordon-test-" + std::to_string(::getpid());
+  AbstractListener() {
+    fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    BOOST_REQUIRE(fd >= 0);
+    sockaddr_un sun{};
+    sun.sun_family = AF_UNIX;
+    std::memcpy(sun.sun_path + 1, name.data(), name.size());
+    auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+    BOOST_REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&sun), len) == 0);
+    BOOST_REQUIRE(::listen(fd, 16) == 0);
+  }
+  ~AbstractListener() { ::close(fd); }
+  AbstractListener(const AbstractListener&) = delete;
+  AbstractListener& operator=(const AbstractListener&) = delete;
+};
+
+using Walls = std::vector<std::string>;
+
+// One probe run through the shipped cordon; returns the probe's line and checks it exited 0.
+std::string probe(const Sandbox& s, const std::vector<std::string>& opts,
+                  const std::vector<std::string>& probe_argv) {
+  std::vector<std::string> argv = {probe_bin()};
+  argv.insert(argv.end(), probe_argv.begin(), probe_argv.end());
+  auto r = s.run(opts, argv);
+  BOOST_TEST(r.exit_code() == 0,
+             "probe " << probe_argv[0] << " exited " << r.exit_code() << "; stderr: " << r.err);
+  return r.out;
+}
+
+// The same through cordon-testwalls with the named walls removed: the control runs.
+std::string probe_off(const Sandbox& s, const std::vector<std::string>& opts,
+                      const std::vector<std::string>& probe_argv, const Walls& walls_off) {
+  std::vector<std::string> o = opts;
+  for (const auto& w : walls_off) {
+    o.push_back("--test-disable-wall");
+    o.push_back(w);
+  }
+  std::vector<std::string> argv = {probe_bin()};
+  argv.insert(argv.end(), probe_argv.begin(), probe_argv.end());
+  auto r = run_process(s.args(o, argv, /*testwalls=*/true));
+  BOOST_TEST(r.exit_code() == 0,
+             "probe " << probe_argv[0] << " exited " << r.exit_code() << "; stderr: " << r.err);
+  return r.out;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Network: the host's loopback and abstract unix sockets
+// ---------------------------------------------------------------------------------------------
+
+// --network none: the sandbox's own net namespace has only its own loopback, where nothing
+// listens. --network host is the documented opt-in, not a wall: it connects, and so does the
+// default sandbox with only the net-namespace wall removed.
+BOOST_AUTO_TEST_CASE(host_loopback_tcp_is_unreachable_without_network_host) {
+  Sandbox s;
+  TcpListener host;
+  std::vector<std::string> p = {"tcp-connect", "127.0.0.1", std::to_string(host.port)};
+  BOOST_TEST(probe(s, {}, p) == line("tcp-connect", "errno ECONNREFUSED"));
+  // Controls.
+  BOOST_TEST(probe(s, {"--network", "host"}, p) == line("tcp-connect", "allowed"));
+  BOOST_TEST(probe_off(s, {}, p, {"net-namespace"}) == line("tcp-connect", "allowed"));
+}
+
+// Abstract unix sockets belong to a network namespace, not to the filesystem, so Landlock's
+// path rules never see them. Two walls stack: the sandbox's own net namespace (ECONNREFUSED:
+// the name does not exist there) and Landlock's abstract-unix-socket scope (ABI 6: EPERM for
+// any socket bound outside the sandbox's domain), which still holds with --network host.
+BOOST_AUTO_TEST_CASE(host_abstract_unix_socket_is_unreachable_even_with_network_host) {
+  Sandbox s;
+  AbstractListener host;
+  std::vector<std::string> p = {"abstract-connect", host.name};
+  {
+    auto [r, st] = s.run_status({}, {probe_bin(), "getpid"});
+    BOOST_REQUIRE(r.exit_code() == 0);
+    BOOST_REQUIRE_MESSAGE(st["sandbox"]["landlockAbi"].get<int>() >= 6,
+                          "this kernel's Landlock has no scopes (ABI < 6)");
+    BOOST_TEST(st["sandbox"]["landlockScopes"] == true);
+  }
+  BOOST_TEST(probe(s, {}, p) == line("abstract-connect", "errno ECONNREFUSED"));
+  BOOST_TEST(probe(s, {"--network", "host"}, p) == line("abstract-connect", "errno EPERM"));
+  // Each layer alone.
+  BOOST_TEST(probe_off(s, {}, p, {"landlock"}) == line("abstract-connect", "errno ECONNREFUSED"));
+  BOOST_TEST(probe_off(s, {}, p, {"net-namespace"}) == line("abstract-connect", "errno EPERM"));
+  // Controls: with neither wall the host's socket answers.
+  BOOST_TEST(probe_off(s, {"--network", "host"}, p, {"landlock"}) ==
+             line("abstract-connect", "allowed"));
+  BOOST_TEST(probe_off(s, {}, p, {"net-namespace", "landlock"}) ==
+             line("abstract-connect", "allowed"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Signals to host processes
+// ---------------------------------------------------------------------------------------------
+
+// The sandbox runs as host uid U, and so does a host process, so the kernel's uid check would
+// let the sandbox signal it. Two walls stop it: the pid namespace (the host pid does not exist
+// inside: ESRCH; kill(-1) reaches only the sandbox) and Landlock's signal scope (ABI 6: EPERM
+// for a process outside the sandbox's domain). With both removed, SIGKILL lands.
+BOOST_AUTO_TEST_CASE(host_process_of_the_same_uid_survives_kill_and_kill_all) {
+  Sandbox s;
+  BOOST_REQUIRE_MESSAGE(processes_of_uid(kUidSignals).empty(),
+                        "uid " << kUidSignals << " is in use on this host");
+  HostProcess host(kUidSignals);
+  std::vector<std::string> opts = {"--host-ids", host_ids(kUidSignals)};
+  std::vector<std::string> kill = {"kill", std::to_string(host.pid), "KILL"};
+
+  BOOST_TEST(probe(s, opts, kill) == line("kill", "errno ESRCH"));
+  BOOST_TEST(host.alive());
+  // kill(-1, SIGKILL) from the command: nothing but the command itself and init (which
+  // kill(-1) skips) is in its pid namespace, so nothing is signalled.
+  BOOST_TEST(probe(s, opts, {"kill-all"}) == line("kill-all", "errno ESRCH"));
+  BOOST_TEST(host.alive());
+
+  // The next layer: without the pid namespace the pid resolves, and Landlock's scope refuses.
+  BOOST_TEST(probe_off(s, opts, kill, {"pid-namespace"}) == line("kill", "errno EPERM"));
+  BOOST_TEST(host.alive());
+  // Landlock alone off: the pid namespace still hides the host process.
+  BOOST_TEST(probe_off(s, opts, kill, {"landlock"}) == line("kill", "errno ESRCH"));
+  BOOST_TEST(host.alive());
+  // Control: both removed, the same SIGKILL reaches the host process.
+  BOOST_TEST(probe_off(s, opts, kill, {"pid-namespace", "landlock"}) == line("kill", "allowed"));
+  BOOST_TEST(host.reap_signal(10s) == SIGKILL);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Resource walls
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+
+struct InotifyOutcome {
+  std::string a_line;     // sandbox A's inotify-exhaust line, while it holds its instances
+  std::string b_line;     // sandbox B's, run meanwhile
+  int host_as_a = -1;     // inotify_init1 on the host as A's host uid, meanwhile: 0 or errno
+  int host_as_test = -1;  // the same as the test process itself
+  int a_exit = -1;
+};
+
+// Sandbox A exhausts its inotify instances and holds them (blocked on stdin); meanwhile
+// sandbox B does the same and the host opens one as A's uid and as the test. Then A is let go.
+InotifyOutcome exhaust_concurrently(uid_t uid_a, uid_t uid_b, const Walls& walls_off) {
+  Sandbox sa, sb;  // separate state dirs: host-id leases are per state dir
+  BOOST_REQUIRE(processes_of_uid(uid_a).empty());
+  BOOST_REQUIRE(processes_of_uid(uid_b).empty());
+  std::vector<std::string> opts_a = {"--host-ids", host_ids(uid_a)};
+  for (const auto& w : walls_off) {
+    opts_a.push_back("--test-disable-wall");
+    opts_a.push_back(w);
+  }
+  InotifyOutcome o;
+  BackgroundRun a(sa.args(opts_a, {probe_bin(), "inotify-exhaust", "hold"}, !walls_off.empty()));
+  o.a_line = a.read_line();
+  BOOST_REQUIRE_MESSAGE(!o.a_line.empty(), "sandbox A printed nothing: " << a.stderr_text());
+  o.b_line = probe(sb, {"--host-ids", host_ids(uid_b)}, {"inotify-exhaust"});
+  o.host_as_a = host_inotify_as(uid_a);
+  int fd = ::inotify_init1(IN_CLOEXEC);
+  o.host_as_test = fd >= 0 ? 0 : errno;
+  if (fd >= 0) {
+    ::close(fd);
+  }
+  a.close_stdin();
+  BOOST_REQUIRE_MESSAGE(a.wait(), "sandbox A did not end after its stdin closed");
+  o.a_exit = a.exit_code();
+  return o;
+}
+
+long host_inotify_instances_limit() {
+  std::ifstream in("/proc/sys/fs/inotify/max_user_instances");
+  long v = -1;
+  in >> v;
+  return v;
+}
+
+}  // namespace
+
+// user.max_inotify_instances is set to 32 in each sandbox's user namespace. The kernel charges
+// an instance at every level up to the host's (init_user_ns, uid) count, so the sandbox stops
+// at 32 while its host uid keeps the rest of the host's per-user limit (128 by default), and
+// another sandbox, holding its own uid, is unaffected. Control: without the per-sandbox quota
+// the sandbox takes the whole host per-user limit, and its uid has none left on the host.
+BOOST_AUTO_TEST_CASE(inotify_exhaustion_stays_inside_one_sandbox) {
+  long host_limit = host_inotify_instances_limit();
+  BOOST_REQUIRE_MESSAGE(host_limit > 32 && host_limit < 4000,
+                        "fs.inotify.max_user_instances is "
+                            << host_limit
+                            << "; the test needs it above the per-sandbox 32 and below the "
+                               "sandbox's RLIMIT_NOFILE");
+  InotifyOutcome full = exhaust_concurrently(kUidInotifyA, kUidInotifyB, {});
+  BOOST_TEST(full.a_line == line("inotify-exhaust", "value 32 EMFILE"));
+  BOOST_TEST(full.b_line == line("inotify-exhaust", "value 32 EMFILE"));
+  BOOST_TEST(full.host_as_a == 0);
+  BOOST_TEST(full.host_as_test == 0);
+  BOOST_TEST(full.a_exit == 0);
+
+  InotifyOutcome control =
+      exhaust_concurrently(kUidInotifyControlA, kUidInotifyControlB, {"user-quotas"});
+  BOOST_TEST(control.a_line ==
+             line("inotify-exhaust", "value " + std::to_string(host_limit) + " EMFILE"));
+  BOOST_TEST(control.host_as_a == EMFILE);
+  BOOST_TEST(control.b_line == line("inotify-exhaust", "value 32 EMFILE"));
+  BOOST_TEST(control.host_as_test == 0);
+  BOOST_TEST(control.a_exit == 0);
+}
+
+namespace {
+
+// "probe fork-bomb: value N EAGAIN" → N, or -1.
+long forks_of(const std::string& out) {
+  const std::string prefix = "probe fork-bomb: value ";
+  if (out.rfind(prefix, 0) != 0 || out.find(" EAGAIN\n") == std::string::npos) {
+    return -1;
+  }
+  return std::stol(out.substr(prefix.size()));
+}
+
+}  // namespace
+
+// No --pids given: the default limit (1024 tasks in the job's cgroup, init and the probe
+// included) stops the bomb with EAGAIN and the cgroup's pids.max hits are reported. Control: a
+// larger --pids lets the same bomb fork further.
+BOOST_AUTO_TEST_CASE(fork_bomb_stops_at_the_default_pids_limit_and_is_reported) {
+  Sandbox s;
+  auto [r, st] = s.run_status({}, {probe_bin(), "fork-bomb"});
+  BOOST_TEST(r.exit_code() == 0, r.err);
+  long forks = forks_of(r.out);
+  BOOST_TEST(st["sandbox"]["limits"]["pids"] == 1024);
+  BOOST_TEST(forks >= 1000, r.out);
+  BOOST_TEST(forks <= 1022, r.out);  // 1024 less init and the probe
+  BOOST_TEST(st["usage"]["pidsLimitHits"].get<int>() >= 1);
+
+  auto [rc, stc] = s.run_status({"--pids", "2048"}, {probe_bin(), "fork-bomb"});
+  BOOST_TEST(rc.exit_code() == 0, rc.err);
+  long more = forks_of(rc.out);
+  BOOST_TEST(more >= 2000, rc.out);
+  BOOST_TEST(more <= 2046, rc.out);
+  BOOST_TEST(stc["usage"]["pidsLimitHits"].get<int>() >= 1);
+}
+
+// --memory 64M: touching 96 MiB gets the command OOM-killed inside its cgroup, reported as
+// state oom, exit 122, with the kill counted. Control: the same hog under 256M completes.
+BOOST_AUTO_TEST_CASE(memory_hog_is_oom_killed_under_memory_and_reported) {
+  Sandbox s;
+  auto [r, st] = s.run_status({"--memory", "64M"}, {probe_bin(), "memory-hog", "96"});
+  BOOST_TEST(r.exit_code() == 122, r.err);
+  BOOST_TEST(r.out.empty(), r.out);
+  BOOST_TEST(st["state"] == "oom");
+  BOOST_TEST(st["exitCode"].is_null());
+  BOOST_TEST(st["usage"]["oomKills"].get<int>() >= 1);
+  BOOST_TEST(st["usage"]["peakMemoryBytes"].get<uint64_t>() <= 64u << 20);
+
+  auto [rc, stc] = s.run_status({"--memory", "256M"}, {probe_bin(), "memory-hog", "96"});
+  BOOST_TEST(rc.exit_code() == 0, rc.err);
+  BOOST_TEST(rc.out == line("memory-hog", "allowed 96 MiB"));
+  BOOST_TEST(stc["state"] == "exited");
+  BOOST_TEST(stc["usage"]["oomKills"] == 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// cordon itself SIGKILLed mid-run
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+
+struct Orphans {
+  std::vector<pid_t> before;     // the sandbox's processes while cordon ran
+  pid_t init = -1;               // cordon's direct child among them (cordon-init)
+  std::vector<pid_t> survivors;  // those alive once init is gone (and, for the full sandbox,
+                                 // once every one of them had 10 s to die)
+};
+
+// Runs `ignore-term-and-fork` (a command ignoring SIGTERM and a child of it with no
+// PDEATHSIG), SIGKILLs cordon once the command runs, and reports what of the sandbox's host
+// uid is left. The next run in the same state dir sweeps the cgroups the dead cordon left.
+Orphans sigkill_cordon(Sandbox& s, uid_t uid, const Walls& walls_off) {
+  BOOST_REQUIRE_MESSAGE(processes_of_uid(uid).empty(), "uid " << uid << " is in use");
+  std::vector<std::string> opts = {"--host-ids", host_ids(uid)};
+  for (const auto& w : walls_off) {
+    opts.push_back("--test-disable-wall");
+    opts.push_back(w);
+  }
+  Orphans o;
+  {
+    BackgroundRun cordon(s.args(opts, {probe_bin(), "ignore-term-and-fork"}, !walls_off.empty()));
+    std::string l = cordon.read_line();
+    BOOST_REQUIRE_MESSAGE(l.rfind("probe ignore-term-and-fork: value ", 0) == 0,
+                          "got `" << l << "`; stderr: " << cordon.stderr_text());
+    // The command has forked its child before printing, so the tree is complete now.
+    o.before = processes_of_uid(uid);
+    std::vector<int> pidfds;
+    for (pid_t pid : o.before) {
+      int fd = pidfd_open(pid);
+      BOOST_REQUIRE(fd >= 0);
+      pidfds.push_back(fd);
+      if (parent_of(pid) == cordon.pid) {
+        o.init = pid;
+      }
+    }
+    BOOST_REQUIRE(o.init > 0);
+    BOOST_REQUIRE(::kill(cordon.pid, SIGKILL) == 0);
+    BOOST_REQUIRE(cordon.wait());
+    BOOST_TEST(WIFSIGNALED(cordon.wait_status));
+    for (size_t i = 0; i < o.before.size(); ++i) {
+      // init dies of its PDEATHSIG; with it the pid namespace, and every process in it.
+      bool gone = exited_within(pidfds[i], o.before[i] == o.init || walls_off.empty() ? 10s : 0ms);
+      if (!gone) {
+        o.survivors.push_back(o.before[i]);
+      }
+    }
+    // Survivors are processes this test started (through cordon): end them by pidfd.
+    for (size_t i = 0; i < o.before.size(); ++i) {
+      if (!exited_within(pidfds[i], 0ms)) {
+        ::syscall(SYS_pidfd_send_signal, pidfds[i], SIGKILL, nullptr, 0);
+        BOOST_TEST(exited_within(pidfds[i], 10s));
+      }
+      ::close(pidfds[i]);
+    }
+  }
+  auto sweep = s.run({}, {"/bin/true"});
+  BOOST_TEST(sweep.exit_code() == 0, sweep.err);
+  return o;
+}
+
+}  // namespace
+
+// SIGKILL of cordon leaves nothing of the sandbox running: init has PDEATHSIG SIGKILL and is
+// PID 1 of the sandbox's pid namespace, whose end kills every process in it — even one that
+// ignores SIGTERM and has no PDEATHSIG of its own. Control: without the pid namespace the
+// same command and its child outlive init.
+BOOST_AUTO_TEST_CASE(sigkill_of_cordon_kills_every_sandbox_process) {
+  Sandbox s;
+  Orphans full = sigkill_cordon(s, kUidKillCordon, {});
+  BOOST_TEST(full.before.size() == 3u);  // init, the command, its child
+  BOOST_TEST(full.survivors.empty());
+  BOOST_TEST(processes_of_uid(kUidKillCordon).empty());
+
+  Orphans control = sigkill_cordon(s, kUidKillCordonControl, {"pid-namespace"});
+  BOOST_TEST(control.before.size() == 3u);
+  BOOST_TEST(control.survivors.size() == 2u);  // the command and its child
+  BOOST_TEST(processes_of_uid(kUidKillCordonControl).empty());
+}
