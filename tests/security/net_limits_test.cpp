@@ -246,8 +246,6 @@ struct BackgroundRun {
     BOOST_REQUIRE_MESSAGE(rc == 0, "posix_spawn " << argv[0] << ": " << std::strerror(rc));
     pidfd = pidfd_open(pid);
     BOOST_REQUIRE(pidfd >= 0);
-    // Keep stderr from ever blocking cordon: it is drained only at the end (cordon writes a
-    // line or two there, far below a pipe's capacity).
   }
   ~BackgroundRun() {
     if (pid > 0) {
@@ -285,6 +283,7 @@ struct BackgroundRun {
     return out.substr(0, out.find('\n') + 1);
   }
 
+  // Drained only on demand: cordon writes a line or two there, far below a pipe's capacity.
   std::string stderr_text() {
     std::string text;
     ::fcntl(err_r, F_SETFL, O_NONBLOCK);
