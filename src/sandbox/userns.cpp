@@ -29,7 +29,9 @@ Result<HostIdLease> HostIdLease::acquire(const std::string& lock_dir, uid_t base
   uid_t start = static_cast<uid_t>(rd() % count);
   for (uid_t i = 0; i < count; ++i) {
     uid_t slot = (start + i) % count;
-    std::string path = fmt::format("{}/{}", lock_dir, slot);
+    // Keyed by the id itself, so differently configured ranges sharing a state dir never
+    // hand the same host id to two sandboxes.
+    std::string path = fmt::format("{}/{}", lock_dir, base + slot);
     int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0) {
       return sys_error("open `{}`", path);
