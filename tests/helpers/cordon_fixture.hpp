@@ -24,7 +24,7 @@ inline std::string env_or(const char* name, const char* fallback) {
 }
 
 inline std::string cordon_bin() { return env_or("CORDON_BIN", "build/cordon"); }
-inline std::string testwalls_bin() { return env_or("CORDON_TESTWALLS_BIN", "build/tests/cordon-testwalls"); }
+inline std::string testwalls_bin() { return env_or("CORDON_TESTWALLS_BIN", "build/cordon-testwalls"); }
 inline std::string probe_bin() { return env_or("CORDON_PROBE", "build/tests/helpers/probe"); }
 
 struct Sandbox {

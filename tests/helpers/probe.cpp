@@ -882,6 +882,17 @@ std::string probe_stat(Args args) {
                " gid=" + std::to_string(st.st_gid) + " size=" + std::to_string(st.st_size));
 }
 
+// The device and inode of the cwd the command was started in, as decimal numbers: the cwd
+// race test compares them with the directory it checked on the host.
+std::string probe_cwd_ident(Args) {
+  struct stat st;
+  if (stat(".", &st) < 0) {
+    return denied(errno);
+  }
+  return value(std::to_string(static_cast<unsigned long long>(st.st_dev)) + " " +
+               std::to_string(static_cast<unsigned long long>(st.st_ino)));
+}
+
 std::string probe_write_file(Args args) {
   int fd = open(args[0], O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
@@ -1400,6 +1411,7 @@ constexpr Probe kProbes[] = {
     {"rlimits", "", 0, 0, probe_rlimits},
     {"read-file", "<path>", 1, 1, probe_read_file},
     {"stat", "<path>", 1, 1, probe_stat},
+    {"cwd-ident", "", 0, 0, probe_cwd_ident},
     {"write-file", "<path>", 1, 1, probe_write_file},
     {"mkdir", "<path>", 1, 1, probe_mkdir},
     {"setuid-file", "<path>", 1, 1, probe_setuid_file},

@@ -277,6 +277,7 @@ BOOST_AUTO_TEST_CASE(list_names_every_probe_the_security_tests_use) {
                            "fds",
                            "read-file",
                            "stat",
+                           "cwd-ident",
                            "write-file",
                            "mkdir",
                            "setuid-file",
@@ -322,6 +323,16 @@ BOOST_AUTO_TEST_CASE(read_probes_answer_in_the_grammar) {
       BOOST_TEST(m[1].str() == name);
     }
   }
+}
+
+// The cwd race test compares these numbers with a stat of the directory on the host.
+BOOST_AUTO_TEST_CASE(cwd_ident_prints_the_device_and_inode_of_the_cwd) {
+  struct stat st {};
+  BOOST_TEST_REQUIRE(stat(".", &st) == 0);
+  Run r = run_probe({"cwd-ident"});
+  BOOST_TEST(exited_with(r, 0));
+  BOOST_TEST(r.out == "probe cwd-ident: value " + std::to_string(st.st_dev) + " " +
+                          std::to_string(st.st_ino) + "\n");
 }
 
 BOOST_AUTO_TEST_CASE(a_filter_errno_is_reported_by_name) {
