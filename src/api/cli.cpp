@@ -165,6 +165,7 @@ std::optional<sandbox::Wall> wall_by_name(const std::string& n) {
       {"etc-mask", Wall::kEtcMask},               {"proc-readonly", Wall::kProcReadOnly},
       {"user-quotas", Wall::kUserQuotas},         {"no-new-privs", Wall::kNoNewPrivs},
       {"dumpable", Wall::kDumpable},              {"close-fds", Wall::kCloseFds},
+      {"ro-paths", Wall::kReadOnlyPaths},
   };
   for (const auto& [name, w] : kWalls) {
     if (n == name) {

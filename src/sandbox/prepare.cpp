@@ -354,7 +354,14 @@ Result<void> PreparedSandbox::prepare_mounts(const SandboxSpec& spec, uid_t host
     if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)) {
       return refusal("--ro `{}` is neither a directory nor a regular file", ro);
     }
-    CORDON_TRY(tree, clone_tree(fd.get(), "", kRo));
+    uint64_t ro_attr = kRo;
+#ifdef CORDON_TEST_WALLS
+    // Test control only: shows that Landlock alone still refuses writes below a --ro path.
+    if (spec.disabled_walls & static_cast<uint32_t>(Wall::kReadOnlyPaths)) {
+      ro_attr &= ~static_cast<uint64_t>(MOUNT_ATTR_RDONLY);
+    }
+#endif
+    CORDON_TRY(tree, clone_tree(fd.get(), "", ro_attr));
     pending.push_back({path, tree.get(), S_ISREG(st.st_mode)});
     fds_.push_back(std::move(tree));
     visible_.push_back(path);
@@ -408,7 +415,9 @@ Result<void> PreparedSandbox::prepare_landlock(const SandboxSpec& spec) {
   }
   landlock_rules_.push_back({"/dev/pts", kDev | LANDLOCK_ACCESS_FS_READ_DIR});
   // /proc/self/* files some programs write (oom_score_adj, comm); /proc/sys is read-only.
-  landlock_rules_.push_back({"/proc", LANDLOCK_ACCESS_FS_WRITE_FILE});
+  // (`>` truncates: TRUNCATE too, else `echo x > /proc/self/comm` fails with EACCES.)
+  landlock_rules_.push_back({"/proc", LANDLOCK_ACCESS_FS_WRITE_FILE |
+                                          sys::kLandlockAccessFsTruncate});
   plan_.landlock_abi = abi;
   plan_.landlock_handled = handled;
   plan_.landlock_scoped =

@@ -30,6 +30,7 @@ enum class Wall : uint32_t {
   kNoNewPrivs = 1 << 9,
   kDumpable = 1 << 10,
   kCloseFds = 1 << 11,
+  kReadOnlyPaths = 1 << 12,  // --ro trees bound read-write (Landlock stays the only wall)
 };
 
 struct Rlimit {

@@ -923,6 +923,21 @@ std::string probe_read_file(Args args) {
   return value(hex(r.text));
 }
 
+// Reads from a descriptor number the probe did not open: a leaked fd is usable with read(2)
+// alone, with no path lookup for the mount tree or Landlock to refuse.
+std::string probe_read_fd(Args args) {
+  long fd = parse_long(args[0], "fd");
+  char buf[64];
+  ssize_t n;
+  do {
+    n = read(static_cast<int>(fd), buf, sizeof(buf));
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) {
+    return denied(errno);
+  }
+  return value(hex(std::string_view(buf, static_cast<size_t>(n))));
+}
+
 std::string probe_stat(Args args) {
   struct stat st;
   if (stat(args[0], &st) < 0) {
@@ -930,6 +945,17 @@ std::string probe_stat(Args args) {
   }
   return value("mode=" + octal_mode(st.st_mode) + " uid=" + std::to_string(st.st_uid) +
                " gid=" + std::to_string(st.st_gid) + " size=" + std::to_string(st.st_size));
+}
+
+// The device and inode of the cwd the command was started in, as decimal numbers: the cwd
+// race test compares them with the directory it checked on the host.
+std::string probe_cwd_ident(Args) {
+  struct stat st;
+  if (stat(".", &st) < 0) {
+    return denied(errno);
+  }
+  return value(std::to_string(static_cast<unsigned long long>(st.st_dev)) + " " +
+               std::to_string(static_cast<unsigned long long>(st.st_ino)));
 }
 
 std::string probe_write_file(Args args) {
@@ -1469,6 +1495,8 @@ constexpr Probe kProbes[] = {
     {"rlimits", "", 0, 0, probe_rlimits},
     {"read-file", "<path>", 1, 1, probe_read_file},
     {"stat", "<path>", 1, 1, probe_stat},
+    {"cwd-ident", "", 0, 0, probe_cwd_ident},
+    {"read-fd", "<fd>", 1, 1, probe_read_fd},
     {"write-file", "<path>", 1, 1, probe_write_file},
     {"mkdir", "<path>", 1, 1, probe_mkdir},
     {"setuid-file", "<path>", 1, 1, probe_setuid_file},

@@ -278,6 +278,8 @@ BOOST_AUTO_TEST_CASE(list_names_every_probe_the_security_tests_use) {
                            "fds",
                            "read-file",
                            "stat",
+                           "cwd-ident",
+                           "read-fd",
                            "write-file",
                            "mkdir",
                            "setuid-file",
@@ -323,6 +325,29 @@ BOOST_AUTO_TEST_CASE(read_probes_answer_in_the_grammar) {
       BOOST_TEST(m[1].str() == name);
     }
   }
+}
+
+// The cwd race test compares these numbers with a stat of the directory on the host.
+BOOST_AUTO_TEST_CASE(cwd_ident_prints_the_device_and_inode_of_the_cwd) {
+  struct stat st {};
+  BOOST_TEST_REQUIRE(stat(".", &st) == 0);
+  Run r = run_probe({"cwd-ident"});
+  BOOST_TEST(exited_with(r, 0));
+  BOOST_TEST(r.out == "probe cwd-ident: value " + std::to_string(st.st_dev) + " " +
+                          std::to_string(st.st_ino) + "\n");
+}
+
+BOOST_AUTO_TEST_CASE(read_fd_reads_an_inherited_descriptor_and_names_a_closed_one) {
+  int p[2];
+  BOOST_TEST_REQUIRE(pipe2(p, O_CLOEXEC) == 0);
+  BOOST_TEST_REQUIRE(write(p[1], "hi", 2) == 2);
+  close(p[1]);
+  Run r = run_probe({"read-fd", "9"}, p[0], 9);
+  close(p[0]);
+  BOOST_TEST(exited_with(r, 0));
+  BOOST_TEST(r.out == "probe read-fd: value 6869\n");
+  r = run_probe({"read-fd", "9"});
+  BOOST_TEST(r.out == "probe read-fd: errno EBADF\n");
 }
 
 BOOST_AUTO_TEST_CASE(a_filter_errno_is_reported_by_name) {

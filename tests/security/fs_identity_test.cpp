@@ -1,0 +1,588 @@
+// Security probes: the sandbox's PID 1, inherited descriptors, credentials, host files and
+// /etc secrets, writes outside the working root, setuid/setgid/file capabilities reaching the
+// host's disk, and the cwd check racing a symlink swap.
+//
+// Every case runs the escape probe (tests/helpers/probe.cpp) inside a real `cordon run`,
+// asserts the exact answer of the wall it names, and runs a control through cordon-testwalls
+// with only that wall removed (`--test-disable-wall`), which must answer differently. Where
+// walls stack, each layer is asserted: the full sandbox, each wall standing alone, none.
+#define BOOST_TEST_MODULE security_fs_identity
+#include <boost/test/unit_test.hpp>
+
+#include <fcntl.h>
+#include <linux/capability.h>
+#include <sched.h>
+#include <stdio.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <endian.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <initializer_list>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "helpers/cordon_fixture.hpp"
+
+using namespace cordon::test;
+using nlohmann::json;
+
+namespace {
+
+struct ProbeRun {
+  ProcessResult proc;
+  std::string line;  // the probe's one line, without "probe <name>: " and the newline
+};
+
+// Runs `probe <args>` in the sandbox: cordon itself when `walls_off` is empty, else
+// cordon-testwalls with exactly those walls removed.
+ProbeRun probe(const Sandbox& s, const std::vector<std::string>& args,
+               std::initializer_list<const char*> walls_off = {},
+               std::vector<std::string> opts = {}) {
+  for (const char* w : walls_off) {
+    opts.push_back("--test-disable-wall");
+    opts.push_back(w);
+  }
+  std::vector<std::string> argv = {probe_bin()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  ProbeRun r;
+  r.proc = run_process(s.args(opts, argv, walls_off.size() > 0));
+  std::string prefix = "probe " + args[0] + ": ";
+  if (r.proc.out.rfind(prefix, 0) == 0 && !r.proc.out.empty() && r.proc.out.back() == '\n') {
+    r.line = r.proc.out.substr(prefix.size(), r.proc.out.size() - prefix.size() - 1);
+  } else {
+    r.line = "<no probe line; exit " + std::to_string(r.proc.exit_code()) + "; stderr: " +
+             r.proc.err + ">";
+  }
+  return r;
+}
+
+std::string hex(const std::string& bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : bytes) {
+    out += kDigits[c >> 4];
+    out += kDigits[c & 0xf];
+  }
+  return out;
+}
+
+// The whole file, or "" when it cannot be opened.
+std::string slurp(const std::string& path) {
+  std::string text;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return text;
+  }
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    text.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return text;
+}
+
+std::string dir_of(const std::string& path) { return path.substr(0, path.rfind('/')); }
+
+struct HostFile {
+  bool exists = false;
+  struct stat st {};
+  bool has_file_caps = false;
+};
+
+HostFile host_file(const std::string& path) {
+  HostFile f;
+  f.exists = ::lstat(path.c_str(), &f.st) == 0;
+  if (f.exists) {
+    f.has_file_caps = ::lgetxattr(path.c_str(), "security.capability", nullptr, 0) >= 0;
+    BOOST_TEST_REQUIRE((f.has_file_caps || errno == ENODATA), "lgetxattr " << path << ": "
+                                                                  << std::strerror(errno));
+  }
+  return f;
+}
+
+// Runs `argv` as a child in a private mount namespace of its own, after `setup` changed that
+// namespace (the host's mount table and files stay untouched). Output of both streams.
+template <class Setup>
+ProcessResult run_in_private_mount_ns(const std::vector<std::string>& argv, Setup setup) {
+  ProcessResult r;
+  int out[2];
+  BOOST_TEST_REQUIRE(::pipe2(out, O_CLOEXEC) == 0, "pipe2: " << std::strerror(errno));
+  pid_t pid = ::fork();
+  BOOST_TEST_REQUIRE(pid >= 0, "fork: " << std::strerror(errno));
+  if (pid == 0) {
+    // Private, recursively, before any mount: nothing may propagate back to the host.
+    if (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE,
+                                               nullptr) != 0) {
+      ::_exit(90);
+    }
+    if (!setup()) {
+      ::_exit(91);
+    }
+    int null = ::open("/dev/null", O_RDONLY);
+    if (null < 0 || ::dup2(null, 0) < 0 || ::dup2(out[1], 1) < 0 || ::dup2(out[1], 2) < 0) {
+      ::_exit(92);
+    }
+    std::vector<char*> av;
+    for (const auto& a : argv) av.push_back(const_cast<char*>(a.c_str()));
+    av.push_back(nullptr);
+    ::execv(av[0], av.data());
+    ::_exit(93);
+  }
+  ::close(out[1]);
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ::read(out[0], buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    r.out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(out[0]);
+  BOOST_TEST_REQUIRE(::waitpid(pid, &r.wait_status, 0) == pid);
+  return r;
+}
+
+bool write_file(const std::string& path, const std::string& content, mode_t mode) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  if (fd < 0) return false;
+  bool ok = ::write(fd, content.data(), content.size()) == static_cast<ssize_t>(content.size());
+  ok = ::fchmod(fd, mode) == 0 && ok;
+  return ::close(fd) == 0 && ok;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// PID 1 (cordon-init): walls dumpable, seccomp-profile, landlock (ptrace scoping)
+// ---------------------------------------------------------------------------------------------
+
+// ptrace and process_vm_readv make the same PTRACE_MODE_ATTACH check; three walls each refuse
+// it alone: the profile (EPERM for ptrace/process_vm_*), init's non-dumpable mm, and Landlock
+// (the command's domain is not an ancestor of init's, which confined itself separately).
+BOOST_AUTO_TEST_CASE(init_cannot_be_traced_and_each_of_three_walls_alone_refuses) {
+  Sandbox s;
+  for (const char* name : {"ptrace-init", "process-vm-readv"}) {
+    BOOST_TEST_CONTEXT(name) {
+      BOOST_TEST(probe(s, {name}).line == "errno EPERM");
+      // Only the profile left.
+      BOOST_TEST(probe(s, {name}, {"dumpable", "landlock"}).line == "errno EPERM");
+      // Only the non-dumpable init left.
+      BOOST_TEST(probe(s, {name}, {"seccomp-profile", "landlock"}).line == "errno EPERM");
+      // Only Landlock left.
+      BOOST_TEST(probe(s, {name}, {"seccomp-profile", "dumpable"}).line == "errno EPERM");
+      // None: the attach (or the 8-byte read of init's memory) goes through.
+      auto open = probe(s, {name}, {"seccomp-profile", "dumpable", "landlock"});
+      BOOST_TEST(open.line.rfind("allowed", 0) == 0u, open.line);
+    }
+  }
+}
+
+// /proc/1/mem (O_RDWR) and /proc/1/environ go through mm_access: refused by the non-dumpable
+// init and by Landlock's ptrace scoping, each alone (the profile allows open/read).
+BOOST_AUTO_TEST_CASE(init_memory_and_environ_are_closed_by_dumpable_and_by_landlock) {
+  Sandbox s;
+  for (const char* name : {"proc1-mem", "proc1-environ"}) {
+    BOOST_TEST_CONTEXT(name) {
+      BOOST_TEST(probe(s, {name}).line == "errno EACCES");
+      BOOST_TEST(probe(s, {name}, {"seccomp-profile"}).line == "errno EACCES");
+      BOOST_TEST(probe(s, {name}, {"landlock"}).line == "errno EACCES");
+      BOOST_TEST(probe(s, {name}, {"dumpable"}).line == "errno EACCES");
+      auto open = probe(s, {name}, {"dumpable", "landlock"});
+      BOOST_TEST(open.line.rfind("allowed", 0) == 0u, open.line);
+    }
+  }
+}
+
+// /proc/1/fd is mode 0500 owned by init's owner; a non-dumpable process's /proc entries belong
+// to root (unmapped here), so the listing is refused by DAC. Landlock does not cover it.
+BOOST_AUTO_TEST_CASE(init_fd_table_is_closed_by_dumpable) {
+  Sandbox s;
+  BOOST_TEST(probe(s, {"proc1-fd"}).line == "errno EACCES");
+  BOOST_TEST(probe(s, {"proc1-fd"}, {"seccomp-profile", "landlock"}).line == "errno EACCES");
+  auto open = probe(s, {"proc1-fd"}, {"dumpable"});
+  BOOST_TEST(open.line.rfind("allowed ", 0) == 0u, open.line);
+}
+
+// CVE-2019-5736 (runc): open /proc/1/exe for writing and overwrite the runtime on the host.
+// The wall is the init file itself: root-owned (unmapped, so "nobody" inside) and writable
+// only by root, which prepare() insists on. Removing dumpable, Landlock and the profile does
+// not open it; the control is the check: a group-writable init makes cordon refuse to start.
+BOOST_AUTO_TEST_CASE(init_binary_cannot_be_opened_for_writing_and_stays_unchanged) {
+  Sandbox s;
+  std::string init = dir_of(cordon_bin()) + "/cordon-init";
+  std::string before = slurp(init);
+  BOOST_TEST_REQUIRE(!before.empty(), init);
+  BOOST_TEST(probe(s, {"proc1-exe-write"}).line == "errno EACCES");
+  BOOST_TEST(probe(s, {"proc1-exe-write"}, {"dumpable", "landlock", "seccomp-profile"}).line ==
+             "errno EACCES");
+  struct stat st {};
+  BOOST_TEST_REQUIRE(::stat(init.c_str(), &st) == 0);
+  BOOST_TEST(st.st_uid == 0u);
+  BOOST_TEST((st.st_mode & 022) == 0u);
+  BOOST_TEST((slurp(init) == before), "cordon-init changed on the host");
+
+  // Control: the same cordon next to a group-writable init is refused before anything runs.
+  std::string dir = s.base + "/bin";
+  std::filesystem::create_directories(dir + "/seccomp");
+  std::filesystem::copy_file(cordon_bin(), dir + "/cordon");
+  std::filesystem::copy_file(init, dir + "/cordon-init");
+  std::filesystem::copy_file(dir_of(cordon_bin()) + "/seccomp/default.json",
+                             dir + "/seccomp/default.json");
+  BOOST_TEST_REQUIRE(::chmod((dir + "/cordon-init").c_str(), 0775) == 0);
+  auto r = run_process({dir + "/cordon", "run", "--root", s.root, "--state-dir", s.state, "--",
+                        probe_bin(), "proc1-exe-write"});
+  BOOST_TEST(r.exit_code() == 125);
+  BOOST_TEST(r.out.empty(), r.out);
+  BOOST_TEST(r.err.find("must be a root-owned file writable only by root") != std::string::npos,
+             r.err);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Descriptors: wall close-fds
+// ---------------------------------------------------------------------------------------------
+
+// cordon started with a host file open at fd 20 (not CLOEXEC, as a careless caller leaves it):
+// the command sees only 0/1/2. With the wall removed, the descriptor reaches the command, and
+// read(2) on it returns a file no mount shows (fd 20 is above the fixed numbers 3..8 the
+// child arranges, so none of those overwrites it).
+BOOST_AUTO_TEST_CASE(the_command_inherits_no_descriptor_cordon_was_started_with) {
+  Sandbox s;
+  std::string secret = s.base + "/outside-secret";
+  BOOST_TEST_REQUIRE(write_file(secret, "host-only\n", 0644));
+  int fd = ::open(secret.c_str(), O_RDONLY);  // deliberately without O_CLOEXEC
+  BOOST_TEST_REQUIRE(fd >= 0);
+  constexpr int kLeaked = 20;
+  BOOST_TEST_REQUIRE(::dup2(fd, kLeaked) == kLeaked);
+  ::close(fd);
+  auto fds = probe(s, {"fds"});
+  auto via = probe(s, {"read-fd", "20"});
+  auto fds_ctl = probe(s, {"fds"}, {"close-fds"});
+  auto via_ctl = probe(s, {"read-fd", "20"}, {"close-fds"});
+  // Reopening it through /proc/self/fd is a path lookup: Landlock refuses that on its own.
+  auto reopen_ctl = probe(s, {"read-file", "/proc/self/fd/20"}, {"close-fds"});
+  ::close(kLeaked);
+  BOOST_TEST(fds.line == "value -");
+  BOOST_TEST(via.line == "errno EBADF");
+  BOOST_TEST((" " + fds_ctl.line + " ").find(" 20 ") != std::string::npos, fds_ctl.line);
+  BOOST_TEST(via_ctl.line == "value " + hex("host-only\n"));
+  BOOST_TEST(reopen_ctl.line == "errno EACCES");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Credentials: walls cap-drop, no-new-privs
+// ---------------------------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(capability_sets_are_empty_and_securebits_locked) {
+  Sandbox s;
+  const std::string zero = "0000000000000000";
+  BOOST_TEST(probe(s, {"caps"}).line == "value CapInh=" + zero + " CapPrm=" + zero +
+                                            " CapEff=" + zero + " CapBnd=" + zero +
+                                            " CapAmb=" + zero);
+  // NOROOT, NO_SETUID_FIXUP, NO_CAP_AMBIENT_RAISE, each with its lock, and KEEP_CAPS_LOCKED.
+  BOOST_TEST(probe(s, {"securebits"}).line == "value 0xef");
+  // Even as uid 0 inside, nothing comes back at exec.
+  auto as_root = probe(s, {"caps"}, {}, {"--user", "0"});
+  BOOST_TEST(as_root.line.find("CapEff=" + zero) != std::string::npos, as_root.line);
+  BOOST_TEST(as_root.line.find("CapBnd=" + zero) != std::string::npos, as_root.line);
+  // Control: without the drop the bounding set is full, securebits unset, and uid 0 gets
+  // every capability of its namespace at exec.
+  auto caps_ctl = probe(s, {"caps"}, {"cap-drop"});
+  BOOST_TEST(caps_ctl.line.find("CapBnd=" + zero) == std::string::npos, caps_ctl.line);
+  BOOST_TEST(probe(s, {"securebits"}, {"cap-drop"}).line == "value 0x0");
+  auto root_ctl = probe(s, {"caps"}, {"cap-drop"}, {"--user", "0"});
+  BOOST_TEST(root_ctl.line.find("CapEff=" + zero) == std::string::npos, root_ctl.line);
+}
+
+BOOST_AUTO_TEST_CASE(ids_are_the_user_value_with_no_supplementary_groups) {
+  Sandbox s;
+  BOOST_TEST(probe(s, {"groups"}).line == "value uid=1000,1000,1000 gid=1000,1000,1000 groups=");
+  BOOST_TEST(probe(s, {"groups"}, {}, {"--user", "4242"}).line ==
+             "value uid=4242,4242,4242 gid=4242,4242,4242 groups=");
+  // Control: without the drop the real ids stay the (unmapped) ones of the spawner.
+  auto ctl = probe(s, {"groups"}, {"cap-drop"}, {"--user", "4242"});
+  BOOST_TEST(ctl.line.rfind("value uid=4242,4242,4242 ", 0) != 0u, ctl.line);
+}
+
+// Landlock and seccomp need no_new_privs from an unprivileged process, so removing that wall
+// alone makes the sandbox fail closed; only with both removed as well does the command run
+// with NoNewPrivs=0.
+BOOST_AUTO_TEST_CASE(no_new_privs_is_set_and_without_it_the_sandbox_fails_closed) {
+  Sandbox s;
+  BOOST_TEST(probe(s, {"nonewprivs"}).line == "value 1");
+  std::string status = s.base + "/nnp.json";
+  auto r = run_process(s.args({"--json-status", status, "--test-disable-wall", "no-new-privs"},
+                              {probe_bin(), "nonewprivs"}, true));
+  BOOST_TEST(r.exit_code() == 125);
+  BOOST_TEST(r.out.empty(), r.out);
+  json st = json::parse(slurp(status), nullptr, false);
+  BOOST_TEST(st["state"] == "setup-failed");
+  BOOST_TEST(st["setup"]["step"] == "command: Landlock");
+  BOOST_TEST(st["setup"]["errno"] == "EPERM");
+  BOOST_TEST(probe(s, {"nonewprivs"},
+                   {"no-new-privs", "landlock", "seccomp-profile", "seccomp-fixed"})
+                 .line == "value 0");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host files and /etc secrets: walls etc-mask and the mount tree
+// ---------------------------------------------------------------------------------------------
+
+// On the real /etc: the mask makes /etc/shadow an empty read-only file; without the mask the
+// host's own DAC (0640 root:shadow, root unmapped inside) still refuses.
+BOOST_AUTO_TEST_CASE(etc_shadow_is_an_empty_file) {
+  Sandbox s;
+  BOOST_TEST(probe(s, {"read-file", "/etc/shadow"}).line == "value -");
+  auto st = probe(s, {"stat", "/etc/shadow"});
+  BOOST_TEST(st.line.find(" size=0") != std::string::npos, st.line);
+  BOOST_TEST(probe(s, {"read-file", "/etc/shadow"}, {"etc-mask"}).line == "errno EACCES");
+}
+
+// The mask alone against a world-readable secret: cordon runs in a private mount namespace
+// where /etc/shadow is a readable fake and /etc/ssh holds a readable fake host key (this host
+// has none), so the host's /etc is never changed. Masked: empty. Control: the contents.
+BOOST_AUTO_TEST_CASE(etc_mask_alone_hides_readable_secrets_and_ssh_host_keys) {
+  Sandbox s;
+  std::string fake_shadow = s.base + "/fake-shadow";
+  BOOST_TEST_REQUIRE(write_file(fake_shadow, "root:$6$fake:19000::::::\n", 0644));
+  auto setup = [&] {
+    return ::mount(fake_shadow.c_str(), "/etc/shadow", nullptr, MS_BIND, nullptr) == 0 &&
+           ::mount("tmpfs", "/etc/ssh", "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=0755") ==
+               0 &&
+           write_file("/etc/ssh/ssh_host_ed25519_key", "FAKE HOST KEY\n", 0644);
+  };
+  for (const char* path : {"/etc/shadow", "/etc/ssh/ssh_host_ed25519_key"}) {
+    BOOST_TEST_CONTEXT(path) {
+      auto masked = run_in_private_mount_ns(s.args({}, {probe_bin(), "read-file", path}), setup);
+      BOOST_TEST(masked.exit_code() == 0, masked.out);
+      BOOST_TEST(masked.out == "probe read-file: value -\n");
+      auto ctl = run_in_private_mount_ns(
+          s.args({"--test-disable-wall", "etc-mask"}, {probe_bin(), "read-file", path}, true),
+          setup);
+      std::string want = std::string(path) == "/etc/shadow" ? "root:$6$fake:19000::::::\n"
+                                                            : "FAKE HOST KEY\n";
+      BOOST_TEST(ctl.out == "probe read-file: value " + hex(want) + "\n");
+    }
+  }
+  // The private namespace is gone with its last process: the host's /etc/shadow is intact.
+  struct stat st {};
+  BOOST_TEST_REQUIRE(::stat("/etc/shadow", &st) == 0);
+  BOOST_TEST((st.st_mode & 0004) == 0u);
+}
+
+// Only what cordon mounts exists inside. The control is the same probe run on the host,
+// outside any sandbox: each path is there.
+BOOST_AUTO_TEST_CASE(home_dirs_host_tmp_and_cordon_state_are_invisible) {
+  Sandbox s;
+  char marker[] = "/tmp/cordon-secfs-marker.XXXXXX";
+  int mfd = ::mkstemp(marker);
+  BOOST_TEST_REQUIRE(mfd >= 0);
+  ::close(mfd);
+  std::string sibling = s.base + "/next-to-the-root";
+  BOOST_TEST_REQUIRE(write_file(sibling, "x", 0644));
+  for (const std::string& path :
+       {std::string("/root"), std::string("/home"), std::string(marker), s.state, sibling}) {
+    BOOST_TEST_CONTEXT(path) {
+      BOOST_TEST(probe(s, {"stat", path}).line == "errno ENOENT");
+      auto host = run_process({probe_bin(), "stat", path});
+      BOOST_TEST(host.out.rfind("probe stat: value ", 0) == 0u, host.out);
+    }
+  }
+  // /tmp itself exists inside: the sandbox's own, empty tmpfs.
+  BOOST_TEST(probe(s, {"stat", "/tmp"}).line.rfind("value mode=041777 ", 0) == 0u);
+  ::unlink(marker);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writes outside the working root: read-only mounts first, Landlock second
+// ---------------------------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(writes_outside_the_root_hit_read_only_mounts) {
+  Sandbox s;
+  for (const char* path : {"/usr/cordon-probe", "/usr/bin/true", "/etc/cordon-probe",
+                           "/etc/hostname", "/cordon-probe", "/dev/cordon-probe"}) {
+    BOOST_TEST(probe(s, {"write-file", path}).line == "errno EROFS", path);
+  }
+  BOOST_TEST(probe(s, {"mkdir", "/usr/cordon-probe"}).line == "errno EROFS");
+  BOOST_TEST(!std::filesystem::exists("/usr/cordon-probe"));
+  BOOST_TEST(!std::filesystem::exists("/etc/cordon-probe"));
+  // The working root is writable, and the file lands on the host.
+  BOOST_TEST(probe(s, {"write-file", s.root + "/made-inside"}).line == "allowed");
+  BOOST_TEST(slurp(s.root + "/made-inside") == "x");
+}
+
+// A --ro directory that anyone may write on the host (mode 0777): the read-only bind answers
+// EROFS; with that bind made writable Landlock answers EACCES (the tree has read rights only);
+// with both removed the write lands on the host.
+BOOST_AUTO_TEST_CASE(a_read_only_path_is_refused_by_the_mount_then_by_landlock) {
+  Sandbox s;
+  std::string ro = s.base + "/shared";
+  BOOST_TEST_REQUIRE(::mkdir(ro.c_str(), 0777) == 0);
+  BOOST_TEST_REQUIRE(::chmod(ro.c_str(), 0777) == 0);
+  std::string target = ro + "/written";
+  std::vector<std::string> opts = {"--ro", ro};
+  BOOST_TEST(probe(s, {"write-file", target}, {}, opts).line == "errno EROFS");
+  BOOST_TEST(probe(s, {"write-file", target}, {"ro-paths"}, opts).line == "errno EACCES");
+  BOOST_TEST(!std::filesystem::exists(target));
+  BOOST_TEST(probe(s, {"write-file", target}, {"ro-paths", "landlock"}, opts).line == "allowed");
+  BOOST_TEST(slurp(target) == "x");
+}
+
+// ---------------------------------------------------------------------------------------------
+// No setuid/setgid file and no file capability lands on the host's disk
+// ---------------------------------------------------------------------------------------------
+
+// Every variant is refused by the fixed filter (openat2 by the profile: its mode is out of
+// seccomp's sight, so the profile refuses the whole call). The files on the HOST carry no
+// S_ISUID/S_ISGID. The control shows why the nosuid mount is not enough: it only stops setuid
+// inside the sandbox. The idmapped root maps the sandbox user to the root's owner (root), so
+// without the fixed filter a root-owned setuid file appears on the host disk, where the root
+// is not nosuid — a local root for whoever wrote its contents.
+BOOST_AUTO_TEST_CASE(setuid_and_setgid_bits_never_reach_the_host_disk) {
+  Sandbox s;
+  struct Case {
+    std::vector<std::string> args;
+    std::string file;
+    const char* full;
+  };
+  const std::string r = s.root + "/";
+  std::vector<Case> cases = {
+      {{"setuid-file", r + "a"}, r + "a", "errno EPERM"},
+      {{"fchmod-setuid", r + "b"}, r + "b", "errno EPERM"},
+      {{"fchmodat-setuid", r + "c"}, r + "c", "errno EPERM"},
+      {{"fchmodat2-setuid", r + "d"}, r + "d", "errno EPERM"},
+      {{"open-creat-setuid", r + "f"}, r + "f", "errno EPERM"},
+      {{"creat-setuid", r + "g"}, r + "g", "errno EPERM"},
+      {{"openat2-setuid", r + "h"}, r + "h", "errno ENOSYS"},
+      {{"mknod-setuid", r + "i"}, r + "i", "errno EPERM"},
+      {{"tmpfile-setuid", s.root, "j"}, r + "j", "errno EPERM"},
+  };
+  for (const auto& c : cases) {
+    BOOST_TEST_CONTEXT(c.args[0]) {
+      BOOST_TEST(probe(s, c.args).line == c.full);
+      HostFile f = host_file(c.file);
+      BOOST_TEST((!f.exists || (f.st.st_mode & (S_ISUID | S_ISGID)) == 0));
+    }
+  }
+  BOOST_TEST(probe(s, {"setgid-dir", r + "e"}).line == "errno EPERM");
+  BOOST_TEST(!host_file(r + "e").exists);
+
+  // Controls: each file removed first, so the probe creates it again.
+  for (const auto& c : cases) {
+    BOOST_TEST_CONTEXT(c.args[0] << " (control)") {
+      std::filesystem::remove(c.file);
+      auto ctl = c.args[0] == "openat2-setuid"
+                     ? probe(s, c.args, {"seccomp-fixed", "seccomp-profile"})
+                     : probe(s, c.args, {"seccomp-fixed"});
+      BOOST_TEST(ctl.line.rfind("allowed", 0) == 0u, ctl.line);
+      HostFile f = host_file(c.file);
+      BOOST_TEST_REQUIRE(f.exists);
+      BOOST_TEST((f.st.st_mode & S_ISUID) != 0u);
+      BOOST_TEST(f.st.st_uid == 0u);  // a root-owned setuid file on the host
+    }
+  }
+  // mkdir drops S_ISGID from its mode by itself: the kernel is the second layer here.
+  auto dir_ctl = probe(s, {"setgid-dir", r + "e"}, {"seccomp-fixed"});
+  BOOST_TEST(dir_ctl.line == "allowed mode=040755");
+  BOOST_TEST((host_file(r + "e").st.st_mode & S_ISGID) == 0u);
+}
+
+// security.capability is refused for want of CAP_SETFCAP, also for uid 0 inside (empty sets,
+// locked NOROOT). The control, uid 0 with the capability drop removed, writes a revision-2
+// (not namespaced) capability on the host's file: the idmapped root maps the namespace's root
+// to the disk's root, so the kernel does not convert it to a v3 rootid-bound one.
+BOOST_AUTO_TEST_CASE(file_capabilities_never_reach_the_host_disk) {
+  Sandbox s;
+  std::string file = s.root + "/capped";
+  BOOST_TEST(probe(s, {"setcap", file}).line == "errno EPERM");
+  BOOST_TEST(probe(s, {"setcap", file}, {}, {"--user", "0"}).line == "errno EPERM");
+  BOOST_TEST(!host_file(file).has_file_caps);
+  BOOST_TEST(probe(s, {"setcap", file}, {"cap-drop"}, {"--user", "0"}).line == "allowed");
+  BOOST_TEST_REQUIRE(host_file(file).has_file_caps);
+  vfs_ns_cap_data cap{};
+  ssize_t n = ::getxattr(file.c_str(), "security.capability", &cap, sizeof cap);
+  BOOST_TEST(n == static_cast<ssize_t>(XATTR_CAPS_SZ_2), "getxattr: " << n);
+  BOOST_TEST((le32toh(cap.magic_etc) & VFS_CAP_REVISION_MASK) ==
+             static_cast<uint32_t>(VFS_CAP_REVISION_2));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The cwd race: a directory swapped with a symlink to /etc while sandboxes start in it
+// ---------------------------------------------------------------------------------------------
+
+// One thread exchanges `work` (a directory) and `swap` (a symlink to /etc) with
+// renameat2(RENAME_EXCHANGE) as fast as it can while sandboxes start with --cwd <root>/work.
+// Each run must be refused by the parent's openat2(RESOLVE_BENEATH) check ("leads outside"),
+// fail in the child's re-check with ESTALE, or run in exactly the directory recorded before
+// the race. Fewer than 10 % refused-or-ESTALE runs means the test did not race: it fails.
+BOOST_AUTO_TEST_CASE(cwd_swapped_for_a_symlink_never_leads_outside) {
+  Sandbox s;
+  std::string work = s.root + "/work";
+  std::string swap = s.root + "/swap";
+  BOOST_TEST_REQUIRE(::mkdir(work.c_str(), 0755) == 0);
+  BOOST_TEST_REQUIRE(::symlink("/etc", swap.c_str()) == 0);
+  struct stat real {};
+  BOOST_TEST_REQUIRE(::stat(work.c_str(), &real) == 0);
+  const std::string real_ident =
+      "value " + std::to_string(real.st_dev) + " " + std::to_string(real.st_ino);
+
+  std::atomic<bool> stop{false};
+  std::atomic<long> swaps{0};
+  std::atomic<int> swap_errno{0};
+  std::thread swapper([&] {
+    while (!stop.load(std::memory_order_relaxed)) {
+      if (::renameat2(AT_FDCWD, work.c_str(), AT_FDCWD, swap.c_str(), RENAME_EXCHANGE) != 0) {
+        swap_errno = errno;
+        return;
+      }
+      swaps.fetch_add(1, std::memory_order_relaxed);
+    }
+  });
+
+  constexpr int kRuns = 300;
+  int refused = 0, estale = 0, inside = 0;
+  std::vector<std::string> bad;
+  auto start = std::chrono::steady_clock::now();
+  std::string status = s.base + "/race.json";
+  for (int i = 0; i < kRuns; ++i) {
+    ::unlink(status.c_str());
+    auto r = run_process(
+        s.args({"--json-status", status, "--cwd", work}, {probe_bin(), "cwd-ident"}));
+    json st = json::parse(slurp(status), nullptr, false);
+    if (r.exit_code() == 125 && r.err.find("leads outside") != std::string::npos) {
+      ++refused;
+    } else if (r.exit_code() == 125 && !st.is_discarded() && st.contains("setup") &&
+               st["setup"]["errno"] == "ESTALE") {
+      ++estale;
+    } else if (r.exit_code() == 0 && r.out == "probe cwd-ident: " + real_ident + "\n") {
+      ++inside;
+    } else {
+      bad.push_back("exit " + std::to_string(r.exit_code()) + " out `" + r.out + "` err `" +
+                    r.err + "`");
+    }
+  }
+  auto took = std::chrono::steady_clock::now() - start;
+  stop = true;
+  swapper.join();
+  BOOST_TEST_REQUIRE(swap_errno.load() == 0, "renameat2: " << std::strerror(swap_errno));
+  BOOST_TEST_MESSAGE("cwd race: " << kRuns << " runs in "
+                                  << std::chrono::duration_cast<std::chrono::milliseconds>(took)
+                                         .count()
+                                  << " ms, " << swaps.load() << " swaps; refused " << refused
+                                  << ", ESTALE " << estale << ", ran inside " << inside);
+  BOOST_TEST(bad.empty(), bad.size() << " runs escaped or failed otherwise; first: "
+                                     << (bad.empty() ? "" : bad.front()));
+  BOOST_TEST((refused + estale) * 10 >= kRuns,
+             "only " << refused + estale << " of " << kRuns << " runs hit the race");
+  BOOST_TEST(took < std::chrono::seconds(40));
+}
