@@ -327,3 +327,11 @@ BOOST_AUTO_TEST_CASE(a_sigkilled_cordon_leaves_nothing_behind_after_the_next_sta
     BOOST_TEST(!std::filesystem::exists(p), p);
   }
 }
+
+BOOST_AUTO_TEST_CASE(programs_can_rewrite_their_own_proc_files) {
+  // Landlock grants WRITE_FILE and TRUNCATE on /proc: `>` truncates before writing.
+  Sandbox s;
+  auto r = s.run({}, {"/bin/sh", "-c", "echo renamed > /proc/self/comm && cat /proc/self/comm"});
+  BOOST_TEST(r.exit_code() == 0, r.err);
+  BOOST_TEST(r.out == "cat\n");
+}
