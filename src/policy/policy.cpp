@@ -45,10 +45,15 @@ constexpr const char* kShellChars = " \t\n\r\v\f;&|<>()$`\\\"'*?[]{}~!#";
 constexpr const char* kDefaultPath = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin";
 
 const std::vector<std::string> kTopKeys = {
-    "$schema",        "allowedExecutables", "cwdRoot",     "defaultTimeoutMs", "maxTimeoutMs",
-    "killGraceMs",    "maxOutputBytes",     "limits",      "network",          "readOnlyPaths",
-    "maskPaths",      "env",                "seccompProfile", "runAsUid",      "concurrency",
-    "quotas",         "retention",          "rules",
+    "$schema",        "allowedExecutables",
+    "cwdRoot",        "defaultTimeoutMs",
+    "maxTimeoutMs",   "killGraceMs",
+    "maxOutputBytes", "limits",
+    "network",        "readOnlyPaths",
+    "maskPaths",      "env",
+    "seccompProfile", "runAsUid",
+    "concurrency",    "quotas",
+    "retention",      "rules",
 };
 
 template <class... Args>
@@ -98,8 +103,8 @@ class StrictnessCheck : public nlohmann::json_sax<json> {
   bool key(string_t& k) override {
     Frame& f = stack_.back();
     if (!f.keys.insert(k).second) {
-      error = fmt::format("policy: {}: duplicate key; write each key once",
-                          pointer_key(f.pointer, k));
+      error =
+          fmt::format("policy: {}: duplicate key; write each key once", pointer_key(f.pointer, k));
       return false;
     }
     f.key = k;
@@ -291,8 +296,8 @@ Result<Limits> parse_limits(const json& j, const std::string& ptr) {
   CORDON_CHECK(expect_object(j, ptr, {"memoryBytes", "pids", "cpus"}));
   Limits l;
   if (j.contains("memoryBytes")) {
-    CORDON_TRY(v, get_uint(j["memoryBytes"], ptr + "/memoryBytes", kMinMemoryBytes,
-                           kMaxMemoryBytes));
+    CORDON_TRY(v,
+               get_uint(j["memoryBytes"], ptr + "/memoryBytes", kMinMemoryBytes, kMaxMemoryBytes));
     l.memory_bytes = v;
   }
   if (j.contains("pids")) {
@@ -325,8 +330,10 @@ Result<EnvPolicy> parse_env(const json& j, const std::string& ptr) {
     for (const auto& [k, v] : j["set"].items()) {
       std::string kp = pointer_key(p, k);
       if (!valid_env_name(k)) {
-        return bad(kp, "\"{}\" is not a variable name (letters, digits, _; not starting with "
-                       "a digit)", k);
+        return bad(kp,
+                   "\"{}\" is not a variable name (letters, digits, _; not starting with "
+                   "a digit)",
+                   k);
       }
       CORDON_TRY(val, get_string(v, kp));
       e.set[k] = val;
@@ -341,8 +348,7 @@ Result<EnvPolicy> parse_env(const json& j, const std::string& ptr) {
         return bad(pointer_index(p, i), "\"{}\" is not a variable name", name);
       }
       if (e.set.count(name) != 0) {
-        return bad(pointer_index(p, i), "\"{}\" is also in /env/set; list it in one place",
-                   name);
+        return bad(pointer_index(p, i), "\"{}\" is also in /env/set; list it in one place", name);
       }
       e.pass.push_back(name);
     }
@@ -419,20 +425,23 @@ std::string json_array(const std::vector<std::string>& v) {
 
 Result<void> check_argv(const Policy& p, const std::vector<std::string>& argv) {
   if (argv.empty()) {
-    return refusal("argv is empty: pass the program's absolute path and its arguments as an "
-                   "array, e.g. [\"/usr/bin/make\", \"test\"]");
+    return refusal(
+        "argv is empty: pass the program's absolute path and its arguments as an "
+        "array, e.g. [\"/usr/bin/make\", \"test\"]");
   }
   for (size_t i = 0; i < argv.size(); ++i) {
     if (argv[i].find('\0') != std::string::npos) {
-      return refusal("argv[{}] contains a NUL byte, which no program can receive; pass each "
-                     "argument as its own string without NUL",
-                     i);
+      return refusal(
+          "argv[{}] contains a NUL byte, which no program can receive; pass each "
+          "argument as its own string without NUL",
+          i);
     }
   }
   const std::string& arg0 = argv[0];
   if (arg0.empty()) {
-    return refusal("argv[0] is empty: it must be the program's absolute path, e.g. "
-                   "[\"/usr/bin/make\", \"test\"]");
+    return refusal(
+        "argv[0] is empty: it must be the program's absolute path, e.g. "
+        "[\"/usr/bin/make\", \"test\"]");
   }
   if (arg0.find_first_of(kShellChars) != std::string::npos) {
     // A command line pasted as argv[0]: show it split on whitespace when that is all it is.
@@ -453,18 +462,20 @@ Result<void> check_argv(const Policy& p, const std::vector<std::string>& argv) {
         example = json_array(words);
       }
     }
-    return refusal("argv[0] {} contains whitespace or a shell metacharacter: commands run with "
-                   "NO shell. Pass an argv array with the program's absolute path first and "
-                   "each argument as its own element, e.g. {}",
-                   quoted(arg0), example);
+    return refusal(
+        "argv[0] {} contains whitespace or a shell metacharacter: commands run with "
+        "NO shell. Pass an argv array with the program's absolute path first and "
+        "each argument as its own element, e.g. {}",
+        quoted(arg0), example);
   }
   bool allowed = std::any_of(p.allowed_executables.begin(), p.allowed_executables.end(),
                              [&](const AllowedExecutable& e) { return e.path == arg0; });
   if (!allowed) {
     if (p.allowed_executables.empty()) {
-      return refusal("Executable {} is not allowed: this policy allows no executables; ask "
-                     "the operator to add its absolute path to allowedExecutables",
-                     quoted(arg0));
+      return refusal(
+          "Executable {} is not allowed: this policy allows no executables; ask "
+          "the operator to add its absolute path to allowedExecutables",
+          quoted(arg0));
     }
     std::vector<std::string> paths;
     std::string hint;
@@ -475,9 +486,10 @@ Result<void> check_argv(const Policy& p, const std::vector<std::string>& argv) {
         hint = fmt::format(" (did you mean {}?)", quoted(e.path));
       }
     }
-    return refusal("Executable {} is not allowed{}. Allowed executables, matched exactly as "
-                   "argv[0]: {}",
-                   quoted(arg0), hint, join(paths, ", "));
+    return refusal(
+        "Executable {} is not allowed{}. Allowed executables, matched exactly as "
+        "argv[0]: {}",
+        quoted(arg0), hint, join(paths, ", "));
   }
   return {};
 }
@@ -490,15 +502,15 @@ struct ResolvedCwd {
 
 Result<ResolvedCwd> resolve_cwd(const Policy& p, const std::optional<std::string>& cwd) {
   if (!p.root_fd || !p.root_fd->valid()) {
-    return std::unexpected(Error(ErrorCode::kInternal, 0,
-                                 "policy: cwdRoot is not open; call bind_policy() first"));
+    return std::unexpected(
+        Error(ErrorCode::kInternal, 0, "policy: cwdRoot is not open; call bind_policy() first"));
   }
   std::string want;
   if (!cwd) {
     want = p.root;
   } else if (cwd->empty() || cwd->find('\0') != std::string::npos) {
-    return refusal("cwd {} is not a path; omit cwd to run in the working root `{}`",
-                   quoted(*cwd), p.cwd_root);
+    return refusal("cwd {} is not a path; omit cwd to run in the working root `{}`", quoted(*cwd),
+                   p.cwd_root);
   } else if ((*cwd)[0] == '/') {
     want = normalize_path(*cwd);
   } else {
@@ -513,9 +525,10 @@ Result<ResolvedCwd> resolve_cwd(const Policy& p, const std::optional<std::string
     }
   }
   auto outside = [&](const std::string& resolved) {
-    return refusal("cwd {} resolves to `{}`, outside the working root `{}`; pass a directory "
-                   "inside `{}` (a relative cwd is taken from it)",
-                   quoted(cwd.value_or(want)), resolved, p.cwd_root, p.cwd_root);
+    return refusal(
+        "cwd {} resolves to `{}`, outside the working root `{}`; pass a directory "
+        "inside `{}` (a relative cwd is taken from it)",
+        quoted(cwd.value_or(want)), resolved, p.cwd_root, p.cwd_root);
   };
   if (rel.empty()) {
     return outside(want);
@@ -528,8 +541,7 @@ Result<ResolvedCwd> resolve_cwd(const Policy& p, const std::optional<std::string
     // RESOLVE_BENEATH also refuses an absolute symlink even when it points back inside.
     // Resolve without it only to learn where it leads; the fd counts only if the kernel's
     // path of what it opened is inside the root.
-    auto any = sys::openat2_fd(p.root_fd->get(), rel, O_PATH | O_DIRECTORY,
-                               RESOLVE_NO_MAGICLINKS);
+    auto any = sys::openat2_fd(p.root_fd->get(), rel, O_PATH | O_DIRECTORY, RESOLVE_NO_MAGICLINKS);
     if (!any) {
       return outside(want + " (through a symlink)");
     }
@@ -542,18 +554,20 @@ Result<ResolvedCwd> resolve_cwd(const Policy& p, const std::optional<std::string
   if (!fd) {
     int err = fd.error().sys_errno();
     if (err == ENOENT) {
-      return refusal("cwd {} (`{}`) does not exist inside the working root `{}`; create it "
-                     "first or pass an existing directory",
-                     quoted(cwd.value_or(want)), want, p.cwd_root);
+      return refusal(
+          "cwd {} (`{}`) does not exist inside the working root `{}`; create it "
+          "first or pass an existing directory",
+          quoted(cwd.value_or(want)), want, p.cwd_root);
     }
     if (err == ENOTDIR) {
       return refusal("cwd {} (`{}`) is not a directory; pass a directory inside `{}`",
                      quoted(cwd.value_or(want)), want, p.cwd_root);
     }
     if (err == ELOOP) {
-      return refusal("cwd {} (`{}`) has too many levels of symlinks or a magic link; pass "
-                     "the real directory inside `{}`",
-                     quoted(cwd.value_or(want)), want, p.cwd_root);
+      return refusal(
+          "cwd {} (`{}`) has too many levels of symlinks or a magic link; pass "
+          "the real directory inside `{}`",
+          quoted(cwd.value_or(want)), want, p.cwd_root);
     }
     return std::unexpected(std::move(fd.error()).wrap("resolve cwd"));
   }
@@ -584,14 +598,16 @@ Result<uint64_t> check_timeout(const Policy& p, std::optional<uint64_t> asked) {
     return p.default_timeout_ms;
   }
   if (*asked == 0) {
-    return refusal("timeoutMs 0 is not a timeout; ask for 1 to {} ms, or omit it for the "
-                   "default of {} ms",
-                   p.max_timeout_ms, p.default_timeout_ms);
+    return refusal(
+        "timeoutMs 0 is not a timeout; ask for 1 to {} ms, or omit it for the "
+        "default of {} ms",
+        p.max_timeout_ms, p.default_timeout_ms);
   }
   if (*asked > p.max_timeout_ms) {
-    return refusal("timeoutMs {} is above this policy's maximum of {} ms; ask for at most {} "
-                   "(a longer command can run in the background and be polled, or split)",
-                   *asked, p.max_timeout_ms, p.max_timeout_ms);
+    return refusal(
+        "timeoutMs {} is above this policy's maximum of {} ms; ask for at most {} "
+        "(a longer command can run in the background and be polled, or split)",
+        *asked, p.max_timeout_ms, p.max_timeout_ms);
   }
   return *asked;
 }
@@ -600,9 +616,10 @@ Result<std::vector<std::string>> build_env(const Policy& p,
                                            const std::map<std::string, std::string>& asked) {
   for (const auto& [name, value] : asked) {
     if (!valid_env_name(name)) {
-      return refusal("env name {} is not a variable name: use letters, digits and _, not "
-                     "starting with a digit",
-                     quoted(name));
+      return refusal(
+          "env name {} is not a variable name: use letters, digits and _, not "
+          "starting with a digit",
+          quoted(name));
     }
     if (value.find('\0') != std::string::npos) {
       return refusal("env {} contains a NUL byte; a value cannot carry one", name);
@@ -610,13 +627,13 @@ Result<std::vector<std::string>> build_env(const Policy& p,
     // LD_PRELOAD, LD_AUDIT, LD_LIBRARY_PATH: the dynamic loader would run code into an
     // allowlisted program that the allowlist never approved.
     if (name.rfind("LD_", 0) == 0) {
-      return refusal("env {} is refused: LD_* variables make the dynamic loader run code the "
-                     "allowlist never approved; leave it out",
-                     name);
+      return refusal(
+          "env {} is refused: LD_* variables make the dynamic loader run code the "
+          "allowlist never approved; leave it out",
+          name);
     }
     if (p.env.set.count(name) != 0) {
-      return refusal("env {} is fixed by the policy (env.set); leave it out of the request",
-                     name);
+      return refusal("env {} is fixed by the policy (env.set); leave it out of the request", name);
     }
   }
   const char* term = ::getenv("TERM");
@@ -654,8 +671,8 @@ struct CheckedExecutable {
 Result<std::string> hash_file(int path_fd, const std::string& path, const struct stat& want) {
   // Re-open the very inode that passed the checks (an O_PATH fd cannot be read).
   std::string proc = fmt::format("/proc/self/fd/{}", path_fd);
-  CORDON_TRY_CTX(fd, sys::open_fd(proc, O_RDONLY | O_NOCTTY | O_NONBLOCK),
-                 "open `{}` to hash it", path);
+  CORDON_TRY_CTX(fd, sys::open_fd(proc, O_RDONLY | O_NOCTTY | O_NONBLOCK), "open `{}` to hash it",
+                 path);
   CORDON_TRY(st, sys::fstat_fd(fd.get()));
   if (st.st_dev != want.st_dev || st.st_ino != want.st_ino) {
     return refusal("`{}` changed while it was checked; try again", path);
@@ -693,40 +710,44 @@ Result<CheckedExecutable> check_executable(const AllowedExecutable& e) {
   }
   CORDON_TRY(st, sys::fstat_fd(fd->get()));
   if (!S_ISREG(st.st_mode)) {
-    return refusal("allowed executable `{}` is not a regular file; ask the operator to fix "
-                   "allowedExecutables",
-                   e.path);
+    return refusal(
+        "allowed executable `{}` is not a regular file; ask the operator to fix "
+        "allowedExecutables",
+        e.path);
   }
   if ((st.st_mode & (S_IXUSR | S_IXGRP | S_IXOTH)) == 0) {
-    return refusal("allowed executable `{}` is not executable (mode {:04o}); ask the operator "
-                   "to fix its mode",
-                   e.path, st.st_mode & 07777);
+    return refusal(
+        "allowed executable `{}` is not executable (mode {:04o}); ask the operator "
+        "to fix its mode",
+        e.path, st.st_mode & 07777);
   }
   // Whoever can write the file decides what the allowlist runs: only root and the uid cordon
   // itself runs as (who could change the policy anyway) may own it, and nobody else may write.
   if (st.st_uid != 0 && st.st_uid != ::geteuid()) {
-    return refusal("allowed executable `{}` is owned by uid {}, not root or cordon's uid {}: "
-                   "its owner could replace what the allowlist approves; ask the operator to "
-                   "chown it",
-                   e.path, st.st_uid, ::geteuid());
+    return refusal(
+        "allowed executable `{}` is owned by uid {}, not root or cordon's uid {}: "
+        "its owner could replace what the allowlist approves; ask the operator to "
+        "chown it",
+        e.path, st.st_uid, ::geteuid());
   }
   if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
-    return refusal("allowed executable `{}` is writable by group or others (mode {:04o}): "
-                   "they could replace what the allowlist approves; ask the operator to "
-                   "`chmod go-w` it",
-                   e.path, st.st_mode & 07777);
+    return refusal(
+        "allowed executable `{}` is writable by group or others (mode {:04o}): "
+        "they could replace what the allowlist approves; ask the operator to "
+        "`chmod go-w` it",
+        e.path, st.st_mode & 07777);
   }
   if (e.sha256) {
     CORDON_TRY(got, hash_file(fd->get(), e.path, st));
     if (got != *e.sha256) {
-      return refusal("allowed executable `{}` does not match its sha256 pin (file {}, pinned "
-                     "{}): it changed since the policy was written; the operator must verify "
-                     "it and update the pin",
-                     e.path, got, *e.sha256);
+      return refusal(
+          "allowed executable `{}` does not match its sha256 pin (file {}, pinned "
+          "{}): it changed since the policy was written; the operator must verify "
+          "it and update the pin",
+          e.path, got, *e.sha256);
     }
   }
-  return CheckedExecutable{std::make_shared<const UniqueFd>(std::move(*fd)), st.st_dev,
-                           st.st_ino};
+  return CheckedExecutable{std::make_shared<const UniqueFd>(std::move(*fd)), st.st_dev, st.st_ino};
 }
 
 // A policy is a few KiB; the cap keeps a wrong path (a device, a huge log) from being slurped.
@@ -747,8 +768,7 @@ Result<std::string> read_all(int fd, const std::string& path) {
     }
     out.append(buf, static_cast<size_t>(n));
     if (out.size() > kMaxPolicyBytes) {
-      return invalid("`{}` is larger than {} bytes; that is not a policy", path,
-                     kMaxPolicyBytes);
+      return invalid("`{}` is larger than {} bytes; that is not a policy", path, kMaxPolicyBytes);
     }
   }
 }
@@ -899,8 +919,7 @@ Result<Policy> parse_policy(std::string_view json_text) {
 
 Result<void> bind_policy(Policy& p, const HostPathGuard& guard) {
   CORDON_TRY_CTX(fd,
-                 sys::openat2_fd(AT_FDCWD, p.cwd_root, O_PATH | O_DIRECTORY,
-                                 RESOLVE_NO_MAGICLINKS),
+                 sys::openat2_fd(AT_FDCWD, p.cwd_root, O_PATH | O_DIRECTORY, RESOLVE_NO_MAGICLINKS),
                  "policy: cwdRoot");
   CORDON_TRY(root, sys::fd_path(fd.get()));
   CORDON_CHECK_CTX(guard.check(root, "cwdRoot"), "policy");
@@ -921,10 +940,9 @@ Result<void> bind_policy(Policy& p, const HostPathGuard& guard) {
 }
 
 Result<Policy> load_policy(const std::string& path, const HostPathGuard& guard) {
-  CORDON_TRY_CTX(fd,
-                 sys::openat2_fd(AT_FDCWD, path, O_RDONLY | O_NOCTTY | O_NONBLOCK,
-                                 RESOLVE_NO_MAGICLINKS),
-                 "load policy");
+  CORDON_TRY_CTX(
+      fd, sys::openat2_fd(AT_FDCWD, path, O_RDONLY | O_NOCTTY | O_NONBLOCK, RESOLVE_NO_MAGICLINKS),
+      "load policy");
   CORDON_TRY(st, sys::fstat_fd(fd.get()));
   if (!S_ISREG(st.st_mode)) {
     return invalid("load policy: `{}` is not a regular file", path);

@@ -33,9 +33,9 @@ struct AllowedExecutable {
 
 /// A refusal for agents, NOT a security boundary: `git -C . push` slips past a prefix rule.
 struct Rule {
-  std::vector<std::string> argv_prefix;       // set for argvPrefix rules (non-empty)
+  std::vector<std::string> argv_prefix;      // set for argvPrefix rules (non-empty)
   std::optional<std::string> argv_contains;  // set for argvContains rules: a whole element
-  std::string refuse;                         // the whole refusal message, verbatim
+  std::string refuse;                        // the whole refusal message, verbatim
 };
 
 struct Limits {
@@ -116,9 +116,9 @@ struct StartRequest {
 /// What the engine needs to build a sandbox::SandboxSpec, everything resolved and checked.
 struct CheckedStart {
   std::vector<std::string> argv;
-  std::string root;              // resolved cwdRoot
-  std::string cwd;               // resolved, inside root
-  dev_t cwd_dev = 0;             // identity of the cwd that passed the check
+  std::string root;   // resolved cwdRoot
+  std::string cwd;    // resolved, inside root
+  dev_t cwd_dev = 0;  // identity of the cwd that passed the check
   ino_t cwd_ino = 0;
   std::vector<std::string> env;  // NAME=VALUE, sorted by name
   uint64_t timeout_ms = 0;

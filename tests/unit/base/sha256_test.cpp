@@ -1,9 +1,8 @@
 #define BOOST_TEST_MODULE base_sha256
-#include <boost/test/unit_test.hpp>
-
-#include <string>
-
 #include "base/sha256.hpp"
+
+#include <boost/test/unit_test.hpp>
+#include <string>
 
 using cordon::Sha256;
 using cordon::sha256_hex;

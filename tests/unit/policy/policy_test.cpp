@@ -1,11 +1,12 @@
 #define BOOST_TEST_MODULE policy_policy
-#include <boost/test/unit_test.hpp>
+#include "policy/policy.hpp"
 
 #include <fcntl.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <boost/test/unit_test.hpp>
 #include <climits>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -14,7 +15,6 @@
 #include <string>
 
 #include "base/sha256.hpp"
-#include "policy/policy.hpp"
 
 using cordon::ErrorCode;
 using nlohmann::json;
@@ -35,8 +35,8 @@ struct Tree {
     t = real;
     root = t + "/root";
     bin = t + "/bin";
-    for (const auto& d : {root, root + "/sub", root + "/sub/deeper", t + "/root-evil",
-                          t + "/outside", bin}) {
+    for (const auto& d :
+         {root, root + "/sub", root + "/sub/deeper", t + "/root-evil", t + "/outside", bin}) {
       BOOST_REQUIRE(::mkdir(d.c_str(), 0755) == 0);
     }
     BOOST_REQUIRE(::symlink("sub", (root + "/link-in").c_str()) == 0);
@@ -60,9 +60,7 @@ struct Tree {
     BOOST_REQUIRE(::chmod(path.c_str(), 0755) == 0);
   }
 
-  json base() const {
-    return json{{"allowedExecutables", {tool, git}}, {"cwdRoot", root}};
-  }
+  json base() const { return json{{"allowedExecutables", {tool, git}}, {"cwdRoot", root}}; }
 };
 
 policy::Policy bound(const json& j) {
@@ -124,10 +122,11 @@ BOOST_AUTO_TEST_CASE(refuses_shell_syntax_in_argv0_saying_there_is_no_shell) {
   Tree tr;
   auto p = bound(tr.base());
   BOOST_TEST(refused(&p, req({tr.git + " status"})) ==
-             "argv[0] \"" + tr.git + " status\" contains whitespace or a shell metacharacter: "
-             "commands run with NO shell. Pass an argv array with the program's absolute path "
-             "first and each argument as its own element, e.g. [\"" + tr.git +
-             "\", \"status\"]");
+             "argv[0] \"" + tr.git +
+                 " status\" contains whitespace or a shell metacharacter: "
+                 "commands run with NO shell. Pass an argv array with the program's absolute path "
+                 "first and each argument as its own element, e.g. [\"" +
+                 tr.git + "\", \"status\"]");
   for (const char* bad : {"/usr/bin/git;id", "$(id)", "a|b", "x>y", "`id`", "~/bin/x", "a\tb"}) {
     std::string m = refused(&p, req({bad}));
     BOOST_TEST(m.find("NO shell") != std::string::npos, bad << ": " << m);
@@ -149,8 +148,9 @@ BOOST_AUTO_TEST_CASE(refuses_executables_not_allowlisted_exactly) {
   BOOST_TEST(starts_with(refused(&p, req({tr.bin + "/../bin/tool"})), "Executable"));
   auto none = bound(json{{"allowedExecutables", json::array()}, {"cwdRoot", tr.root}});
   BOOST_TEST(refused(&none, req({tr.tool})) ==
-             "Executable \"" + tr.tool + "\" is not allowed: this policy allows no executables; "
-             "ask the operator to add its absolute path to allowedExecutables");
+             "Executable \"" + tr.tool +
+                 "\" is not allowed: this policy allows no executables; "
+                 "ask the operator to add its absolute path to allowedExecutables");
 }
 
 BOOST_AUTO_TEST_CASE(a_sibling_with_the_root_as_prefix_is_not_inside_it) {
@@ -214,11 +214,15 @@ BOOST_AUTO_TEST_CASE(cwd_defaults_to_the_root_and_relative_is_taken_from_it) {
   BOOST_TEST(ok->cwd == tr.root + "/sub/deeper");
 
   r.cwd = "missing";
-  BOOST_TEST(refused(&p, r) == "cwd \"missing\" (`" + tr.root + "/missing`) does not exist inside "
-                               "the working root `" + tr.root + "`; create it first or pass an "
-                               "existing directory");
+  BOOST_TEST(refused(&p, r) == "cwd \"missing\" (`" + tr.root +
+                                   "/missing`) does not exist inside "
+                                   "the working root `" +
+                                   tr.root +
+                                   "`; create it first or pass an "
+                                   "existing directory");
   r.cwd = "file";
-  BOOST_TEST(starts_with(refused(&p, r), "cwd \"file\" (`" + tr.root + "/file`) is not a directory"));
+  BOOST_TEST(
+      starts_with(refused(&p, r), "cwd \"file\" (`" + tr.root + "/file`) is not a directory"));
 }
 
 BOOST_AUTO_TEST_CASE(first_matching_rule_refuses_verbatim_and_is_no_boundary) {
@@ -281,8 +285,9 @@ BOOST_AUTO_TEST_CASE(env_names_are_validated_and_the_environment_is_built) {
   auto r = req({tr.tool});
   r.timeout_ms = 1;
   r.env = {{"1BAD", "x"}};
-  BOOST_TEST(refused(&p, r) == "env name \"1BAD\" is not a variable name: use letters, digits "
-                               "and _, not starting with a digit");
+  BOOST_TEST(refused(&p, r) ==
+             "env name \"1BAD\" is not a variable name: use letters, digits "
+             "and _, not starting with a digit");
   r.env = {{"A=B", "x"}};
   BOOST_TEST(starts_with(refused(&p, r), "env name \"A=B\" is not a variable name"));
   r.env = {{"LD_PRELOAD", "/tmp/x.so"}};
@@ -300,9 +305,9 @@ BOOST_AUTO_TEST_CASE(env_names_are_validated_and_the_environment_is_built) {
   r.env = {{"FOO", "bar"}, {"HOME", "/tmp/elsewhere"}};
   auto ok = policy::check_start(&p, r);
   BOOST_REQUIRE_MESSAGE(ok.has_value(), (ok ? "" : ok.error().message()));
-  std::vector<std::string> want = {"CI=1",         "CORDON_TEST_PASS=passed", "FOO=bar",
-                                   "HOME=/tmp/elsewhere", "LANG=C.UTF-8", "PATH=/usr/bin:/bin",
-                                   "TERM=xterm"};
+  std::vector<std::string> want = {
+      "CI=1",         "CORDON_TEST_PASS=passed", "FOO=bar",   "HOME=/tmp/elsewhere",
+      "LANG=C.UTF-8", "PATH=/usr/bin:/bin",      "TERM=xterm"};
   BOOST_TEST(ok->env == want, boost::test_tools::per_element());
   ::unsetenv("CORDON_TEST_PASS");
 }
@@ -345,16 +350,17 @@ BOOST_AUTO_TEST_CASE(refuses_executables_others_could_replace) {
   auto p = bound(tr.base());
   BOOST_REQUIRE(::chmod(tr.tool.c_str(), 0775) == 0);
   BOOST_TEST(refused(&p, req({tr.tool})) ==
-             "allowed executable `" + tr.tool + "` is writable by group or others (mode 0775): "
-             "they could replace what the allowlist approves; ask the operator to `chmod go-w` "
-             "it");
+             "allowed executable `" + tr.tool +
+                 "` is writable by group or others (mode 0775): "
+                 "they could replace what the allowlist approves; ask the operator to `chmod go-w` "
+                 "it");
   BOOST_REQUIRE(::chmod(tr.tool.c_str(), 0757) == 0);
   BOOST_TEST(refused(&p, req({tr.tool})).find("writable by group or others (mode 0757)") !=
              std::string::npos);
   BOOST_REQUIRE(::chmod(tr.tool.c_str(), 0644) == 0);
-  BOOST_TEST(refused(&p, req({tr.tool})) ==
-             "allowed executable `" + tr.tool + "` is not executable (mode 0644); ask the "
-             "operator to fix its mode");
+  BOOST_TEST(refused(&p, req({tr.tool})) == "allowed executable `" + tr.tool +
+                                                "` is not executable (mode 0644); ask the "
+                                                "operator to fix its mode");
   BOOST_REQUIRE(::chmod(tr.tool.c_str(), 0755) == 0);
   BOOST_TEST(policy::check_start(&p, req({tr.tool})).has_value());
   if (::geteuid() == 0) {
@@ -374,9 +380,9 @@ BOOST_AUTO_TEST_CASE(a_missing_allowlisted_executable_is_not_found_not_refused) 
   auto c = policy::check_start(&p, req({tr.tool}));
   BOOST_REQUIRE(!c.has_value());
   BOOST_TEST((c.error().code() == ErrorCode::kNotFound));
-  BOOST_TEST(c.error().context() ==
-             "allowed executable `" + tr.tool + "` does not exist on this host; install it or "
-             "ask the operator to fix allowedExecutables");
+  BOOST_TEST(c.error().context() == "allowed executable `" + tr.tool +
+                                        "` does not exist on this host; install it or "
+                                        "ask the operator to fix allowedExecutables");
   // A directory where the executable should be.
   BOOST_REQUIRE(::mkdir(tr.tool.c_str(), 0755) == 0);
   BOOST_TEST(starts_with(refused(&p, req({tr.tool})),
@@ -473,8 +479,9 @@ BOOST_AUTO_TEST_CASE(unknown_keys_and_wrong_types_name_the_json_pointer) {
              "policy: /killGraceMs: expected a non-negative integer, got negative integer");
   BOOST_TEST(parse_error(head + R"("network": "bridge"})") ==
              "policy: /network: \"bridge\" is not a network mode; use \"none\" or \"host\"");
-  BOOST_TEST(parse_error(head + R"("rules": [{"argvPrefix": ["/usr/bin/git", 1], "refuse": "x"}]})") ==
-             "policy: /rules/0/argvPrefix/1: expected a string, got non-negative integer");
+  BOOST_TEST(
+      parse_error(head + R"("rules": [{"argvPrefix": ["/usr/bin/git", 1], "refuse": "x"}]})") ==
+      "policy: /rules/0/argvPrefix/1: expected a string, got non-negative integer");
   BOOST_TEST(parse_error(head + R"("rules": [{"argvContains": "x", "refuse": "x", "why": 1}]})") ==
              "policy: /rules/0/why: unknown key; allowed here: argvPrefix, argvContains, refuse");
   BOOST_TEST(parse_error(head + R"("env": {"set": {"a/b~": 1}}})") ==
@@ -482,8 +489,10 @@ BOOST_AUTO_TEST_CASE(unknown_keys_and_wrong_types_name_the_json_pointer) {
              "starting with a digit)");
   BOOST_TEST(parse_error(head + R"("env": {"set": {"A": 1}}})") ==
              "policy: /env/set/A: expected a string, got non-negative integer");
-  BOOST_TEST(parse_error(R"({"allowedExecutables": ["/a", {"path": "/b", "sha256": "abc"}], "cwdRoot": "/w"})") ==
-             "policy: /allowedExecutables/1/sha256: expected 64 hex digits (a SHA-256 of the file)");
+  BOOST_TEST(
+      parse_error(
+          R"({"allowedExecutables": ["/a", {"path": "/b", "sha256": "abc"}], "cwdRoot": "/w"})") ==
+      "policy: /allowedExecutables/1/sha256: expected 64 hex digits (a SHA-256 of the file)");
   BOOST_TEST(parse_error(R"({"allowedExecutables": ["/a", 7], "cwdRoot": "/w"})") ==
              "policy: /allowedExecutables/1: expected an absolute path or {\"path\", \"sha256\"}, "
              "got non-negative integer");
@@ -494,7 +503,8 @@ BOOST_AUTO_TEST_CASE(refuses_bad_values_with_the_json_pointer) {
   const std::string head = R"({"allowedExecutables": ["/usr/bin/git"], "cwdRoot": "/srv/w", )";
   BOOST_TEST(parse_error(R"({"cwdRoot": "/w"})") ==
              "policy: /allowedExecutables: required: the absolute paths commands may run");
-  BOOST_TEST(starts_with(parse_error(R"({"allowedExecutables": []})"), "policy: /cwdRoot: required"));
+  BOOST_TEST(
+      starts_with(parse_error(R"({"allowedExecutables": []})"), "policy: /cwdRoot: required"));
   BOOST_TEST(parse_error(R"({"allowedExecutables": ["git"], "cwdRoot": "/w"})") ==
              "policy: /allowedExecutables/0: \"git\" is not an absolute path");
   BOOST_TEST(parse_error(R"({"allowedExecutables": ["/usr/bin/../bin/git"], "cwdRoot": "/w"})") ==
@@ -510,12 +520,15 @@ BOOST_AUTO_TEST_CASE(refuses_bad_values_with_the_json_pointer) {
              "policy: /defaultTimeoutMs: 0 is out of range [1, 604800000]");
   BOOST_TEST(parse_error(head + R"("limits": {"pids": 1}})") ==
              "policy: /limits/pids: 1 is out of range [2, 4194304]");
-  BOOST_TEST(starts_with(parse_error(head + R"("limits": {"cpus": 0}})"), "policy: /limits/cpus: 0 is out of range"));
-  BOOST_TEST(starts_with(parse_error(head + R"("runAsUid": 0})"), "policy: /runAsUid: 0 is out of range [1, 65534]"));
+  BOOST_TEST(starts_with(parse_error(head + R"("limits": {"cpus": 0}})"),
+                         "policy: /limits/cpus: 0 is out of range"));
+  BOOST_TEST(starts_with(parse_error(head + R"("runAsUid": 0})"),
+                         "policy: /runAsUid: 0 is out of range [1, 65534]"));
   BOOST_TEST(parse_error(head + R"("concurrency": {"perSession": 9, "total": 8}})") ==
              "policy: /concurrency/perSession: 9 is above concurrency.total 8");
-  BOOST_TEST(parse_error(head + R"("maskPaths": ["/var/secret"]})") ==
-             "policy: /maskPaths/0: \"/var/secret\" is not a path under /etc (only /etc is masked)");
+  BOOST_TEST(
+      parse_error(head + R"("maskPaths": ["/var/secret"]})") ==
+      "policy: /maskPaths/0: \"/var/secret\" is not a path under /etc (only /etc is masked)");
   BOOST_TEST(parse_error(head + R"("rules": [{"refuse": "x"}]})") ==
              "policy: /rules/0: a rule has exactly one of argvPrefix or argvContains");
   BOOST_TEST(parse_error(head + R"("rules": [{"argvPrefix": [], "refuse": "x"}]})") ==
@@ -555,15 +568,17 @@ BOOST_AUTO_TEST_CASE(load_refuses_a_root_containing_the_policy_or_a_system_dir) 
   std::ofstream(inside) << j.dump();
   auto bad = policy::load_policy(inside, guard);
   BOOST_REQUIRE(!bad.has_value());
-  BOOST_TEST(bad.error().message().find("contains cordon's own `" + inside + "`") !=
-             std::string::npos, bad.error().message());
+  BOOST_TEST(
+      bad.error().message().find("contains cordon's own `" + inside + "`") != std::string::npos,
+      bad.error().message());
 
   j["cwdRoot"] = "/usr";
   std::ofstream(file, std::ios::trunc) << j.dump();
   bad = policy::load_policy(file, guard);
   BOOST_REQUIRE(!bad.has_value());
-  BOOST_TEST(bad.error().message().find("cwdRoot `/usr` is a system directory") !=
-             std::string::npos, bad.error().message());
+  BOOST_TEST(
+      bad.error().message().find("cwdRoot `/usr` is a system directory") != std::string::npos,
+      bad.error().message());
 
   // Protected paths passed in by the caller (cordon's state dir, say).
   policy::HostPathGuard g2;
@@ -662,7 +677,8 @@ BOOST_AUTO_TEST_CASE(schema_lists_the_same_keys_and_defaults_as_the_parser) {
   BOOST_TEST(pr["limits"]["properties"]["memoryBytes"]["default"] == p->limits.memory_bytes);
   BOOST_TEST(pr["limits"]["properties"]["pids"]["default"] == p->limits.pids);
   BOOST_TEST(pr["limits"]["properties"]["cpus"]["default"] == p->limits.cpus);
-  BOOST_TEST(pr["concurrency"]["properties"]["perSession"]["default"] == p->concurrency.per_session);
+  BOOST_TEST(pr["concurrency"]["properties"]["perSession"]["default"] ==
+             p->concurrency.per_session);
   BOOST_TEST(pr["concurrency"]["properties"]["total"]["default"] == p->concurrency.total);
   BOOST_TEST(pr["quotas"]["properties"]["maxJobs"]["default"] == p->quotas.max_jobs);
   BOOST_TEST(pr["quotas"]["properties"]["maxDiskBytes"]["default"] == p->quotas.max_disk_bytes);
