@@ -1,0 +1,1025 @@
+#include "policy/policy.hpp"
+
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <utility>
+
+#include "base/sha256.hpp"
+#include "base/strings.hpp"
+#include "policy/seccomp_profile.hpp"
+#include "sys/fs.hpp"
+
+namespace cordon::policy {
+namespace {
+
+using nlohmann::json;
+
+// Bounds. Generous enough for any real deployment, tight enough that a typo (an extra three
+// zeros, seconds written as milliseconds) is caught at load time rather than at 3 a.m.
+constexpr uint64_t kMaxTimeoutBoundMs = 7ULL * 24 * 3600 * 1000;  // a week
+constexpr uint64_t kMaxKillGraceMs = 10ULL * 60 * 1000;
+constexpr uint64_t kMaxOutputBytesBound = 1ULL << 40;
+constexpr uint64_t kMinMemoryBytes = 16ULL << 20;
+constexpr uint64_t kMaxMemoryBytes = 1ULL << 50;
+constexpr uint64_t kMaxPids = 4194304;  // the kernel's PID_MAX_LIMIT
+constexpr double kMaxCpus = 4096;
+constexpr uint64_t kMaxUid = 65534;
+constexpr uint64_t kMaxPerSession = 1024;
+constexpr uint64_t kMaxTotal = 65536;
+constexpr uint64_t kMinDiskBytes = 1ULL << 20;
+constexpr uint64_t kBig = 1ULL << 62;
+
+// argv[0] may hold none of these: each would mean something only to a shell, and there is none.
+constexpr const char* kShellChars = " \t\n\r\v\f;&|<>()$`\\\"'*?[]{}~!#";
+
+constexpr const char* kDefaultPath = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin";
+
+const std::vector<std::string> kTopKeys = {
+    "$schema",        "allowedExecutables",
+    "cwdRoot",        "defaultTimeoutMs",
+    "maxTimeoutMs",   "killGraceMs",
+    "maxOutputBytes", "limits",
+    "network",        "readOnlyPaths",
+    "maskPaths",      "env",
+    "seccompProfile", "runAsUid",
+    "concurrency",    "quotas",
+    "retention",      "rules",
+};
+
+template <class... Args>
+std::unexpected<Error> bad(const std::string& pointer, fmt::format_string<Args...> f,
+                           Args&&... args) {
+  return invalid("policy: {}: {}", pointer.empty() ? "/" : pointer,
+                 fmt::format(f, std::forward<Args>(args)...));
+}
+
+// RFC 6901: "~" and "/" in a key are escaped in a pointer.
+std::string pointer_key(const std::string& base, const std::string& key) {
+  std::string out = base + "/";
+  for (char c : key) {
+    if (c == '~') {
+      out += "~0";
+    } else if (c == '/') {
+      out += "~1";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::string pointer_index(const std::string& base, size_t i) {
+  return base + "/" + std::to_string(i);
+}
+
+// A first pass over the text: nlohmann keeps the last of duplicate keys silently, so a policy
+// could say one thing to a reviewer (or a schema validator) and another to cordon. It also
+// gives parse errors with a line and column, which the non-throwing DOM parse does not.
+class StrictnessCheck : public nlohmann::json_sax<json> {
+ public:
+  std::string error;
+
+  bool null() override { return scalar(); }
+  bool boolean(bool) override { return scalar(); }
+  bool number_integer(number_integer_t) override { return scalar(); }
+  bool number_unsigned(number_unsigned_t) override { return scalar(); }
+  bool number_float(number_float_t, const string_t&) override { return scalar(); }
+  bool string(string_t&) override { return scalar(); }
+  bool binary(binary_t&) override { return scalar(); }
+  bool start_object(std::size_t) override {
+    stack_.push_back(Frame{false, child_pointer(), 0, {}, {}});
+    return true;
+  }
+  bool key(string_t& k) override {
+    Frame& f = stack_.back();
+    if (!f.keys.insert(k).second) {
+      error =
+          fmt::format("policy: {}: duplicate key; write each key once", pointer_key(f.pointer, k));
+      return false;
+    }
+    f.key = k;
+    return true;
+  }
+  bool end_object() override {
+    stack_.pop_back();
+    return true;
+  }
+  bool start_array(std::size_t) override {
+    stack_.push_back(Frame{true, child_pointer(), 0, {}, {}});
+    return true;
+  }
+  bool end_array() override {
+    stack_.pop_back();
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&,
+                   const nlohmann::detail::exception& ex) override {
+    error = fmt::format("policy: not valid JSON: {}", ex.what());
+    return false;
+  }
+
+ private:
+  struct Frame {
+    bool array;
+    std::string pointer;
+    size_t index;
+    std::set<std::string> keys;
+    std::string key;
+  };
+  bool scalar() {
+    child_pointer();
+    return true;
+  }
+  std::string child_pointer() {
+    if (stack_.empty()) {
+      return "";
+    }
+    Frame& f = stack_.back();
+    return f.array ? pointer_index(f.pointer, f.index++) : pointer_key(f.pointer, f.key);
+  }
+  std::vector<Frame> stack_;
+};
+
+std::string type_name(const json& j) {
+  if (j.is_number_unsigned()) {
+    return "non-negative integer";
+  }
+  if (j.is_number_integer()) {
+    return "negative integer";
+  }
+  if (j.is_number_float()) {
+    return "fractional number";
+  }
+  return j.type_name();
+}
+
+Result<void> expect_object(const json& j, const std::string& ptr,
+                           std::initializer_list<const char*> allowed) {
+  if (!j.is_object()) {
+    return bad(ptr, "expected an object, got {}", type_name(j));
+  }
+  for (const auto& [k, v] : j.items()) {
+    bool known = std::any_of(allowed.begin(), allowed.end(), [&](const char* a) { return k == a; });
+    if (!known) {
+      std::string list;
+      for (const char* a : allowed) {
+        list += list.empty() ? a : std::string(", ") + a;
+      }
+      return bad(pointer_key(ptr, k), "unknown key; allowed here: {}", list);
+    }
+  }
+  return {};
+}
+
+Result<void> expect_array(const json& j, const std::string& ptr) {
+  if (!j.is_array()) {
+    return bad(ptr, "expected an array, got {}", type_name(j));
+  }
+  return {};
+}
+
+Result<std::string> get_string(const json& j, const std::string& ptr) {
+  if (!j.is_string()) {
+    return bad(ptr, "expected a string, got {}", type_name(j));
+  }
+  std::string s = j.get<std::string>();
+  if (s.find('\0') != std::string::npos) {
+    return bad(ptr, "contains a NUL byte");
+  }
+  return s;
+}
+
+Result<uint64_t> get_uint(const json& j, const std::string& ptr, uint64_t min, uint64_t max) {
+  if (!j.is_number_unsigned()) {
+    return bad(ptr, "expected a non-negative integer, got {}", type_name(j));
+  }
+  uint64_t v = j.get<uint64_t>();
+  if (v < min || v > max) {
+    return bad(ptr, "{} is out of range [{}, {}]", v, min, max);
+  }
+  return v;
+}
+
+// Absolute and already normal: a path in a policy is compared as written, so "/usr/bin/../bin"
+// would never match what it seems to say.
+Result<std::string> get_abs_path(const json& j, const std::string& ptr) {
+  CORDON_TRY(s, get_string(j, ptr));
+  if (s.empty() || s[0] != '/') {
+    return bad(ptr, "\"{}\" is not an absolute path", s);
+  }
+  std::string n = normalize_path(s);
+  if (n != s) {
+    return bad(ptr, "\"{}\" is not in normal form; write it as \"{}\"", s, n);
+  }
+  return s;
+}
+
+bool valid_env_name(std::string_view n) {
+  if (n.empty() || !(std::isalpha(static_cast<unsigned char>(n[0])) || n[0] == '_')) {
+    return false;
+  }
+  return std::all_of(n.begin(), n.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+  });
+}
+
+bool is_hex64(const std::string& s) {
+  return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char c) {
+           return std::isxdigit(static_cast<unsigned char>(c));
+         });
+}
+
+Result<std::vector<AllowedExecutable>> parse_allowed(const json& j, const std::string& ptr) {
+  CORDON_CHECK(expect_array(j, ptr));
+  std::vector<AllowedExecutable> out;
+  std::set<std::string> seen;
+  for (size_t i = 0; i < j.size(); ++i) {
+    std::string p = pointer_index(ptr, i);
+    AllowedExecutable e;
+    if (j[i].is_object()) {
+      CORDON_CHECK(expect_object(j[i], p, {"path", "sha256"}));
+      if (!j[i].contains("path")) {
+        return bad(p + "/path", "required: the executable's absolute path");
+      }
+      CORDON_TRY(path, get_abs_path(j[i]["path"], p + "/path"));
+      e.path = path;
+      if (j[i].contains("sha256")) {
+        CORDON_TRY(hex, get_string(j[i]["sha256"], p + "/sha256"));
+        if (!is_hex64(hex)) {
+          return bad(p + "/sha256", "expected 64 hex digits (a SHA-256 of the file)");
+        }
+        std::transform(hex.begin(), hex.end(), hex.begin(),
+                       [](char c) { return static_cast<char>(std::tolower(c)); });
+        e.sha256 = hex;
+      }
+    } else if (j[i].is_string()) {
+      CORDON_TRY(path, get_abs_path(j[i], p));
+      e.path = path;
+    } else {
+      return bad(p, "expected an absolute path or {{\"path\", \"sha256\"}}, got {}",
+                 type_name(j[i]));
+    }
+    if (!seen.insert(e.path).second) {
+      return bad(p, "\"{}\" is listed twice", e.path);
+    }
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+Result<std::vector<std::string>> parse_path_list(const json& j, const std::string& ptr,
+                                                 bool under_etc) {
+  CORDON_CHECK(expect_array(j, ptr));
+  std::vector<std::string> out;
+  for (size_t i = 0; i < j.size(); ++i) {
+    std::string p = pointer_index(ptr, i);
+    CORDON_TRY(path, get_abs_path(j[i], p));
+    if (under_etc && (path == "/etc" || !path_within(path, "/etc"))) {
+      return bad(p, "\"{}\" is not a path under /etc (only /etc is masked)", path);
+    }
+    out.push_back(path);
+  }
+  return out;
+}
+
+Result<Limits> parse_limits(const json& j, const std::string& ptr) {
+  CORDON_CHECK(expect_object(j, ptr, {"memoryBytes", "pids", "cpus"}));
+  Limits l;
+  if (j.contains("memoryBytes")) {
+    CORDON_TRY(v,
+               get_uint(j["memoryBytes"], ptr + "/memoryBytes", kMinMemoryBytes, kMaxMemoryBytes));
+    l.memory_bytes = v;
+  }
+  if (j.contains("pids")) {
+    // Two at least: cordon-init (PID 1) and the command.
+    CORDON_TRY(v, get_uint(j["pids"], ptr + "/pids", 2, kMaxPids));
+    l.pids = v;
+  }
+  if (j.contains("cpus")) {
+    const json& c = j["cpus"];
+    if (!c.is_number()) {
+      return bad(ptr + "/cpus", "expected a number, got {}", type_name(c));
+    }
+    double v = c.get<double>();
+    if (!(v >= 0.01 && v <= kMaxCpus)) {
+      return bad(ptr + "/cpus", "{} is out of range [0.01, {}]", v, kMaxCpus);
+    }
+    l.cpus = v;
+  }
+  return l;
+}
+
+Result<EnvPolicy> parse_env(const json& j, const std::string& ptr) {
+  CORDON_CHECK(expect_object(j, ptr, {"set", "pass"}));
+  EnvPolicy e;
+  if (j.contains("set")) {
+    std::string p = ptr + "/set";
+    if (!j["set"].is_object()) {
+      return bad(p, "expected an object of NAME: VALUE, got {}", type_name(j["set"]));
+    }
+    for (const auto& [k, v] : j["set"].items()) {
+      std::string kp = pointer_key(p, k);
+      if (!valid_env_name(k)) {
+        return bad(kp,
+                   "\"{}\" is not a variable name (letters, digits, _; not starting with "
+                   "a digit)",
+                   k);
+      }
+      CORDON_TRY(val, get_string(v, kp));
+      e.set[k] = val;
+    }
+  }
+  if (j.contains("pass")) {
+    std::string p = ptr + "/pass";
+    CORDON_CHECK(expect_array(j["pass"], p));
+    for (size_t i = 0; i < j["pass"].size(); ++i) {
+      CORDON_TRY(name, get_string(j["pass"][i], pointer_index(p, i)));
+      if (!valid_env_name(name)) {
+        return bad(pointer_index(p, i), "\"{}\" is not a variable name", name);
+      }
+      if (e.set.count(name) != 0) {
+        return bad(pointer_index(p, i), "\"{}\" is also in /env/set; list it in one place", name);
+      }
+      e.pass.push_back(name);
+    }
+  }
+  return e;
+}
+
+Result<std::vector<Rule>> parse_rules(const json& j, const std::string& ptr) {
+  CORDON_CHECK(expect_array(j, ptr));
+  std::vector<Rule> out;
+  for (size_t i = 0; i < j.size(); ++i) {
+    std::string p = pointer_index(ptr, i);
+    const json& r = j[i];
+    CORDON_CHECK(expect_object(r, p, {"argvPrefix", "argvContains", "refuse"}));
+    bool prefix = r.contains("argvPrefix");
+    bool contains = r.contains("argvContains");
+    if (prefix == contains) {
+      return bad(p, "a rule has exactly one of argvPrefix or argvContains");
+    }
+    if (!r.contains("refuse")) {
+      return bad(p + "/refuse", "required: the message an agent gets instead of running it");
+    }
+    Rule rule;
+    CORDON_TRY(msg, get_string(r["refuse"], p + "/refuse"));
+    if (msg.empty()) {
+      return bad(p + "/refuse", "is empty; say why and what to do instead");
+    }
+    rule.refuse = msg;
+    if (prefix) {
+      std::string pp = p + "/argvPrefix";
+      CORDON_CHECK(expect_array(r["argvPrefix"], pp));
+      if (r["argvPrefix"].empty()) {
+        return bad(pp, "is empty; it would refuse every command");
+      }
+      for (size_t k = 0; k < r["argvPrefix"].size(); ++k) {
+        CORDON_TRY(s, get_string(r["argvPrefix"][k], pointer_index(pp, k)));
+        rule.argv_prefix.push_back(s);
+      }
+    } else {
+      CORDON_TRY(s, get_string(r["argvContains"], p + "/argvContains"));
+      rule.argv_contains = s;
+    }
+    out.push_back(std::move(rule));
+  }
+  return out;
+}
+
+// Resolves `path` on the host (symlinks followed, magic links refused) to the kernel's path.
+Result<std::string> resolve_host_path(const std::string& path, uint64_t flags) {
+  CORDON_TRY(fd, sys::openat2_fd(AT_FDCWD, path, O_PATH | flags, RESOLVE_NO_MAGICLINKS));
+  return sys::fd_path(fd.get());
+}
+
+std::string join(const std::vector<std::string>& v, const char* sep) {
+  std::string out;
+  for (const auto& s : v) {
+    out += out.empty() ? s : sep + s;
+  }
+  return out;
+}
+
+// A string as a JSON literal, for messages an agent will copy into its next request.
+std::string quoted(const std::string& s) {
+  return json(s).dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string json_array(const std::vector<std::string>& v) {
+  std::string out = "[";
+  for (const auto& s : v) {
+    out += (out.size() > 1 ? ", " : "") + quoted(s);
+  }
+  return out + "]";
+}
+
+Result<void> check_argv(const Policy& p, const std::vector<std::string>& argv) {
+  if (argv.empty()) {
+    return refusal(
+        "argv is empty: pass the program's absolute path and its arguments as an "
+        "array, e.g. [\"/usr/bin/make\", \"test\"]");
+  }
+  for (size_t i = 0; i < argv.size(); ++i) {
+    if (argv[i].find('\0') != std::string::npos) {
+      return refusal(
+          "argv[{}] contains a NUL byte, which no program can receive; pass each "
+          "argument as its own string without NUL",
+          i);
+    }
+  }
+  const std::string& arg0 = argv[0];
+  if (arg0.empty()) {
+    return refusal(
+        "argv[0] is empty: it must be the program's absolute path, e.g. "
+        "[\"/usr/bin/make\", \"test\"]");
+  }
+  if (arg0.find_first_of(kShellChars) != std::string::npos) {
+    // A command line pasted as argv[0]: show it split on whitespace when that is all it is.
+    std::string example = "[\"/usr/bin/make\", \"test\"]";
+    if (arg0.find_first_not_of(" \t\n\r\v\f") != std::string::npos &&
+        std::string(arg0).find_first_of(";&|<>()$`\\\"'*?[]{}~!#") == std::string::npos) {
+      std::string spaced = arg0;
+      std::replace_if(
+          spaced.begin(), spaced.end(),
+          [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; }, ' ');
+      std::vector<std::string> words;
+      for (auto& w : split(spaced, ' ')) {
+        if (!w.empty()) {
+          words.push_back(w);
+        }
+      }
+      if (!words.empty()) {
+        example = json_array(words);
+      }
+    }
+    return refusal(
+        "argv[0] {} contains whitespace or a shell metacharacter: commands run with "
+        "NO shell. Pass an argv array with the program's absolute path first and "
+        "each argument as its own element, e.g. {}",
+        quoted(arg0), example);
+  }
+  bool allowed = std::any_of(p.allowed_executables.begin(), p.allowed_executables.end(),
+                             [&](const AllowedExecutable& e) { return e.path == arg0; });
+  if (!allowed) {
+    if (p.allowed_executables.empty()) {
+      return refusal(
+          "Executable {} is not allowed: this policy allows no executables; ask "
+          "the operator to add its absolute path to allowedExecutables",
+          quoted(arg0));
+    }
+    std::vector<std::string> paths;
+    std::string hint;
+    std::string base = arg0.substr(arg0.rfind('/') + 1);
+    for (const auto& e : p.allowed_executables) {
+      paths.push_back(e.path);
+      if (hint.empty() && e.path.substr(e.path.rfind('/') + 1) == base) {
+        hint = fmt::format(" (did you mean {}?)", quoted(e.path));
+      }
+    }
+    return refusal(
+        "Executable {} is not allowed{}. Allowed executables, matched exactly as "
+        "argv[0]: {}",
+        quoted(arg0), hint, join(paths, ", "));
+  }
+  return {};
+}
+
+struct ResolvedCwd {
+  std::string path;
+  dev_t dev = 0;
+  ino_t ino = 0;
+};
+
+Result<ResolvedCwd> resolve_cwd(const Policy& p, const std::optional<std::string>& cwd) {
+  if (!p.root_fd || !p.root_fd->valid()) {
+    return std::unexpected(
+        Error(ErrorCode::kInternal, 0, "policy: cwdRoot is not open; call bind_policy() first"));
+  }
+  std::string want;
+  if (!cwd) {
+    want = p.root;
+  } else if (cwd->empty() || cwd->find('\0') != std::string::npos) {
+    return refusal("cwd {} is not a path; omit cwd to run in the working root `{}`", quoted(*cwd),
+                   p.cwd_root);
+  } else if ((*cwd)[0] == '/') {
+    want = normalize_path(*cwd);
+  } else {
+    want = normalize_path(p.cwd_root + "/" + *cwd);
+  }
+  // Relative to the root fd. Both spellings of the root count: as written and as resolved.
+  std::string rel;
+  for (const std::string* r : {&p.root, &p.cwd_root}) {
+    if (path_within(want, *r)) {
+      rel = want.size() == r->size() ? "." : want.substr(r->size() + (*r == "/" ? 0 : 1));
+      break;
+    }
+  }
+  auto outside = [&](const std::string& resolved) {
+    return refusal(
+        "cwd {} resolves to `{}`, outside the working root `{}`; pass a directory "
+        "inside `{}` (a relative cwd is taken from it)",
+        quoted(cwd.value_or(want)), resolved, p.cwd_root, p.cwd_root);
+  };
+  if (rel.empty()) {
+    return outside(want);
+  }
+  // The kernel resolves every component beneath the root fd: a symlink (or "..") that leads
+  // out fails with EXDEV however the tree is changed by a job between starts.
+  auto fd = sys::openat2_fd(p.root_fd->get(), rel, O_PATH | O_DIRECTORY,
+                            RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS);
+  if (!fd && fd.error().sys_errno() == EXDEV) {
+    // RESOLVE_BENEATH also refuses an absolute symlink even when it points back inside.
+    // Resolve without it only to learn where it leads; the fd counts only if the kernel's
+    // path of what it opened is inside the root.
+    auto any = sys::openat2_fd(p.root_fd->get(), rel, O_PATH | O_DIRECTORY, RESOLVE_NO_MAGICLINKS);
+    if (!any) {
+      return outside(want + " (through a symlink)");
+    }
+    CORDON_TRY(where, sys::fd_path(any->get()));
+    if (!path_within(where, p.root)) {
+      return outside(where);
+    }
+    fd = std::move(any);
+  }
+  if (!fd) {
+    int err = fd.error().sys_errno();
+    if (err == ENOENT) {
+      return refusal(
+          "cwd {} (`{}`) does not exist inside the working root `{}`; create it "
+          "first or pass an existing directory",
+          quoted(cwd.value_or(want)), want, p.cwd_root);
+    }
+    if (err == ENOTDIR) {
+      return refusal("cwd {} (`{}`) is not a directory; pass a directory inside `{}`",
+                     quoted(cwd.value_or(want)), want, p.cwd_root);
+    }
+    if (err == ELOOP) {
+      return refusal(
+          "cwd {} (`{}`) has too many levels of symlinks or a magic link; pass "
+          "the real directory inside `{}`",
+          quoted(cwd.value_or(want)), want, p.cwd_root);
+    }
+    return std::unexpected(std::move(fd.error()).wrap("resolve cwd"));
+  }
+  CORDON_TRY(resolved, sys::fd_path(fd->get()));
+  if (!path_within(resolved, p.root)) {
+    return outside(resolved);
+  }
+  CORDON_TRY(st, sys::fstat_fd(fd->get()));
+  return ResolvedCwd{resolved, st.st_dev, st.st_ino};
+}
+
+const Rule* matching_rule(const Policy& p, const std::vector<std::string>& argv) {
+  for (const auto& r : p.rules) {
+    if (r.argv_contains) {
+      if (std::find(argv.begin(), argv.end(), *r.argv_contains) != argv.end()) {
+        return &r;
+      }
+    } else if (r.argv_prefix.size() <= argv.size() &&
+               std::equal(r.argv_prefix.begin(), r.argv_prefix.end(), argv.begin())) {
+      return &r;
+    }
+  }
+  return nullptr;
+}
+
+Result<uint64_t> check_timeout(const Policy& p, std::optional<uint64_t> asked) {
+  if (!asked) {
+    return p.default_timeout_ms;
+  }
+  if (*asked == 0) {
+    return refusal(
+        "timeoutMs 0 is not a timeout; ask for 1 to {} ms, or omit it for the "
+        "default of {} ms",
+        p.max_timeout_ms, p.default_timeout_ms);
+  }
+  if (*asked > p.max_timeout_ms) {
+    return refusal(
+        "timeoutMs {} is above this policy's maximum of {} ms; ask for at most {} "
+        "(a longer command can run in the background and be polled, or split)",
+        *asked, p.max_timeout_ms, p.max_timeout_ms);
+  }
+  return *asked;
+}
+
+Result<std::vector<std::string>> build_env(const Policy& p,
+                                           const std::map<std::string, std::string>& asked) {
+  for (const auto& [name, value] : asked) {
+    if (!valid_env_name(name)) {
+      return refusal(
+          "env name {} is not a variable name: use letters, digits and _, not "
+          "starting with a digit",
+          quoted(name));
+    }
+    if (value.find('\0') != std::string::npos) {
+      return refusal("env {} contains a NUL byte; a value cannot carry one", name);
+    }
+    // LD_PRELOAD, LD_AUDIT, LD_LIBRARY_PATH: the dynamic loader would run code into an
+    // allowlisted program that the allowlist never approved.
+    if (name.rfind("LD_", 0) == 0) {
+      return refusal(
+          "env {} is refused: LD_* variables make the dynamic loader run code the "
+          "allowlist never approved; leave it out",
+          name);
+    }
+    if (p.env.set.count(name) != 0) {
+      return refusal("env {} is fixed by the policy (env.set); leave it out of the request", name);
+    }
+  }
+  const char* term = ::getenv("TERM");
+  std::map<std::string, std::string> env = {
+      {"PATH", kDefaultPath},
+      {"HOME", "/tmp/home"},
+      {"LANG", "C.UTF-8"},
+      {"TERM", term != nullptr && *term != '\0' ? term : "dumb"},
+  };
+  for (const auto& name : p.env.pass) {
+    if (const char* v = ::getenv(name.c_str()); v != nullptr) {
+      env[name] = v;
+    }
+  }
+  for (const auto& [name, value] : asked) {
+    env[name] = value;
+  }
+  for (const auto& [name, value] : p.env.set) {
+    env[name] = value;
+  }
+  std::vector<std::string> out;
+  out.reserve(env.size());
+  for (const auto& [name, value] : env) {
+    out.push_back(name + "=" + value);
+  }
+  return out;
+}
+
+struct CheckedExecutable {
+  std::shared_ptr<const UniqueFd> fd;
+  dev_t dev = 0;
+  ino_t ino = 0;
+};
+
+Result<std::string> hash_file(int path_fd, const std::string& path, const struct stat& want) {
+  // Re-open the very inode that passed the checks (an O_PATH fd cannot be read).
+  std::string proc = fmt::format("/proc/self/fd/{}", path_fd);
+  CORDON_TRY_CTX(fd, sys::open_fd(proc, O_RDONLY | O_NOCTTY | O_NONBLOCK), "open `{}` to hash it",
+                 path);
+  CORDON_TRY(st, sys::fstat_fd(fd.get()));
+  if (st.st_dev != want.st_dev || st.st_ino != want.st_ino) {
+    return refusal("`{}` changed while it was checked; try again", path);
+  }
+  Sha256 h;
+  std::vector<char> buf(1 << 16);
+  for (;;) {
+    ssize_t n = ::read(fd.get(), buf.data(), buf.size());
+    if (n < 0) {
+      if (errno == EINTR) {
+        continue;
+      }
+      return sys_error("read `{}` to hash it", path);
+    }
+    if (n == 0) {
+      break;
+    }
+    h.update(buf.data(), static_cast<size_t>(n));
+  }
+  return Sha256::hex(h.finish());
+}
+
+Result<CheckedExecutable> check_executable(const AllowedExecutable& e) {
+  auto fd = sys::openat2_fd(AT_FDCWD, e.path, O_PATH, RESOLVE_NO_MAGICLINKS);
+  if (!fd) {
+    int err = fd.error().sys_errno();
+    if (err == ENOENT || err == ENOTDIR) {
+      return std::unexpected(Error(
+          ErrorCode::kNotFound, err,
+          fmt::format("allowed executable `{}` does not exist on this host; install it or ask "
+                      "the operator to fix allowedExecutables",
+                      e.path)));
+    }
+    return std::unexpected(std::move(fd.error()).wrap("open allowed executable"));
+  }
+  CORDON_TRY(st, sys::fstat_fd(fd->get()));
+  if (!S_ISREG(st.st_mode)) {
+    return refusal(
+        "allowed executable `{}` is not a regular file; ask the operator to fix "
+        "allowedExecutables",
+        e.path);
+  }
+  if ((st.st_mode & (S_IXUSR | S_IXGRP | S_IXOTH)) == 0) {
+    return refusal(
+        "allowed executable `{}` is not executable (mode {:04o}); ask the operator "
+        "to fix its mode",
+        e.path, st.st_mode & 07777);
+  }
+  // Whoever can write the file decides what the allowlist runs: only root and the uid cordon
+  // itself runs as (who could change the policy anyway) may own it, and nobody else may write.
+  if (st.st_uid != 0 && st.st_uid != ::geteuid()) {
+    return refusal(
+        "allowed executable `{}` is owned by uid {}, not root or cordon's uid {}: "
+        "its owner could replace what the allowlist approves; ask the operator to "
+        "chown it",
+        e.path, st.st_uid, ::geteuid());
+  }
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    return refusal(
+        "allowed executable `{}` is writable by group or others (mode {:04o}): "
+        "they could replace what the allowlist approves; ask the operator to "
+        "`chmod go-w` it",
+        e.path, st.st_mode & 07777);
+  }
+  if (e.sha256) {
+    CORDON_TRY(got, hash_file(fd->get(), e.path, st));
+    if (got != *e.sha256) {
+      return refusal(
+          "allowed executable `{}` does not match its sha256 pin (file {}, pinned "
+          "{}): it changed since the policy was written; the operator must verify "
+          "it and update the pin",
+          e.path, got, *e.sha256);
+    }
+  }
+  return CheckedExecutable{std::make_shared<const UniqueFd>(std::move(*fd)), st.st_dev, st.st_ino};
+}
+
+// A policy is a few KiB; the cap keeps a wrong path (a device, a huge log) from being slurped.
+Result<std::string> read_all(int fd, const std::string& path) {
+  constexpr size_t kMaxPolicyBytes = 1 << 20;
+  std::string out;
+  char buf[16384];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) {
+        continue;
+      }
+      return sys_error("read `{}`", path);
+    }
+    if (n == 0) {
+      return out;
+    }
+    out.append(buf, static_cast<size_t>(n));
+    if (out.size() > kMaxPolicyBytes) {
+      return invalid("`{}` is larger than {} bytes; that is not a policy", path, kMaxPolicyBytes);
+    }
+  }
+}
+
+}  // namespace
+
+const std::vector<std::string>& policy_keys() { return kTopKeys; }
+
+Result<Policy> parse_policy(std::string_view json_text) {
+  StrictnessCheck strict;
+  if (!json::sax_parse(json_text, &strict)) {
+    return invalid("{}", strict.error.empty() ? "policy: not valid JSON" : strict.error);
+  }
+  json j = json::parse(json_text, nullptr, false);
+  if (j.is_discarded()) {
+    return invalid("policy: not valid JSON");
+  }
+  if (!j.is_object()) {
+    return bad("", "expected an object, got {}", type_name(j));
+  }
+  for (const auto& [k, v] : j.items()) {
+    if (std::find(kTopKeys.begin(), kTopKeys.end(), k) == kTopKeys.end()) {
+      return bad(pointer_key("", k), "unknown key; allowed: {}", join(kTopKeys, ", "));
+    }
+  }
+
+  Policy p;
+  if (j.contains("$schema")) {
+    CORDON_CHECK(get_string(j["$schema"], "/$schema"));
+  }
+  if (!j.contains("allowedExecutables")) {
+    return bad("/allowedExecutables", "required: the absolute paths commands may run");
+  }
+  CORDON_TRY(allowed, parse_allowed(j["allowedExecutables"], "/allowedExecutables"));
+  p.allowed_executables = std::move(allowed);
+  if (!j.contains("cwdRoot")) {
+    return bad("/cwdRoot", "required: the directory every command's cwd must be inside");
+  }
+  CORDON_TRY(root, get_abs_path(j["cwdRoot"], "/cwdRoot"));
+  p.cwd_root = root;
+
+  if (j.contains("maxTimeoutMs")) {
+    CORDON_TRY(v, get_uint(j["maxTimeoutMs"], "/maxTimeoutMs", 1, kMaxTimeoutBoundMs));
+    p.max_timeout_ms = v;
+  }
+  if (j.contains("defaultTimeoutMs")) {
+    CORDON_TRY(v, get_uint(j["defaultTimeoutMs"], "/defaultTimeoutMs", 1, kMaxTimeoutBoundMs));
+    p.default_timeout_ms = v;
+  }
+  if (p.default_timeout_ms > p.max_timeout_ms) {
+    return bad(j.contains("defaultTimeoutMs") ? "/defaultTimeoutMs" : "/maxTimeoutMs",
+               "defaultTimeoutMs {} is above maxTimeoutMs {}", p.default_timeout_ms,
+               p.max_timeout_ms);
+  }
+  if (j.contains("killGraceMs")) {
+    CORDON_TRY(v, get_uint(j["killGraceMs"], "/killGraceMs", 0, kMaxKillGraceMs));
+    p.kill_grace_ms = v;
+  }
+  if (j.contains("maxOutputBytes")) {
+    CORDON_TRY(v, get_uint(j["maxOutputBytes"], "/maxOutputBytes", 1, kMaxOutputBytesBound));
+    p.max_output_bytes = v;
+  }
+  if (j.contains("limits")) {
+    CORDON_TRY(l, parse_limits(j["limits"], "/limits"));
+    p.limits = l;
+  }
+  if (j.contains("network")) {
+    CORDON_TRY(n, get_string(j["network"], "/network"));
+    if (n == "none") {
+      p.network = sandbox::NetworkMode::kNone;
+    } else if (n == "host") {
+      p.network = sandbox::NetworkMode::kHost;
+    } else {
+      return bad("/network", "\"{}\" is not a network mode; use \"none\" or \"host\"", n);
+    }
+  }
+  if (j.contains("readOnlyPaths")) {
+    CORDON_TRY(v, parse_path_list(j["readOnlyPaths"], "/readOnlyPaths", false));
+    p.read_only_paths = std::move(v);
+  }
+  if (j.contains("maskPaths")) {
+    CORDON_TRY(v, parse_path_list(j["maskPaths"], "/maskPaths", true));
+    p.mask_paths = std::move(v);
+  }
+  if (j.contains("env")) {
+    CORDON_TRY(e, parse_env(j["env"], "/env"));
+    p.env = std::move(e);
+  }
+  if (j.contains("seccompProfile")) {
+    CORDON_TRY(s, get_abs_path(j["seccompProfile"], "/seccompProfile"));
+    p.seccomp_profile = s;
+  }
+  if (j.contains("runAsUid")) {
+    // Never 0: root inside the user namespace still owns the namespace's files and keys.
+    CORDON_TRY(v, get_uint(j["runAsUid"], "/runAsUid", 1, kMaxUid));
+    p.run_as_uid = static_cast<uid_t>(v);
+  }
+  if (j.contains("concurrency")) {
+    const json& c = j["concurrency"];
+    CORDON_CHECK(expect_object(c, "/concurrency", {"perSession", "total"}));
+    if (c.contains("perSession")) {
+      CORDON_TRY(v, get_uint(c["perSession"], "/concurrency/perSession", 1, kMaxPerSession));
+      p.concurrency.per_session = static_cast<uint32_t>(v);
+    }
+    if (c.contains("total")) {
+      CORDON_TRY(v, get_uint(c["total"], "/concurrency/total", 1, kMaxTotal));
+      p.concurrency.total = static_cast<uint32_t>(v);
+    }
+    if (p.concurrency.per_session > p.concurrency.total) {
+      return bad("/concurrency/perSession", "{} is above concurrency.total {}",
+                 p.concurrency.per_session, p.concurrency.total);
+    }
+  }
+  if (j.contains("quotas")) {
+    const json& q = j["quotas"];
+    CORDON_CHECK(expect_object(q, "/quotas", {"maxJobs", "maxDiskBytes"}));
+    if (q.contains("maxJobs")) {
+      CORDON_TRY(v, get_uint(q["maxJobs"], "/quotas/maxJobs", 1, kBig));
+      p.quotas.max_jobs = v;
+    }
+    if (q.contains("maxDiskBytes")) {
+      CORDON_TRY(v, get_uint(q["maxDiskBytes"], "/quotas/maxDiskBytes", kMinDiskBytes, kBig));
+      p.quotas.max_disk_bytes = v;
+    }
+  }
+  if (j.contains("retention")) {
+    const json& r = j["retention"];
+    CORDON_CHECK(expect_object(r, "/retention", {"maxJobs", "maxAgeSeconds", "maxDiskBytes"}));
+    if (r.contains("maxJobs")) {
+      CORDON_TRY(v, get_uint(r["maxJobs"], "/retention/maxJobs", 1, kBig));
+      p.retention.max_jobs = v;
+    }
+    if (r.contains("maxAgeSeconds")) {
+      CORDON_TRY(v, get_uint(r["maxAgeSeconds"], "/retention/maxAgeSeconds", 1, kBig));
+      p.retention.max_age_seconds = v;
+    }
+    if (r.contains("maxDiskBytes")) {
+      CORDON_TRY(v, get_uint(r["maxDiskBytes"], "/retention/maxDiskBytes", kMinDiskBytes, kBig));
+      p.retention.max_disk_bytes = v;
+    }
+  }
+  if (j.contains("rules")) {
+    CORDON_TRY(r, parse_rules(j["rules"], "/rules"));
+    p.rules = std::move(r);
+  }
+  return p;
+}
+
+Result<void> bind_policy(Policy& p, const HostPathGuard& guard) {
+  CORDON_TRY_CTX(fd,
+                 sys::openat2_fd(AT_FDCWD, p.cwd_root, O_PATH | O_DIRECTORY, RESOLVE_NO_MAGICLINKS),
+                 "policy: cwdRoot");
+  CORDON_TRY(root, sys::fd_path(fd.get()));
+  CORDON_CHECK_CTX(guard.check(root, "cwdRoot"), "policy");
+  std::vector<std::string> ro;
+  for (const auto& path : p.read_only_paths) {
+    CORDON_TRY_CTX(r, resolve_host_path(path, 0), "policy: readOnlyPaths");
+    CORDON_CHECK_CTX(guard.check(r, "readOnlyPaths entry"), "policy");
+    ro.push_back(r);
+  }
+  if (p.seccomp_profile) {
+    // Load it now so a broken profile fails the policy, not the first start.
+    CORDON_CHECK_CTX(load_seccomp_profile(*p.seccomp_profile), "policy: seccompProfile");
+  }
+  p.root_fd = std::make_shared<const UniqueFd>(std::move(fd));
+  p.root = root;
+  p.resolved_read_only_paths = std::move(ro);
+  return {};
+}
+
+Result<Policy> load_policy(const std::string& path, const HostPathGuard& guard) {
+  CORDON_TRY_CTX(
+      fd, sys::openat2_fd(AT_FDCWD, path, O_RDONLY | O_NOCTTY | O_NONBLOCK, RESOLVE_NO_MAGICLINKS),
+      "load policy");
+  CORDON_TRY(st, sys::fstat_fd(fd.get()));
+  if (!S_ISREG(st.st_mode)) {
+    return invalid("load policy: `{}` is not a regular file", path);
+  }
+  CORDON_TRY(resolved, sys::fd_path(fd.get()));
+  CORDON_TRY_CTX(text, read_all(fd.get(), path), "load policy");
+  auto parsed = parse_policy(text);
+  if (!parsed) {
+    return std::unexpected(std::move(parsed.error()).wrap("`{}`", path));
+  }
+  // A job that can write its own policy (or seccomp profile) has no policy.
+  HostPathGuard g = guard;
+  g.protected_paths.push_back(resolved);
+  if (parsed->seccomp_profile) {
+    if (auto sp = resolve_host_path(*parsed->seccomp_profile, 0)) {
+      g.protected_paths.push_back(*sp);
+    }
+  }
+  CORDON_CHECK_CTX(bind_policy(*parsed, g), "`{}`", path);
+  return parsed;
+}
+
+Result<CheckedStart> check_start(const Policy* policy, const StartRequest& req) {
+  if (policy == nullptr) {
+    return refusal("no policy is loaded: start cordon with --policy FILE; see docs/policy.md");
+  }
+  const Policy& p = *policy;
+  CORDON_CHECK(check_argv(p, req.argv));
+  CORDON_TRY(cwd, resolve_cwd(p, req.cwd));
+  if (const Rule* r = matching_rule(p, req.argv)) {
+    return std::unexpected(Error::refused(r->refuse));
+  }
+  CORDON_TRY(timeout, check_timeout(p, req.timeout_ms));
+  CORDON_TRY(env, build_env(p, req.env));
+  const AllowedExecutable* allowed = nullptr;
+  for (const auto& e : p.allowed_executables) {
+    if (e.path == req.argv[0]) {
+      allowed = &e;
+    }
+  }
+  CORDON_TRY(exe, check_executable(*allowed));
+
+  CheckedStart out;
+  out.argv = req.argv;
+  out.root = p.root;
+  out.cwd = cwd.path;
+  out.cwd_dev = cwd.dev;
+  out.cwd_ino = cwd.ino;
+  out.env = std::move(env);
+  out.timeout_ms = timeout;
+  out.kill_grace_ms = p.kill_grace_ms;
+  out.max_output_bytes = p.max_output_bytes;
+  out.limits = p.limits;
+  out.network = p.network;
+  out.read_only_paths = p.resolved_read_only_paths;
+  out.mask_paths = p.mask_paths;
+  out.seccomp_profile = p.seccomp_profile;
+  out.run_as_uid = p.run_as_uid;
+  out.executable_fd = std::move(exe.fd);
+  out.executable_dev = exe.dev;
+  out.executable_ino = exe.ino;
+  out.executable_sha256 = allowed->sha256;
+  return out;
+}
+
+sandbox::SandboxSpec to_sandbox_spec(const CheckedStart& s) {
+  sandbox::SandboxSpec spec;
+  spec.argv = s.argv;
+  spec.env = s.env;
+  spec.root = s.root;
+  spec.cwd = s.cwd;
+  spec.read_only_paths = s.read_only_paths;
+  spec.extra_masked_paths = s.mask_paths;
+  spec.network = s.network;
+  spec.inside_uid = s.run_as_uid;
+  spec.inside_gid = s.run_as_uid;
+  return spec;
+}
+
+}  // namespace cordon::policy

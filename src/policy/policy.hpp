@@ -1,0 +1,149 @@
+#pragma once
+
+// cordon's policy: the contract every command start is checked against before anything is
+// spawned. The file format, defaults and bounds are documented in docs/policy.md and mirrored
+// by docs/policy.schema.json; parse_policy() is the authority, the schema its twin for editors.
+//
+// Split by what touches the host: parse_policy() is pure (text → Policy); bind_policy()
+// opens cwdRoot once, resolves it and the read-only paths and checks them with HostPathGuard;
+// check_start() resolves a request's cwd beneath that root fd and re-verifies the executable
+// on every start. The refusals are guidance with exact messages; the sandbox is the boundary.
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/error.hpp"
+#include "base/unique_fd.hpp"
+#include "policy/host_paths.hpp"
+#include "sandbox/spec.hpp"
+
+namespace cordon::policy {
+
+struct AllowedExecutable {
+  std::string path;                   // absolute, normalised; matched exactly against argv[0]
+  std::optional<std::string> sha256;  // lower-case hex pin of the file's content
+};
+
+/// A refusal for agents, NOT a security boundary: `git -C . push` slips past a prefix rule.
+struct Rule {
+  std::vector<std::string> argv_prefix;      // set for argvPrefix rules (non-empty)
+  std::optional<std::string> argv_contains;  // set for argvContains rules: a whole element
+  std::string refuse;                        // the whole refusal message, verbatim
+};
+
+struct Limits {
+  uint64_t memory_bytes = 2ULL << 30;
+  uint64_t pids = 1024;
+  double cpus = 1.0;
+};
+
+struct EnvPolicy {
+  std::map<std::string, std::string> set;  // fixed values; a request may not change them
+  std::vector<std::string> pass;           // copied from the engine's environment when set
+};
+
+struct Concurrency {
+  uint32_t per_session = 8;
+  uint32_t total = 64;
+};
+
+struct Quotas {
+  uint64_t max_jobs = 10000;
+  uint64_t max_disk_bytes = 10ULL << 30;
+};
+
+struct Retention {
+  std::optional<uint64_t> max_jobs;
+  std::optional<uint64_t> max_age_seconds;
+  std::optional<uint64_t> max_disk_bytes;
+};
+
+struct Policy {
+  std::vector<AllowedExecutable> allowed_executables;
+  std::string cwd_root;  // as written (absolute, normalised)
+  uint64_t default_timeout_ms = 120000;
+  uint64_t max_timeout_ms = 3600000;
+  uint64_t kill_grace_ms = 5000;
+  uint64_t max_output_bytes = 10ULL << 20;  // per stream
+  Limits limits;
+  sandbox::NetworkMode network = sandbox::NetworkMode::kNone;
+  std::vector<std::string> read_only_paths;  // as written; resolved by bind_policy()
+  std::vector<std::string> mask_paths;       // under /etc
+  EnvPolicy env;
+  std::optional<std::string> seccomp_profile;  // unset: the shipped default profile
+  uid_t run_as_uid = 1000;
+  Concurrency concurrency;
+  Quotas quotas;
+  Retention retention;
+  std::vector<Rule> rules;
+
+  // Filled by bind_policy(): the root opened once (O_PATH directory) and the kernel's paths.
+  // Shared so a Policy stays copyable; the fd is only ever read.
+  std::shared_ptr<const UniqueFd> root_fd;
+  std::string root;                                   // resolved cwdRoot
+  std::vector<std::string> resolved_read_only_paths;  // resolved readOnlyPaths, same order
+};
+
+/// The top-level keys parse_policy() accepts (the schema test compares against these).
+const std::vector<std::string>& policy_keys();
+
+/// Parses and validates policy JSON, filling defaults; touches no file. Errors are kInvalid
+/// and read "policy: /limits/pids: expected a non-negative integer, got string".
+[[nodiscard]] Result<Policy> parse_policy(std::string_view json_text);
+
+/// Opens cwdRoot (O_PATH, no magic links) and keeps the fd in `policy`; resolves it and the
+/// readOnlyPaths and refuses any of them that `guard` forbids. Errors name the path.
+[[nodiscard]] Result<void> bind_policy(Policy& policy, const HostPathGuard& guard);
+
+/// Reads `path`, parses it and binds it. The policy file itself is added to the guard's
+/// protected paths: a working root containing it would let a job rewrite its own policy.
+[[nodiscard]] Result<Policy> load_policy(const std::string& path, const HostPathGuard& guard);
+
+struct StartRequest {
+  std::vector<std::string> argv;
+  std::optional<std::string> cwd;  // absolute, or relative to cwdRoot; default cwdRoot
+  std::optional<uint64_t> timeout_ms;
+  std::map<std::string, std::string> env;
+};
+
+/// What the engine needs to build a sandbox::SandboxSpec, everything resolved and checked.
+struct CheckedStart {
+  std::vector<std::string> argv;
+  std::string root;   // resolved cwdRoot
+  std::string cwd;    // resolved, inside root
+  dev_t cwd_dev = 0;  // identity of the cwd that passed the check
+  ino_t cwd_ino = 0;
+  std::vector<std::string> env;  // NAME=VALUE, sorted by name
+  uint64_t timeout_ms = 0;
+  uint64_t kill_grace_ms = 0;
+  uint64_t max_output_bytes = 0;
+  Limits limits;
+  sandbox::NetworkMode network = sandbox::NetworkMode::kNone;
+  std::vector<std::string> read_only_paths;  // resolved
+  std::vector<std::string> mask_paths;
+  std::optional<std::string> seccomp_profile;
+  uid_t run_as_uid = 1000;
+  // The executable that passed the identity check: an O_PATH fd on it (pin this one; a
+  // re-open by path could find a different file) and its identity.
+  std::shared_ptr<const UniqueFd> executable_fd;
+  dev_t executable_dev = 0;
+  ino_t executable_ino = 0;
+  std::optional<std::string> executable_sha256;  // set when the policy pins it
+};
+
+/// Checks one start against `policy` (nullptr: no policy, every start refused). Refusals are
+/// kRefused with a message that says what to do instead; an allowlisted executable missing
+/// from the host is kNotFound (the engine settles that start as `failed`).
+[[nodiscard]] Result<CheckedStart> check_start(const Policy* policy, const StartRequest& request);
+
+/// The SandboxSpec for a checked start (argv, env, root, cwd, paths, network, uid).
+sandbox::SandboxSpec to_sandbox_spec(const CheckedStart& start);
+
+}  // namespace cordon::policy

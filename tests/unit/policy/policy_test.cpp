@@ -1,0 +1,696 @@
+#define BOOST_TEST_MODULE policy_policy
+#include "policy/policy.hpp"
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/test/unit_test.hpp>
+#include <climits>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include "base/sha256.hpp"
+
+using cordon::ErrorCode;
+using nlohmann::json;
+namespace policy = cordon::policy;
+
+namespace {
+
+// A temp tree: T/root (the cwdRoot) with sub/ and symlinks, T/root-evil, T/outside and T/bin
+// with the executables. Paths are the kernel's (realpath), as the policy reports them.
+struct Tree {
+  std::string t, root, bin, tool, git;
+
+  Tree() {
+    char tmpl[] = "/tmp/cordon-policy.XXXXXX";
+    BOOST_REQUIRE(::mkdtemp(tmpl) != nullptr);
+    char real[PATH_MAX];
+    BOOST_REQUIRE(::realpath(tmpl, real) != nullptr);
+    t = real;
+    root = t + "/root";
+    bin = t + "/bin";
+    for (const auto& d :
+         {root, root + "/sub", root + "/sub/deeper", t + "/root-evil", t + "/outside", bin}) {
+      BOOST_REQUIRE(::mkdir(d.c_str(), 0755) == 0);
+    }
+    BOOST_REQUIRE(::symlink("sub", (root + "/link-in").c_str()) == 0);
+    BOOST_REQUIRE(::symlink("../outside", (root + "/link-out").c_str()) == 0);
+    BOOST_REQUIRE(::symlink("/etc", (root + "/link-etc").c_str()) == 0);
+    BOOST_REQUIRE(::symlink((root + "/sub").c_str(), (root + "/link-abs-in").c_str()) == 0);
+    BOOST_REQUIRE(::symlink("../link-out", (root + "/sub/chain").c_str()) == 0);
+    std::ofstream(root + "/file") << "not a directory\n";
+    tool = bin + "/tool";
+    git = bin + "/git";
+    write_exe(tool, "#!/bin/false\ntool v1\n");
+    write_exe(git, "#!/bin/false\ngit\n");
+  }
+  ~Tree() {
+    std::string cmd = "rm -rf '" + t + "'";
+    BOOST_WARN(::system(cmd.c_str()) == 0);
+  }
+
+  static void write_exe(const std::string& path, const std::string& content) {
+    std::ofstream(path, std::ios::trunc) << content;
+    BOOST_REQUIRE(::chmod(path.c_str(), 0755) == 0);
+  }
+
+  json base() const { return json{{"allowedExecutables", {tool, git}}, {"cwdRoot", root}}; }
+};
+
+policy::Policy bound(const json& j) {
+  auto p = policy::parse_policy(j.dump());
+  BOOST_REQUIRE_MESSAGE(p.has_value(), (p ? "" : p.error().message()));
+  policy::HostPathGuard guard;  // nothing protected, no home dirs: temp dirs are fine
+  auto b = policy::bind_policy(*p, guard);
+  BOOST_REQUIRE_MESSAGE(b.has_value(), (b ? "" : b.error().message()));
+  return std::move(*p);
+}
+
+policy::StartRequest req(std::vector<std::string> argv) {
+  policy::StartRequest r;
+  r.argv = std::move(argv);
+  return r;
+}
+
+std::string refused(const policy::Policy* p, const policy::StartRequest& r) {
+  auto c = policy::check_start(p, r);
+  BOOST_REQUIRE_MESSAGE(!c.has_value(), "expected a refusal");
+  BOOST_TEST((c.error().code() == ErrorCode::kRefused), c.error().message());
+  return c.error().message();
+}
+
+std::string parse_error(const std::string& text) {
+  auto p = policy::parse_policy(text);
+  BOOST_REQUIRE_MESSAGE(!p.has_value(), "expected a parse error for " << text);
+  BOOST_TEST((p.error().code() == ErrorCode::kInvalid));
+  return p.error().message();
+}
+
+bool starts_with(const std::string& s, const std::string& prefix) {
+  return s.rfind(prefix, 0) == 0;
+}
+
+}  // namespace
+
+// ---- refusals, in the order check_start applies them -------------------------------------
+
+BOOST_AUTO_TEST_CASE(no_policy_refuses_every_start_and_says_how_to_set_one) {
+  Tree tr;
+  BOOST_TEST(refused(nullptr, req({tr.tool})) ==
+             "no policy is loaded: start cordon with --policy FILE; see docs/policy.md");
+}
+
+BOOST_AUTO_TEST_CASE(refuses_empty_argv_and_nul_bytes) {
+  Tree tr;
+  auto p = bound(tr.base());
+  BOOST_TEST(refused(&p, req({})) ==
+             "argv is empty: pass the program's absolute path and its arguments as an array, "
+             "e.g. [\"/usr/bin/make\", \"test\"]");
+  BOOST_TEST(refused(&p, req({tr.tool, std::string("a\0b", 3)})) ==
+             "argv[1] contains a NUL byte, which no program can receive; pass each argument as "
+             "its own string without NUL");
+  BOOST_TEST(starts_with(refused(&p, req({""})), "argv[0] is empty"));
+}
+
+BOOST_AUTO_TEST_CASE(refuses_shell_syntax_in_argv0_saying_there_is_no_shell) {
+  Tree tr;
+  auto p = bound(tr.base());
+  BOOST_TEST(refused(&p, req({tr.git + " status"})) ==
+             "argv[0] \"" + tr.git +
+                 " status\" contains whitespace or a shell metacharacter: "
+                 "commands run with NO shell. Pass an argv array with the program's absolute path "
+                 "first and each argument as its own element, e.g. [\"" +
+                 tr.git + "\", \"status\"]");
+  for (const char* bad : {"/usr/bin/git;id", "$(id)", "a|b", "x>y", "`id`", "~/bin/x", "a\tb"}) {
+    std::string m = refused(&p, req({bad}));
+    BOOST_TEST(m.find("NO shell") != std::string::npos, bad << ": " << m);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(refuses_executables_not_allowlisted_exactly) {
+  Tree tr;
+  auto p = bound(tr.base());
+  // No basename fallback: "git" and a git elsewhere are different programs.
+  BOOST_TEST(refused(&p, req({"git", "status"})) ==
+             "Executable \"git\" is not allowed (did you mean \"" + tr.git +
+                 "\"?). Allowed executables, matched exactly as argv[0]: " + tr.tool + ", " +
+                 tr.git);
+  BOOST_TEST(starts_with(refused(&p, req({"/tmp/evil/git"})),
+                         "Executable \"/tmp/evil/git\" is not allowed (did you mean"));
+  // Not normalised, so not the same string: no lexical games either.
+  BOOST_TEST(starts_with(refused(&p, req({tr.bin + "//tool"})), "Executable"));
+  BOOST_TEST(starts_with(refused(&p, req({tr.bin + "/../bin/tool"})), "Executable"));
+  auto none = bound(json{{"allowedExecutables", json::array()}, {"cwdRoot", tr.root}});
+  BOOST_TEST(refused(&none, req({tr.tool})) ==
+             "Executable \"" + tr.tool +
+                 "\" is not allowed: this policy allows no executables; "
+                 "ask the operator to add its absolute path to allowedExecutables");
+}
+
+BOOST_AUTO_TEST_CASE(a_sibling_with_the_root_as_prefix_is_not_inside_it) {
+  Tree tr;
+  auto p = bound(tr.base());
+  auto r = req({tr.tool});
+  r.cwd = tr.t + "/root-evil";
+  BOOST_TEST(refused(&p, r) == "cwd \"" + tr.t + "/root-evil\" resolves to `" + tr.t +
+                                   "/root-evil`, outside the working root `" + tr.root +
+                                   "`; pass a directory inside `" + tr.root +
+                                   "` (a relative cwd is taken from it)");
+  r.cwd = "../root-evil";  // relative: taken from the root, and ".." leaves it
+  BOOST_TEST(refused(&p, r).find("resolves to `" + tr.t + "/root-evil`, outside") !=
+             std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(refuses_symlinks_out_of_the_root_and_follows_those_inside) {
+  Tree tr;
+  auto p = bound(tr.base());
+  auto r = req({tr.tool});
+  r.cwd = "link-out";
+  BOOST_TEST(refused(&p, r).find("resolves to `" + tr.t + "/outside`, outside the working root") !=
+             std::string::npos);
+  r.cwd = tr.root + "/link-etc";
+  BOOST_TEST(refused(&p, r).find("resolves to `/etc`, outside") != std::string::npos);
+  r.cwd = "sub/chain";  // a symlink to a symlink that leaves
+  BOOST_TEST(refused(&p, r).find("outside the working root") != std::string::npos);
+
+  r.cwd = "link-in";
+  auto ok = policy::check_start(&p, r);
+  BOOST_REQUIRE_MESSAGE(ok.has_value(), (ok ? "" : ok.error().message()));
+  BOOST_TEST(ok->cwd == tr.root + "/sub");
+  struct stat st {};
+  BOOST_REQUIRE(::stat((tr.root + "/sub").c_str(), &st) == 0);
+  BOOST_TEST(ok->cwd_ino == st.st_ino);
+  BOOST_TEST(ok->cwd_dev == st.st_dev);
+
+  // An absolute symlink back into the root: RESOLVE_BENEATH refuses it, the kernel's path of
+  // what it leads to is inside, so it is followed.
+  r.cwd = "link-abs-in";
+  ok = policy::check_start(&p, r);
+  BOOST_REQUIRE_MESSAGE(ok.has_value(), (ok ? "" : ok.error().message()));
+  BOOST_TEST(ok->cwd == tr.root + "/sub");
+}
+
+BOOST_AUTO_TEST_CASE(cwd_defaults_to_the_root_and_relative_is_taken_from_it) {
+  Tree tr;
+  auto p = bound(tr.base());
+  auto ok = policy::check_start(&p, req({tr.tool}));
+  BOOST_REQUIRE_MESSAGE(ok.has_value(), (ok ? "" : ok.error().message()));
+  BOOST_TEST(ok->root == tr.root);
+  BOOST_TEST(ok->cwd == tr.root);
+  auto r = req({tr.tool});
+  r.cwd = "sub/deeper/..";
+  ok = policy::check_start(&p, r);
+  BOOST_REQUIRE(ok.has_value());
+  BOOST_TEST(ok->cwd == tr.root + "/sub");
+  r.cwd = tr.root + "/sub/deeper";
+  ok = policy::check_start(&p, r);
+  BOOST_REQUIRE(ok.has_value());
+  BOOST_TEST(ok->cwd == tr.root + "/sub/deeper");
+
+  r.cwd = "missing";
+  BOOST_TEST(refused(&p, r) == "cwd \"missing\" (`" + tr.root +
+                                   "/missing`) does not exist inside "
+                                   "the working root `" +
+                                   tr.root +
+                                   "`; create it first or pass an "
+                                   "existing directory");
+  r.cwd = "file";
+  BOOST_TEST(
+      starts_with(refused(&p, r), "cwd \"file\" (`" + tr.root + "/file`) is not a directory"));
+}
+
+BOOST_AUTO_TEST_CASE(first_matching_rule_refuses_verbatim_and_is_no_boundary) {
+  Tree tr;
+  json j = tr.base();
+  j["rules"] = {
+      {{"argvPrefix", {tr.git, "push"}}, {"refuse", "Pushing is for humans: ask the user."}},
+      {{"argvContains", "--force"}, {"refuse", "No --force; rebase instead."}},
+      {{"argvPrefix", {tr.git}}, {"refuse", "never reached for push"}},
+  };
+  auto p = bound(j);
+  BOOST_TEST(refused(&p, req({tr.git, "push", "origin"})) ==
+             "Pushing is for humans: ask the user.");
+  BOOST_TEST(refused(&p, req({tr.tool, "x", "--force"})) == "No --force; rebase instead.");
+  // A whole element, not a substring.
+  BOOST_TEST(policy::check_start(&p, req({tr.tool, "--force-with-lease"})).has_value());
+  // Rules are guidance, not a boundary: an option in front slips past the prefix rule (and
+  // lands on the catch-all here only because this policy has one).
+  BOOST_TEST(refused(&p, req({tr.git, "-C", ".", "push"})) == "never reached for push");
+
+  // The cwd is checked before the rules.
+  auto r = req({tr.git, "push"});
+  r.cwd = "/etc";
+  BOOST_TEST(refused(&p, r).find("outside the working root") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(timeout_above_the_maximum_is_refused_not_clamped) {
+  Tree tr;
+  json j = tr.base();
+  j["defaultTimeoutMs"] = 1000;
+  j["maxTimeoutMs"] = 4000;
+  auto p = bound(j);
+  auto r = req({tr.tool});
+  auto ok = policy::check_start(&p, r);
+  BOOST_REQUIRE(ok.has_value());
+  BOOST_TEST(ok->timeout_ms == 1000u);
+  r.timeout_ms = 4000;
+  ok = policy::check_start(&p, r);
+  BOOST_REQUIRE(ok.has_value());
+  BOOST_TEST(ok->timeout_ms == 4000u);
+  r.timeout_ms = 4001;
+  BOOST_TEST(refused(&p, r) ==
+             "timeoutMs 4001 is above this policy's maximum of 4000 ms; ask for at most 4000 "
+             "(a longer command can run in the background and be polled, or split)");
+  r.timeout_ms = 0;
+  BOOST_TEST(starts_with(refused(&p, r), "timeoutMs 0 is not a timeout"));
+  // Rules come before the timeout.
+  j["rules"] = {{{"argvContains", "x"}, {"refuse", "rule first"}}};
+  auto p2 = bound(j);
+  r = req({tr.tool, "x"});
+  r.timeout_ms = 999999;
+  BOOST_TEST(refused(&p2, r) == "rule first");
+}
+
+BOOST_AUTO_TEST_CASE(env_names_are_validated_and_the_environment_is_built) {
+  Tree tr;
+  json j = tr.base();
+  j["env"] = {{"set", {{"CI", "1"}, {"PATH", "/usr/bin:/bin"}}}, {"pass", {"CORDON_TEST_PASS"}}};
+  auto p = bound(j);
+  auto r = req({tr.tool});
+  r.timeout_ms = 1;
+  r.env = {{"1BAD", "x"}};
+  BOOST_TEST(refused(&p, r) ==
+             "env name \"1BAD\" is not a variable name: use letters, digits "
+             "and _, not starting with a digit");
+  r.env = {{"A=B", "x"}};
+  BOOST_TEST(starts_with(refused(&p, r), "env name \"A=B\" is not a variable name"));
+  r.env = {{"LD_PRELOAD", "/tmp/x.so"}};
+  BOOST_TEST(starts_with(refused(&p, r), "env LD_PRELOAD is refused: LD_* variables"));
+  r.env = {{"CI", "0"}};
+  BOOST_TEST(refused(&p, r) ==
+             "env CI is fixed by the policy (env.set); leave it out of the request");
+  // The timeout is checked before the environment.
+  r.timeout_ms = 1ULL << 40;
+  BOOST_TEST(starts_with(refused(&p, r), "timeoutMs"));
+
+  ::setenv("CORDON_TEST_PASS", "passed", 1);
+  ::setenv("TERM", "xterm", 1);
+  r = req({tr.tool});
+  r.env = {{"FOO", "bar"}, {"HOME", "/tmp/elsewhere"}};
+  auto ok = policy::check_start(&p, r);
+  BOOST_REQUIRE_MESSAGE(ok.has_value(), (ok ? "" : ok.error().message()));
+  std::vector<std::string> want = {
+      "CI=1",         "CORDON_TEST_PASS=passed", "FOO=bar",   "HOME=/tmp/elsewhere",
+      "LANG=C.UTF-8", "PATH=/usr/bin:/bin",      "TERM=xterm"};
+  BOOST_TEST(ok->env == want, boost::test_tools::per_element());
+  ::unsetenv("CORDON_TEST_PASS");
+}
+
+// ---- executable identity, re-checked at every start ----------------------------------------
+
+BOOST_AUTO_TEST_CASE(sha256_pin_accepts_pinned_content_and_refuses_a_change) {
+  Tree tr;
+  std::string content = "#!/bin/false\ntool v1\n";
+  std::string pin = cordon::sha256_hex(content);
+  json j = tr.base();
+  j["allowedExecutables"] = {{{"path", tr.tool}, {"sha256", pin}}, tr.git};
+  auto p = bound(j);
+  auto ok = policy::check_start(&p, req({tr.tool}));
+  BOOST_REQUIRE_MESSAGE(ok.has_value(), (ok ? "" : ok.error().message()));
+  BOOST_TEST(ok->executable_sha256.value_or("") == pin);
+  BOOST_REQUIRE(ok->executable_fd && ok->executable_fd->valid());
+  struct stat st {};
+  BOOST_REQUIRE(::stat(tr.tool.c_str(), &st) == 0);
+  BOOST_TEST(ok->executable_ino == st.st_ino);
+
+  Tree::write_exe(tr.tool, "#!/bin/false\ntool v2\n");
+  std::string m = refused(&p, req({tr.tool}));
+  BOOST_TEST(m == "allowed executable `" + tr.tool + "` does not match its sha256 pin (file " +
+                      cordon::sha256_hex("#!/bin/false\ntool v2\n") + ", pinned " + pin +
+                      "): it changed since the policy was written; the operator must verify it "
+                      "and update the pin");
+  // Upper-case pins are accepted and compared case-insensitively.
+  std::string upper = cordon::sha256_hex("#!/bin/false\ntool v2\n");
+  for (auto& c : upper) {
+    c = static_cast<char>(std::toupper(c));
+  }
+  j["allowedExecutables"] = {{{"path", tr.tool}, {"sha256", upper}}};
+  auto p2 = bound(j);
+  BOOST_TEST(policy::check_start(&p2, req({tr.tool})).has_value());
+}
+
+BOOST_AUTO_TEST_CASE(refuses_executables_others_could_replace) {
+  Tree tr;
+  auto p = bound(tr.base());
+  BOOST_REQUIRE(::chmod(tr.tool.c_str(), 0775) == 0);
+  BOOST_TEST(refused(&p, req({tr.tool})) ==
+             "allowed executable `" + tr.tool +
+                 "` is writable by group or others (mode 0775): "
+                 "they could replace what the allowlist approves; ask the operator to `chmod go-w` "
+                 "it");
+  BOOST_REQUIRE(::chmod(tr.tool.c_str(), 0757) == 0);
+  BOOST_TEST(refused(&p, req({tr.tool})).find("writable by group or others (mode 0757)") !=
+             std::string::npos);
+  BOOST_REQUIRE(::chmod(tr.tool.c_str(), 0644) == 0);
+  BOOST_TEST(refused(&p, req({tr.tool})) == "allowed executable `" + tr.tool +
+                                                "` is not executable (mode 0644); ask the "
+                                                "operator to fix its mode");
+  BOOST_REQUIRE(::chmod(tr.tool.c_str(), 0755) == 0);
+  BOOST_TEST(policy::check_start(&p, req({tr.tool})).has_value());
+  if (::geteuid() == 0) {
+    // Owned by someone else: that owner could swap the content under the allowlist.
+    BOOST_REQUIRE(::chown(tr.tool.c_str(), 4242, 4242) == 0);
+    BOOST_TEST(starts_with(refused(&p, req({tr.tool})),
+                           "allowed executable `" + tr.tool + "` is owned by uid 4242"));
+  } else {
+    BOOST_TEST_MESSAGE("owner case needs root to chown; the mode cases above ran");
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_missing_allowlisted_executable_is_not_found_not_refused) {
+  Tree tr;
+  auto p = bound(tr.base());
+  BOOST_REQUIRE(::unlink(tr.tool.c_str()) == 0);
+  auto c = policy::check_start(&p, req({tr.tool}));
+  BOOST_REQUIRE(!c.has_value());
+  BOOST_TEST((c.error().code() == ErrorCode::kNotFound));
+  BOOST_TEST(c.error().context() == "allowed executable `" + tr.tool +
+                                        "` does not exist on this host; install it or "
+                                        "ask the operator to fix allowedExecutables");
+  // A directory where the executable should be.
+  BOOST_REQUIRE(::mkdir(tr.tool.c_str(), 0755) == 0);
+  BOOST_TEST(starts_with(refused(&p, req({tr.tool})),
+                         "allowed executable `" + tr.tool + "` is not a regular file"));
+}
+
+BOOST_AUTO_TEST_CASE(env_is_checked_before_the_executable) {
+  Tree tr;
+  auto p = bound(tr.base());
+  BOOST_REQUIRE(::chmod(tr.tool.c_str(), 0777) == 0);
+  auto r = req({tr.tool});
+  r.env = {{"LD_AUDIT", "x"}};
+  BOOST_TEST(starts_with(refused(&p, r), "env LD_AUDIT"));
+}
+
+// ---- parsing -----------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(defaults_are_filled) {
+  auto p = policy::parse_policy(R"({"allowedExecutables": ["/usr/bin/git"], "cwdRoot": "/srv/w"})");
+  BOOST_REQUIRE(p.has_value());
+  BOOST_TEST(p->allowed_executables.size() == 1u);
+  BOOST_TEST(p->allowed_executables[0].path == "/usr/bin/git");
+  BOOST_TEST(!p->allowed_executables[0].sha256.has_value());
+  BOOST_TEST(p->cwd_root == "/srv/w");
+  BOOST_TEST(p->default_timeout_ms == 120000u);
+  BOOST_TEST(p->max_timeout_ms == 3600000u);
+  BOOST_TEST(p->kill_grace_ms == 5000u);
+  BOOST_TEST(p->max_output_bytes == 10u * 1024 * 1024);
+  BOOST_TEST(p->limits.memory_bytes == 2ULL * 1024 * 1024 * 1024);
+  BOOST_TEST(p->limits.pids == 1024u);
+  BOOST_TEST(p->limits.cpus == 1.0);
+  BOOST_TEST((p->network == cordon::sandbox::NetworkMode::kNone));
+  BOOST_TEST(p->read_only_paths.empty());
+  BOOST_TEST(p->mask_paths.empty());
+  BOOST_TEST(p->env.set.empty());
+  BOOST_TEST(p->env.pass.empty());
+  BOOST_TEST(!p->seccomp_profile.has_value());
+  BOOST_TEST(p->run_as_uid == 1000u);
+  BOOST_TEST(p->concurrency.per_session == 8u);
+  BOOST_TEST(p->concurrency.total == 64u);
+  BOOST_TEST(p->quotas.max_jobs == 10000u);
+  BOOST_TEST(p->quotas.max_disk_bytes == 10ULL * 1024 * 1024 * 1024);
+  BOOST_TEST(!p->retention.max_jobs.has_value());
+  BOOST_TEST(!p->retention.max_age_seconds.has_value());
+  BOOST_TEST(!p->retention.max_disk_bytes.has_value());
+  BOOST_TEST(p->rules.empty());
+  BOOST_TEST(!p->root_fd);  // parse touches no file
+}
+
+BOOST_AUTO_TEST_CASE(every_field_parses) {
+  auto p = policy::parse_policy(R"({
+    "$schema": "./policy.schema.json",
+    "allowedExecutables": ["/usr/bin/make",
+      {"path": "/usr/bin/git", "sha256": "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"}],
+    "cwdRoot": "/srv/work", "defaultTimeoutMs": 60000, "maxTimeoutMs": 600000,
+    "killGraceMs": 0, "maxOutputBytes": 1048576,
+    "limits": {"memoryBytes": 536870912, "pids": 64, "cpus": 0.5},
+    "network": "host", "readOnlyPaths": ["/opt/sdk"], "maskPaths": ["/etc/machine-id"],
+    "env": {"set": {"CI": "1"}, "pass": ["http_proxy"]},
+    "seccompProfile": "/etc/cordon/strict.json", "runAsUid": 2000,
+    "concurrency": {"perSession": 2, "total": 4},
+    "quotas": {"maxJobs": 50, "maxDiskBytes": 1073741824},
+    "retention": {"maxJobs": 40, "maxAgeSeconds": 86400, "maxDiskBytes": 536870912},
+    "rules": [{"argvPrefix": ["/usr/bin/git", "push"], "refuse": "no"},
+              {"argvContains": "--force", "refuse": "no force"}]
+  })");
+  BOOST_REQUIRE_MESSAGE(p.has_value(), (p ? "" : p.error().message()));
+  BOOST_TEST(p->allowed_executables[1].sha256.value_or("") ==
+             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  BOOST_TEST(p->kill_grace_ms == 0u);
+  BOOST_TEST(p->limits.cpus == 0.5);
+  BOOST_TEST(p->limits.pids == 64u);
+  BOOST_TEST((p->network == cordon::sandbox::NetworkMode::kHost));
+  BOOST_TEST(p->env.set.at("CI") == "1");
+  BOOST_TEST(p->env.pass == std::vector<std::string>{"http_proxy"});
+  BOOST_TEST(p->run_as_uid == 2000u);
+  BOOST_TEST(p->retention.max_age_seconds.value_or(0) == 86400u);
+  BOOST_TEST(p->rules.size() == 2u);
+  BOOST_TEST(p->rules[0].argv_prefix == (std::vector<std::string>{"/usr/bin/git", "push"}));
+  BOOST_TEST(p->rules[1].argv_contains.value_or("") == "--force");
+}
+
+BOOST_AUTO_TEST_CASE(unknown_keys_and_wrong_types_name_the_json_pointer) {
+  const std::string head = R"({"allowedExecutables": ["/usr/bin/git"], "cwdRoot": "/srv/w", )";
+  BOOST_TEST(starts_with(parse_error(head + R"("allowedExecutable": []})"),
+                         "policy: /allowedExecutable: unknown key; allowed: $schema, "));
+  BOOST_TEST(parse_error(head + R"("limits": {"swap": 1}})") ==
+             "policy: /limits/swap: unknown key; allowed here: memoryBytes, pids, cpus");
+  BOOST_TEST(parse_error(head + R"("limits": {"pids": "64"}})") ==
+             "policy: /limits/pids: expected a non-negative integer, got string");
+  BOOST_TEST(parse_error(head + R"("defaultTimeoutMs": 1.5})") ==
+             "policy: /defaultTimeoutMs: expected a non-negative integer, got fractional number");
+  BOOST_TEST(parse_error(head + R"("killGraceMs": -1})") ==
+             "policy: /killGraceMs: expected a non-negative integer, got negative integer");
+  BOOST_TEST(parse_error(head + R"("network": "bridge"})") ==
+             "policy: /network: \"bridge\" is not a network mode; use \"none\" or \"host\"");
+  BOOST_TEST(
+      parse_error(head + R"("rules": [{"argvPrefix": ["/usr/bin/git", 1], "refuse": "x"}]})") ==
+      "policy: /rules/0/argvPrefix/1: expected a string, got non-negative integer");
+  BOOST_TEST(parse_error(head + R"("rules": [{"argvContains": "x", "refuse": "x", "why": 1}]})") ==
+             "policy: /rules/0/why: unknown key; allowed here: argvPrefix, argvContains, refuse");
+  BOOST_TEST(parse_error(head + R"("env": {"set": {"a/b~": 1}}})") ==
+             "policy: /env/set/a~1b~0: \"a/b~\" is not a variable name (letters, digits, _; not "
+             "starting with a digit)");
+  BOOST_TEST(parse_error(head + R"("env": {"set": {"A": 1}}})") ==
+             "policy: /env/set/A: expected a string, got non-negative integer");
+  BOOST_TEST(
+      parse_error(
+          R"({"allowedExecutables": ["/a", {"path": "/b", "sha256": "abc"}], "cwdRoot": "/w"})") ==
+      "policy: /allowedExecutables/1/sha256: expected 64 hex digits (a SHA-256 of the file)");
+  BOOST_TEST(parse_error(R"({"allowedExecutables": ["/a", 7], "cwdRoot": "/w"})") ==
+             "policy: /allowedExecutables/1: expected an absolute path or {\"path\", \"sha256\"}, "
+             "got non-negative integer");
+  BOOST_TEST(parse_error("[]") == "policy: /: expected an object, got array");
+}
+
+BOOST_AUTO_TEST_CASE(refuses_bad_values_with_the_json_pointer) {
+  const std::string head = R"({"allowedExecutables": ["/usr/bin/git"], "cwdRoot": "/srv/w", )";
+  BOOST_TEST(parse_error(R"({"cwdRoot": "/w"})") ==
+             "policy: /allowedExecutables: required: the absolute paths commands may run");
+  BOOST_TEST(
+      starts_with(parse_error(R"({"allowedExecutables": []})"), "policy: /cwdRoot: required"));
+  BOOST_TEST(parse_error(R"({"allowedExecutables": ["git"], "cwdRoot": "/w"})") ==
+             "policy: /allowedExecutables/0: \"git\" is not an absolute path");
+  BOOST_TEST(parse_error(R"({"allowedExecutables": ["/usr/bin/../bin/git"], "cwdRoot": "/w"})") ==
+             "policy: /allowedExecutables/0: \"/usr/bin/../bin/git\" is not in normal form; "
+             "write it as \"/usr/bin/git\"");
+  BOOST_TEST(parse_error(R"({"allowedExecutables": ["/a", "/a"], "cwdRoot": "/w"})") ==
+             "policy: /allowedExecutables/1: \"/a\" is listed twice");
+  BOOST_TEST(parse_error(head + R"("defaultTimeoutMs": 5000, "maxTimeoutMs": 4000})") ==
+             "policy: /defaultTimeoutMs: defaultTimeoutMs 5000 is above maxTimeoutMs 4000");
+  BOOST_TEST(parse_error(head + R"("maxTimeoutMs": 60000})") ==
+             "policy: /maxTimeoutMs: defaultTimeoutMs 120000 is above maxTimeoutMs 60000");
+  BOOST_TEST(parse_error(head + R"("defaultTimeoutMs": 0})") ==
+             "policy: /defaultTimeoutMs: 0 is out of range [1, 604800000]");
+  BOOST_TEST(parse_error(head + R"("limits": {"pids": 1}})") ==
+             "policy: /limits/pids: 1 is out of range [2, 4194304]");
+  BOOST_TEST(starts_with(parse_error(head + R"("limits": {"cpus": 0}})"),
+                         "policy: /limits/cpus: 0 is out of range"));
+  BOOST_TEST(starts_with(parse_error(head + R"("runAsUid": 0})"),
+                         "policy: /runAsUid: 0 is out of range [1, 65534]"));
+  BOOST_TEST(parse_error(head + R"("concurrency": {"perSession": 9, "total": 8}})") ==
+             "policy: /concurrency/perSession: 9 is above concurrency.total 8");
+  BOOST_TEST(
+      parse_error(head + R"("maskPaths": ["/var/secret"]})") ==
+      "policy: /maskPaths/0: \"/var/secret\" is not a path under /etc (only /etc is masked)");
+  BOOST_TEST(parse_error(head + R"("rules": [{"refuse": "x"}]})") ==
+             "policy: /rules/0: a rule has exactly one of argvPrefix or argvContains");
+  BOOST_TEST(parse_error(head + R"("rules": [{"argvPrefix": [], "refuse": "x"}]})") ==
+             "policy: /rules/0/argvPrefix: is empty; it would refuse every command");
+  BOOST_TEST(starts_with(parse_error(head + R"("rules": [{"argvContains": "x", "refuse": ""}]})"),
+                         "policy: /rules/0/refuse: is empty"));
+  BOOST_TEST(parse_error(head + R"("env": {"set": {"A": "1"}, "pass": ["A"]}})") ==
+             "policy: /env/pass/0: \"A\" is also in /env/set; list it in one place");
+}
+
+BOOST_AUTO_TEST_CASE(refuses_duplicate_keys_and_reports_syntax_errors) {
+  BOOST_TEST(parse_error(R"({"allowedExecutables": [], "cwdRoot": "/a", "cwdRoot": "/b"})") ==
+             "policy: /cwdRoot: duplicate key; write each key once");
+  BOOST_TEST(parse_error(R"({"allowedExecutables": [], "cwdRoot": "/a", "rules": [{}, )"
+                         R"({"refuse": "x", "refuse": "y"}]})") ==
+             "policy: /rules/1/refuse: duplicate key; write each key once");
+  std::string m = parse_error("{\"cwdRoot\": \"/a\",\n \"x\" 1}");
+  BOOST_TEST(starts_with(m, "policy: not valid JSON: "), m);
+  BOOST_TEST(m.find("line 2") != std::string::npos, m);
+}
+
+// ---- loading: cwdRoot and cordon's own files -----------------------------------------------
+
+BOOST_AUTO_TEST_CASE(load_refuses_a_root_containing_the_policy_or_a_system_dir) {
+  Tree tr;
+  policy::HostPathGuard guard;
+  std::string file = tr.t + "/policy.json";
+  json j = tr.base();
+  std::ofstream(file) << j.dump();
+  auto ok = policy::load_policy(file, guard);
+  BOOST_REQUIRE_MESSAGE(ok.has_value(), (ok ? "" : ok.error().message()));
+  BOOST_TEST(ok->root == tr.root);
+  BOOST_TEST(policy::check_start(&*ok, req({tr.tool})).has_value());
+
+  // The policy inside its own working root: a job could rewrite it.
+  std::string inside = tr.root + "/policy.json";
+  std::ofstream(inside) << j.dump();
+  auto bad = policy::load_policy(inside, guard);
+  BOOST_REQUIRE(!bad.has_value());
+  BOOST_TEST(
+      bad.error().message().find("contains cordon's own `" + inside + "`") != std::string::npos,
+      bad.error().message());
+
+  j["cwdRoot"] = "/usr";
+  std::ofstream(file, std::ios::trunc) << j.dump();
+  bad = policy::load_policy(file, guard);
+  BOOST_REQUIRE(!bad.has_value());
+  BOOST_TEST(
+      bad.error().message().find("cwdRoot `/usr` is a system directory") != std::string::npos,
+      bad.error().message());
+
+  // Protected paths passed in by the caller (cordon's state dir, say).
+  policy::HostPathGuard g2;
+  g2.protected_paths.push_back(tr.root + "/sub");
+  j["cwdRoot"] = tr.root;
+  std::ofstream(file, std::ios::trunc) << j.dump();
+  bad = policy::load_policy(file, g2);
+  BOOST_REQUIRE(!bad.has_value());
+  BOOST_TEST(bad.error().message().find("contains cordon's own") != std::string::npos);
+
+  j["cwdRoot"] = tr.t + "/missing";
+  std::ofstream(file, std::ios::trunc) << j.dump();
+  bad = policy::load_policy(file, guard);
+  BOOST_REQUIRE(!bad.has_value());
+  BOOST_TEST(bad.error().message().find("policy: cwdRoot") != std::string::npos,
+             bad.error().message());
+}
+
+BOOST_AUTO_TEST_CASE(checked_start_maps_onto_a_sandbox_spec) {
+  Tree tr;
+  json j = tr.base();
+  j["readOnlyPaths"] = {tr.t + "/outside"};
+  j["maskPaths"] = {"/etc/machine-id"};
+  j["network"] = "host";
+  j["runAsUid"] = 1234;
+  auto p = bound(j);
+  auto ok = policy::check_start(&p, req({tr.tool, "a"}));
+  BOOST_REQUIRE(ok.has_value());
+  auto spec = policy::to_sandbox_spec(*ok);
+  BOOST_TEST(spec.argv == (std::vector<std::string>{tr.tool, "a"}));
+  BOOST_TEST(spec.root == tr.root);
+  BOOST_TEST(spec.cwd == tr.root);
+  BOOST_TEST(spec.read_only_paths == std::vector<std::string>{tr.t + "/outside"});
+  BOOST_TEST(spec.extra_masked_paths == std::vector<std::string>{"/etc/machine-id"});
+  BOOST_TEST((spec.network == cordon::sandbox::NetworkMode::kHost));
+  BOOST_TEST(spec.inside_uid == 1234u);
+  BOOST_TEST(spec.env == ok->env);
+}
+
+// ---- the schema and the example stay in step with the parser -------------------------------
+
+namespace {
+json read_json(const std::string& path) {
+  std::ifstream in(path);
+  BOOST_REQUIRE_MESSAGE(in.good(), "cannot open " << path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  json j = json::parse(ss.str(), nullptr, false);
+  BOOST_REQUIRE_MESSAGE(!j.is_discarded(), path << " is not valid JSON");
+  return j;
+}
+std::set<std::string> keys_of(const json& obj) {
+  std::set<std::string> out;
+  for (const auto& [k, v] : obj.items()) {
+    out.insert(k);
+  }
+  return out;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(schema_lists_the_same_keys_and_defaults_as_the_parser) {
+  json s = read_json(std::string(CORDON_SOURCE_DIR) + "/docs/policy.schema.json");
+  BOOST_TEST(s["$schema"] == "https://json-schema.org/draft/2020-12/schema");
+  BOOST_TEST(s["type"] == "object");
+  BOOST_TEST(s["additionalProperties"] == false);
+  const auto& top = policy::policy_keys();
+  BOOST_TEST(keys_of(s["properties"]) == std::set<std::string>(top.begin(), top.end()),
+             boost::test_tools::per_element());
+  BOOST_TEST(s["required"] == (json{"allowedExecutables", "cwdRoot"}));
+
+  // Nested objects: closed, with the keys the parser accepts (the parser refuses any other,
+  // proven in unknown_keys_and_wrong_types_name_the_json_pointer).
+  const std::map<std::string, std::set<std::string>> nested = {
+      {"limits", {"memoryBytes", "pids", "cpus"}},
+      {"env", {"set", "pass"}},
+      {"concurrency", {"perSession", "total"}},
+      {"quotas", {"maxJobs", "maxDiskBytes"}},
+      {"retention", {"maxJobs", "maxAgeSeconds", "maxDiskBytes"}},
+  };
+  for (const auto& [name, keys] : nested) {
+    const json& o = s["properties"][name];
+    BOOST_TEST(o["additionalProperties"] == false, name);
+    BOOST_TEST(keys_of(o["properties"]) == keys, name);
+  }
+
+  // Defaults in the schema are the parser's defaults.
+  auto p = policy::parse_policy(R"({"allowedExecutables": [], "cwdRoot": "/w"})");
+  BOOST_REQUIRE(p.has_value());
+  const json& pr = s["properties"];
+  BOOST_TEST(pr["defaultTimeoutMs"]["default"] == p->default_timeout_ms);
+  BOOST_TEST(pr["maxTimeoutMs"]["default"] == p->max_timeout_ms);
+  BOOST_TEST(pr["killGraceMs"]["default"] == p->kill_grace_ms);
+  BOOST_TEST(pr["maxOutputBytes"]["default"] == p->max_output_bytes);
+  BOOST_TEST(pr["runAsUid"]["default"] == p->run_as_uid);
+  BOOST_TEST(pr["network"]["default"] == "none");
+  BOOST_TEST(pr["limits"]["properties"]["memoryBytes"]["default"] == p->limits.memory_bytes);
+  BOOST_TEST(pr["limits"]["properties"]["pids"]["default"] == p->limits.pids);
+  BOOST_TEST(pr["limits"]["properties"]["cpus"]["default"] == p->limits.cpus);
+  BOOST_TEST(pr["concurrency"]["properties"]["perSession"]["default"] ==
+             p->concurrency.per_session);
+  BOOST_TEST(pr["concurrency"]["properties"]["total"]["default"] == p->concurrency.total);
+  BOOST_TEST(pr["quotas"]["properties"]["maxJobs"]["default"] == p->quotas.max_jobs);
+  BOOST_TEST(pr["quotas"]["properties"]["maxDiskBytes"]["default"] == p->quotas.max_disk_bytes);
+  // The bounds the parser enforces.
+  BOOST_TEST(pr["defaultTimeoutMs"]["minimum"] == 1);
+  BOOST_TEST(pr["maxTimeoutMs"]["maximum"] == 604800000);
+  BOOST_TEST(pr["limits"]["properties"]["pids"]["minimum"] == 2);
+  BOOST_TEST(pr["runAsUid"]["minimum"] == 1);
+}
+
+BOOST_AUTO_TEST_CASE(documented_example_policy_parses) {
+  json ex = read_json(std::string(CORDON_SOURCE_DIR) + "/docs/policy.example.json");
+  auto p = policy::parse_policy(ex.dump());
+  BOOST_TEST(p.has_value(), (p ? "" : p.error().message()));
+}
