@@ -199,8 +199,7 @@ LogIndex::LogIndex(uint64_t interval) : interval_(std::max<uint64_t>(interval, 8
 
 Result<void> LogIndex::extend(int fd, uint64_t file_size) {
   if (file_size < seen_bytes()) {
-    return invalid("log is {} bytes, shorter than the {} already indexed", file_size,
-                   seen_bytes());
+    return invalid("log is {} bytes, shorter than the {} already indexed", file_size, seen_bytes());
   }
   if (file_size == seen_bytes()) {
     return {};
@@ -209,8 +208,7 @@ Result<void> LogIndex::extend(int fd, uint64_t file_size) {
   for (;;) {
     Limits lim;
     lim.stop_byte = (checkpoints_.back().byte / interval_ + 1) * interval_;
-    CORDON_TRY_CTX(stop, run(reader, state_, file_size, /*final_at_end=*/false, lim),
-                   "index log");
+    CORDON_TRY_CTX(stop, run(reader, state_, file_size, /*final_at_end=*/false, lim), "index log");
     if (stop == Stop::kLimit) {
       checkpoints_.push_back(state_);
       continue;
@@ -296,8 +294,8 @@ Result<Page> read_page(int fd, uint64_t file_size, bool complete, LogIndex& inde
   CORDON_TRY_CTX(found, run(reader, st, data_end, true, seek), "seek to {} {}", offset,
                  chars ? "chars" : "lines");
   if (found != Stop::kLimit) {
-    return std::unexpected(internal(fmt::format("offset {} below total {} not found at byte {}",
-                                                offset, page.total, st.byte)));
+    return std::unexpected(internal(
+        fmt::format("offset {} below total {} not found at byte {}", offset, page.total, st.byte)));
   }
   const uint64_t begin = st.byte;
   uint64_t end;

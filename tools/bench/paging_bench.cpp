@@ -93,7 +93,8 @@ int main(int argc, char** argv) {
     LogIndex index;
     ok = ok && timed_last_page(fd.get(), size, index, unit, (std::string(name) + " cold").c_str());
     for (int i = 0; i < 3; ++i) {  // warm: the index exists, only the last interval is read
-      ok = ok && timed_last_page(fd.get(), size, index, unit, (std::string(name) + " warm").c_str());
+      ok =
+          ok && timed_last_page(fd.get(), size, index, unit, (std::string(name) + " warm").c_str());
     }
   }
   ::unlink(path.c_str());

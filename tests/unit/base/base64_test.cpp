@@ -1,9 +1,9 @@
 #define BOOST_TEST_MODULE base_base64
-#include <boost/test/unit_test.hpp>
+#include "base/base64.hpp"
 
+#include <boost/test/unit_test.hpp>
 #include <string>
 
-#include "base/base64.hpp"
 #include "base/utf8.hpp"
 
 using namespace cordon;
@@ -46,8 +46,9 @@ BOOST_AUTO_TEST_CASE(utf8_rule_replaces_each_bad_byte) {
   BOOST_TEST(sanitized("\xE0\x80\xAF") == r + r + r);          // overlong, 3 bytes
   BOOST_TEST(sanitized("\xED\xA0\x80") == r + r + r);          // surrogate D800
   BOOST_TEST(sanitized("\xF4\x90\x80\x80") == r + r + r + r);  // U+110000
-  BOOST_TEST(sanitized("\xE2\x82" "A") == r + r + "A");        // truncated, then ASCII
-  BOOST_TEST(sanitized("\xE2\x82") == r + r);                  // truncated at the end
+  BOOST_TEST(sanitized("\xE2\x82"
+                       "A") == r + r + "A");   // truncated, then ASCII
+  BOOST_TEST(sanitized("\xE2\x82") == r + r);  // truncated at the end
   BOOST_TEST(sanitized("\xFF\x80") == r + r);
 }
 

@@ -1,9 +1,10 @@
 #define BOOST_TEST_MODULE engine_paging
-#include <boost/test/unit_test.hpp>
+#include "engine/paging.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <boost/test/unit_test.hpp>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -11,7 +12,6 @@
 
 #include "base/base64.hpp"
 #include "base/unique_fd.hpp"
-#include "engine/paging.hpp"
 
 using namespace cordon;
 using namespace cordon::engine;
@@ -62,8 +62,10 @@ size_t ref_valid_len(const std::string& s, size_t i) {
   if (b0 < 0x80) {
     return 1;
   }
-  size_t n = b0 >= 0xC0 && b0 <= 0xDF ? 2 : b0 >= 0xE0 && b0 <= 0xEF ? 3
-             : b0 >= 0xF0 && b0 <= 0xF7 ? 4 : 0;
+  size_t n = b0 >= 0xC0 && b0 <= 0xDF   ? 2
+             : b0 >= 0xE0 && b0 <= 0xEF ? 3
+             : b0 >= 0xF0 && b0 <= 0xF7 ? 4
+                                        : 0;
   if (n == 0 || i + n > s.size()) {
     return 0;
   }
@@ -218,10 +220,31 @@ bool matches(const TempLog& log, const RefModel& m, bool complete, LogIndex& ind
 // Random log text: ASCII, newlines, CRLF, valid multibyte chars and every kind of bad byte.
 std::string random_log(std::mt19937_64& rng, size_t approx) {
   static const std::vector<std::string> kPieces = {
-      "a", "hello ", "\n", "\n", "\r\n", "\xC3\xA9", "\xE2\x82\xAC", "\xF0\x9F\x98\x80",
-      "\xED\x9F\xBF", "\xEF\xBF\xBF", "\xF4\x8F\xBF\xBF",  // valid edges
-      "\x80", "\xBF", "\xC0\xAF", "\xC1", "\xE0\x80\xAF", "\xED\xA0\x80", "\xF4\x90\x80\x80",
-      "\xF5", "\xFF", "\xE2\x82", "\xF0\x9F\x98", "\xC3", "\xE2", "\xF0",  // invalid/truncated
+      "a",
+      "hello ",
+      "\n",
+      "\n",
+      "\r\n",
+      "\xC3\xA9",
+      "\xE2\x82\xAC",
+      "\xF0\x9F\x98\x80",
+      "\xED\x9F\xBF",
+      "\xEF\xBF\xBF",
+      "\xF4\x8F\xBF\xBF",  // valid edges
+      "\x80",
+      "\xBF",
+      "\xC0\xAF",
+      "\xC1",
+      "\xE0\x80\xAF",
+      "\xED\xA0\x80",
+      "\xF4\x90\x80\x80",
+      "\xF5",
+      "\xFF",
+      "\xE2\x82",
+      "\xF0\x9F\x98",
+      "\xC3",
+      "\xE2",
+      "\xF0",  // invalid/truncated
   };
   std::string s;
   while (s.size() < approx) {
@@ -307,8 +330,8 @@ BOOST_AUTO_TEST_CASE(chars_count_multibyte_and_replace_each_invalid_byte) {
   LogIndex index;
   Page p = page_of(log, true, index, Unit::kChars, 0, 1000);
   const std::string r = kFffd;
-  BOOST_TEST(p.content == "\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80|" + r + r + "|" + r + r + r +
-                              "|" + r + "|" + r + r + r + r);
+  BOOST_TEST(p.content == "\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80|" + r + r + "|" + r + r + r + "|" +
+                              r + "|" + r + r + r + r);
   BOOST_TEST(p.total == 3u + 1 + 2 + 1 + 3 + 1 + 1 + 1 + 4);
   // A page of one char is one whole sequence, never part of one.
   BOOST_TEST(page_of(log, true, index, Unit::kChars, 1, 1).content == "\xE2\x82\xAC");
