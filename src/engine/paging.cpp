@@ -1,0 +1,333 @@
+#include "engine/paging.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <limits>
+#include <span>
+
+#include "base/utf8.hpp"
+
+namespace cordon::engine {
+namespace {
+
+// The word-at-a-time ASCII path reads bytes in memory order; the lowest set bit is the first.
+static_assert(std::endian::native == std::endian::little);
+
+constexpr uint64_t kNoLimit = std::numeric_limits<uint64_t>::max();
+// Index building reads big chunks (few syscalls over GBs); pages read small ones so a page
+// at the end of a log reads little beyond its own bytes.
+constexpr size_t kIndexChunk = size_t{1} << 20;
+constexpr size_t kPageChunk = size_t{64} << 10;
+
+Error internal(std::string what) { return Error(ErrorCode::kInternal, 0, std::move(what)); }
+
+// pread exactly n bytes; a log never shrinks, so EOF before n bytes is an error.
+Result<void> pread_exact(int fd, uint8_t* buf, size_t n, uint64_t offset, LogIndex& index) {
+  size_t done = 0;
+  while (done < n) {
+    ssize_t got = ::pread(fd, buf + done, n - done, static_cast<off_t>(offset + done));
+    if (got < 0) {
+      if (errno == EINTR) {
+        continue;
+      }
+      return sys_error("pread {} bytes at {}", n - done, offset + done);
+    }
+    if (got == 0) {
+      return std::unexpected(Error::invalid(fmt::format(
+          "log ends at {} bytes, before the {} its size says", offset + done, offset + n)));
+    }
+    done += static_cast<size_t>(got);
+    index.count_read(static_cast<uint64_t>(got));
+  }
+  return {};
+}
+
+// A bounded window onto the log: view(pos) hands out buffered bytes from pos on, reading a
+// fresh chunk when fewer than one whole UTF-8 sequence (4 bytes) remains buffered.
+class ChunkReader {
+ public:
+  ChunkReader(int fd, LogIndex& index, size_t chunk) : fd_(fd), index_(index), buf_(chunk) {}
+
+  Result<std::span<const uint8_t>> view(uint64_t pos, uint64_t end) {
+    uint64_t buf_end = buf_off_ + buf_len_;
+    if (pos >= buf_off_ && pos <= buf_end && (buf_end == end || buf_end - pos >= 4)) {
+      return std::span<const uint8_t>(buf_.data() + (pos - buf_off_), buf_end - pos);
+    }
+    size_t n = static_cast<size_t>(std::min<uint64_t>(buf_.size(), end - pos));
+    CORDON_CHECK(pread_exact(fd_, buf_.data(), n, pos, index_));
+    buf_off_ = pos;
+    buf_len_ = n;
+    return std::span<const uint8_t>(buf_.data(), n);
+  }
+
+ private:
+  int fd_;
+  LogIndex& index_;
+  std::vector<uint8_t> buf_;
+  uint64_t buf_off_ = 0;
+  uint64_t buf_len_ = 0;
+};
+
+struct Limits {
+  uint64_t stop_byte = kNoLimit;  // stop at the first char boundary at or after this byte
+  uint64_t max_chars = kNoLimit;  // stop when this many chars are behind
+  uint64_t max_lines = kNoLimit;  // stop when this many lines have ended
+};
+
+enum class Stop { kLimit, kEnd, kNeedMore };
+
+bool limit_hit(const Checkpoint& st, const Limits& lim) {
+  return st.byte >= lim.stop_byte || st.chars >= lim.max_chars || st.lines >= lim.max_lines;
+}
+
+// The one scanner behind the index and every page: advances `st` over p[0..n) (p[0] is the
+// byte at st.byte) unit by unit, applying the chars rule and the lines rule of paging.hpp.
+// `final`: p ends where the input ends, so a truncated sequence is invalid bytes.
+Stop scan(const uint8_t* p, size_t n, bool final, Checkpoint& st, const Limits& lim) {
+  constexpr uint64_t kHigh = 0x8080808080808080ULL;
+  constexpr uint64_t kLow7 = 0x7f7f7f7f7f7f7f7fULL;
+  constexpr uint64_t kNewlines = 0x0a0a0a0a0a0a0a0aULL;
+  Checkpoint s = st;
+  size_t i = 0;
+  Stop stop;
+  for (;;) {
+    if (limit_hit(s, lim)) {
+      stop = Stop::kLimit;
+      break;
+    }
+    if (i == n) {
+      stop = Stop::kEnd;
+      break;
+    }
+    // Eight ASCII bytes at once, when no limit and no forced line break can fall inside them.
+    if (n - i >= 8 && s.byte + 8 <= lim.stop_byte && s.chars + 8 <= lim.max_chars &&
+        s.byte + 8 - s.line_start <= kMaxLineBytes) {
+      uint64_t w;
+      std::memcpy(&w, p + i, 8);
+      if ((w & kHigh) == 0) {
+        uint64_t t = w ^ kNewlines;
+        // Exact zero-byte test (no borrow between bytes): high bit set where w has '\n'.
+        uint64_t nl = ~(((t & kLow7) + kLow7) | t | kLow7);
+        // One bit per newline at bits 7, 15, ...: the multiply sums them into the top byte
+        // (std::popcount is a libgcc call without -mpopcnt, and dominated the profile).
+        uint64_t count = nl == 0 ? 0 : ((nl >> 7) * 0x0101010101010101ULL) >> 56;
+        if (s.lines + count < lim.max_lines) {
+          if (count != 0) {
+            s.lines += count;
+            s.line_start = s.byte + static_cast<uint64_t>((63 - std::countl_zero(nl)) / 8) + 1;
+          }
+          i += 8;
+          s.byte += 8;
+          s.chars += 8;
+          continue;
+        }
+      }
+    }
+    uint8_t b = p[i];
+    if (b == '\n') {
+      ++i;
+      ++s.byte;
+      ++s.chars;
+      ++s.lines;
+      s.line_start = s.byte;
+      continue;
+    }
+    size_t len = b < 0x80 ? 1 : utf8_unit_length(p + i, n - i, final);
+    if (len == 0) {
+      stop = Stop::kNeedMore;
+      break;
+    }
+    if (s.byte - s.line_start + len > kMaxLineBytes) {
+      // Forced break before this char; decided only now that its length is known, which is
+      // why a checkpoint's `lines` never includes a break at its own byte.
+      ++s.lines;
+      s.line_start = s.byte;
+      continue;
+    }
+    i += len;
+    s.byte += len;
+    ++s.chars;
+  }
+  st = s;
+  return stop;
+}
+
+// Runs the scanner over [st.byte, end) of the log. final_at_end: `end` is the end of input.
+Result<Stop> run(ChunkReader& reader, Checkpoint& st, uint64_t end, bool final_at_end,
+                 const Limits& lim) {
+  for (;;) {
+    CORDON_TRY(view, reader.view(st.byte, end));
+    bool at_end = st.byte + view.size() == end;
+    Stop stop = scan(view.data(), view.size(), final_at_end && at_end, st, lim);
+    if (stop == Stop::kLimit || at_end) {
+      return stop;
+    }
+    // kEnd or kNeedMore inside the log: the next view starts at st.byte with a fresh chunk.
+  }
+}
+
+Result<std::string> read_sanitized(int fd, uint64_t begin, uint64_t end, LogIndex& index) {
+  std::string raw(end - begin, '\0');
+  CORDON_CHECK(pread_exact(fd, reinterpret_cast<uint8_t*>(raw.data()), raw.size(), begin, index));
+  std::string out;
+  append_utf8_sanitized(raw, out);
+  return out;
+}
+
+}  // namespace
+
+Result<Unit> parse_unit(std::string_view name) {
+  if (name == "chars") {
+    return Unit::kChars;
+  }
+  if (name == "bytes") {
+    return Unit::kBytes;
+  }
+  if (name == "lines") {
+    return Unit::kLines;
+  }
+  return invalid("unit `{}` is not one of chars, bytes, lines", name);
+}
+
+LogIndex::LogIndex(uint64_t interval) : interval_(std::max<uint64_t>(interval, 8)) {
+  checkpoints_.push_back(Checkpoint{});
+}
+
+Result<void> LogIndex::extend(int fd, uint64_t file_size) {
+  if (file_size < seen_bytes()) {
+    return invalid("log is {} bytes, shorter than the {} already indexed", file_size, seen_bytes());
+  }
+  if (file_size == seen_bytes()) {
+    return {};
+  }
+  ChunkReader reader(fd, *this, kIndexChunk);
+  for (;;) {
+    Limits lim;
+    lim.stop_byte = (checkpoints_.back().byte / interval_ + 1) * interval_;
+    CORDON_TRY_CTX(stop, run(reader, state_, file_size, /*final_at_end=*/false, lim), "index log");
+    if (stop == Stop::kLimit) {
+      checkpoints_.push_back(state_);
+      continue;
+    }
+    tail_len_ = file_size - state_.byte;
+    if (tail_len_ > 0) {
+      CORDON_TRY(view, reader.view(state_.byte, file_size));
+      std::memcpy(tail_, view.data(), tail_len_);
+    }
+    return {};
+  }
+}
+
+Checkpoint LogIndex::final_state() const {
+  Checkpoint s = state_;
+  scan(tail_, tail_len_, /*final=*/true, s, Limits{});
+  return s;
+}
+
+uint64_t LogIndex::total_chars(bool complete) const {
+  return complete ? final_state().chars : state_.chars;
+}
+
+uint64_t LogIndex::total_lines(bool complete) const {
+  if (!complete) {
+    return state_.lines;
+  }
+  Checkpoint s = final_state();
+  return s.lines + (s.byte > s.line_start ? 1 : 0);
+}
+
+const Checkpoint& LogIndex::checkpoint_for_char(uint64_t c) const {
+  auto it = std::upper_bound(checkpoints_.begin(), checkpoints_.end(), c,
+                             [](uint64_t v, const Checkpoint& cp) { return v < cp.chars; });
+  return *std::prev(it);  // checkpoints_[0].chars == 0 <= c
+}
+
+const Checkpoint& LogIndex::checkpoint_for_line(uint64_t l) const {
+  auto it = std::lower_bound(checkpoints_.begin(), checkpoints_.end(), l,
+                             [](const Checkpoint& cp, uint64_t v) { return cp.lines < v; });
+  return it == checkpoints_.begin() ? *it : *std::prev(it);
+}
+
+Result<Page> read_page(int fd, uint64_t file_size, bool complete, LogIndex& index,
+                       const PageRequest& request) {
+  if (request.limit == 0 || request.limit > kMaxPageLimit) {
+    return refusal("page limit {} is outside 1..{}", request.limit, kMaxPageLimit);
+  }
+  Page page;
+  page.offset = request.offset;
+  const uint64_t offset = request.offset;
+
+  if (request.unit == Unit::kBytes) {
+    page.total = file_size;
+    uint64_t begin = std::min(offset, file_size);
+    uint64_t end = begin + std::min(request.limit, file_size - begin);
+    page.content.resize(end - begin);
+    CORDON_CHECK_CTX(pread_exact(fd, reinterpret_cast<uint8_t*>(page.content.data()),
+                                 page.content.size(), begin, index),
+                     "read byte page at {}", offset);
+    page.byte_begin = begin;
+    page.byte_end = end;
+    page.next_offset = offset >= file_size ? offset : end;
+    page.has_more = page.next_offset < page.total;
+    return page;
+  }
+
+  CORDON_CHECK(index.extend(fd, file_size));
+  // Running: only decided bytes are paged; the pending tail waits. Complete: everything.
+  const uint64_t data_end = complete ? file_size : index.decided_bytes();
+  ChunkReader reader(fd, index, kPageChunk);
+  const bool chars = request.unit == Unit::kChars;
+  page.total = chars ? index.total_chars(complete) : index.total_lines(complete);
+  if (offset >= page.total) {
+    page.next_offset = offset;
+    page.byte_begin = page.byte_end = data_end;
+    return page;
+  }
+
+  Checkpoint st = chars ? index.checkpoint_for_char(offset) : index.checkpoint_for_line(offset);
+  Limits seek;
+  (chars ? seek.max_chars : seek.max_lines) = offset;
+  CORDON_TRY_CTX(found, run(reader, st, data_end, true, seek), "seek to {} {}", offset,
+                 chars ? "chars" : "lines");
+  if (found != Stop::kLimit) {
+    return std::unexpected(internal(
+        fmt::format("offset {} below total {} not found at byte {}", offset, page.total, st.byte)));
+  }
+  const uint64_t begin = st.byte;
+  uint64_t end;
+  if (chars) {
+    Limits lim;
+    lim.max_chars = offset + request.limit;
+    CORDON_CHECK_CTX(run(reader, st, data_end, true, lim), "read chars page at {}", offset);
+    end = st.byte;
+    page.next_offset = st.chars;
+  } else {
+    Limits lim;
+    lim.max_lines = offset + request.limit;
+    lim.stop_byte = begin + kMaxLinesPageBytes;
+    CORDON_TRY_CTX(stop, run(reader, st, data_end, true, lim), "read lines page at {}", offset);
+    if (stop == Stop::kEnd && complete && st.byte > st.line_start) {
+      end = st.byte;  // the unterminated last line of a finished log
+      page.next_offset = st.lines + 1;
+    } else {
+      end = st.line_start;  // whole lines only
+      page.next_offset = st.lines;
+    }
+    if (page.next_offset == offset) {
+      return std::unexpected(internal(fmt::format("line {} longer than a page", offset)));
+    }
+  }
+  CORDON_TRY_CTX(content, read_sanitized(fd, begin, end, index), "read page bytes {}..{}", begin,
+                 end);
+  page.content = std::move(content);
+  page.byte_begin = begin;
+  page.byte_end = end;
+  page.has_more = page.next_offset < page.total;
+  return page;
+}
+
+}  // namespace cordon::engine
