@@ -72,8 +72,8 @@ Result<Datagram> receive_datagram(int sock, size_t max_bytes, size_t max_fds) {
     }
   }
   d.eof = n == 0 && d.fds.empty();
-  d.truncated = (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0 ||
-                static_cast<size_t>(n) > max_bytes;
+  d.truncated =
+      (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0 || static_cast<size_t>(n) > max_bytes;
   d.bytes.resize(std::min(static_cast<size_t>(n), max_bytes));
   return d;
 }
@@ -290,9 +290,9 @@ class Server {
     reply.kind = h.kind;
     if (d.truncated || d.bytes.size() != sizeof h || h.magic != kSpawnerMagic ||
         h.version != kSpawnerProtocolVersion) {
-      return send_error(reply, Error::invalid(fmt::format(
-                                   "malformed request header ({} bytes{})", d.bytes.size(),
-                                   d.truncated ? ", truncated" : "")));
+      return send_error(
+          reply, Error::invalid(fmt::format("malformed request header ({} bytes{})", d.bytes.size(),
+                                            d.truncated ? ", truncated" : "")));
     }
     if (h.kind == SpawnerMessage::kHello) {
       if (!d.fds.empty()) {
@@ -367,8 +367,7 @@ class Server {
       CORDON_TRY_CTX(profile, load_profile_(path), "load seccomp profile `{}`", path);
       SeccompOptions opts;
       opts.allow_ptrace = allow_ptrace;
-      CORDON_TRY_CTX(filters, compile_filters(profile, opts), "compile seccomp profile `{}`",
-                     path);
+      CORDON_TRY_CTX(filters, compile_filters(profile, opts), "compile seccomp profile `{}`", path);
       it = filters_.emplace(key, std::move(filters)).first;
     }
     return SeccompPrograms{it->second.profile.insns, it->second.fixed.insns, init_filter_->insns};
@@ -378,13 +377,12 @@ class Server {
     bool has_v2 = (h.flags & kRequestHasCgroupV2) != 0;
     if ((h.flags & ~kRequestHasCgroupV2) != 0 || h.n_cgroup_v1 > kMaxCgroupV1Fds ||
         fds.size() != 1 + (has_v2 ? 1 : 0) + h.n_cgroup_v1) {
-      return invalid("a spawn request carries its memfd and {} cgroup descriptors; got {} "
-                     "descriptors (flags {:#x})",
-                     (has_v2 ? 1 : 0) + std::min(h.n_cgroup_v1, kMaxCgroupV1Fds), fds.size(),
-                     h.flags);
+      return invalid(
+          "a spawn request carries its memfd and {} cgroup descriptors; got {} "
+          "descriptors (flags {:#x})",
+          (has_v2 ? 1 : 0) + std::min(h.n_cgroup_v1, kMaxCgroupV1Fds), fds.size(), h.flags);
     }
-    CORDON_TRY_CTX(bytes, read_sealed_memfd(fds[0].get(), kMaxRequestBytes),
-                   "read the request");
+    CORDON_TRY_CTX(bytes, read_sealed_memfd(fds[0].get(), kMaxRequestBytes), "read the request");
     CORDON_TRY(req, decode_spawn_request(bytes));
     // A root-owned user namespace would charge every sandbox's limits to root, and the id
     // switch around clone3 would be a no-op.
@@ -402,8 +400,7 @@ class Server {
     }
 
     CORDON_TRY(programs, programs_for(req.seccomp_profile_path, req.spec.allow_ptrace));
-    CORDON_TRY(prepared,
-               PreparedSandbox::prepare(req.spec, programs, req.host_id, req.init_path));
+    CORDON_TRY(prepared, PreparedSandbox::prepare(req.spec, programs, req.host_id, req.init_path));
 
     SpawnOptions sp;
     sp.host_id = req.host_id;
@@ -469,8 +466,10 @@ int spawner_main(int sock_fd, const ProfileLoader& load_profile) {
   int type = 0, domain = 0;
   socklen_t len = sizeof type;
   if (::getsockopt(sock_fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_SEQPACKET) {
-    fmt::print(stderr, "cordon-spawner: fd {} is not a SOCK_SEQPACKET socket; it is started "
-                       "by the cordon engine, not by hand\n", sock_fd);
+    fmt::print(stderr,
+               "cordon-spawner: fd {} is not a SOCK_SEQPACKET socket; it is started "
+               "by the cordon engine, not by hand\n",
+               sock_fd);
     return 2;
   }
   len = sizeof domain;
@@ -529,8 +528,8 @@ Result<SpawnerClient> SpawnerClient::start(const std::string& spawner_path) {
   // ends when the engine closes the socket.
   if (rc == 0) rc = posix_spawnattr_setpgroup(&attr, 0);
   if (rc == 0) {
-    rc = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
-                                             POSIX_SPAWN_SETPGROUP);
+    rc = posix_spawnattr_setflags(
+        &attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
   }
   if (rc != 0) {
     cleanup();
@@ -583,8 +582,8 @@ Result<SpawnerClient> SpawnerClient::start(const std::string& spawner_path) {
   std::memcpy(&r, d->bytes.data(), sizeof r);
   if (r.magic != kSpawnerMagic || r.version != kSpawnerProtocolVersion ||
       r.kind != SpawnerMessage::kHello || r.ok != 1 || r.pid != pid) {
-    return fail(protocol_error(fmt::format("unexpected hello reply (version {}, pid {})",
-                                           r.version, r.pid)));
+    return fail(protocol_error(
+        fmt::format("unexpected hello reply (version {}, pid {})", r.version, r.pid)));
   }
   return c;
 }
@@ -643,9 +642,9 @@ Result<SpawnerClient::Reply> SpawnerClient::exchange(uint64_t id, std::string_vi
 
   // Any violation from here on leaves the stream in an unknown state: no later call trusts it.
   broken_ = true;
-  CORDON_TRY_CTX(d, receive_datagram(sock_.get(), sizeof(SpawnerReplyHeader) + kMaxInlineResult,
-                                     kMaxReplyFds),
-                 "receive the reply");
+  CORDON_TRY_CTX(
+      d, receive_datagram(sock_.get(), sizeof(SpawnerReplyHeader) + kMaxInlineResult, kMaxReplyFds),
+      "receive the reply");
   if (d.eof) {
     return std::unexpected(protocol_error("the spawner exited"));
   }
@@ -679,12 +678,12 @@ Result<SpawnerClient::Reply> SpawnerClient::exchange(uint64_t id, std::string_vi
     if ((r.fds & bit) == 0) {
       continue;
     }
-    UniqueFd& slot = bit == kReplyPidfd         ? out.pidfd
-                     : bit == kReplyStatus      ? out.status
-                     : bit == kReplyStdoutRead  ? out.stdout_read
-                     : bit == kReplyStderrRead  ? out.stderr_read
-                     : bit == kReplyStdinWrite  ? out.stdin_write
-                                                : result_mem;
+    UniqueFd& slot = bit == kReplyPidfd        ? out.pidfd
+                     : bit == kReplyStatus     ? out.status
+                     : bit == kReplyStdoutRead ? out.stdout_read
+                     : bit == kReplyStderrRead ? out.stderr_read
+                     : bit == kReplyStdinWrite ? out.stdin_write
+                                               : result_mem;
     slot = std::move(d.fds[next++]);
   }
   if (!out.pidfd || !out.status || r.pid <= 0) {
@@ -725,8 +724,7 @@ Result<int> SpawnerClient::stop(std::chrono::milliseconds grace) {
   siginfo_t info{};
   int rc;
   do {
-    rc = ::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd_.get()), &info,
-                  WEXITED);
+    rc = ::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd_.get()), &info, WEXITED);
   } while (rc != 0 && errno == EINTR);
   pidfd_.reset();
   if (rc != 0) {

@@ -134,10 +134,10 @@ class SpawnerClient {
   struct Request {
     SandboxSpec spec;
     std::string seccomp_profile_path, init_path;
-    uid_t host_id = 0;                // leased by the caller (HostIdLease), held while it runs
-    int cgroup_v2_fd = -1;            // borrowed; -1 for none
-    std::vector<int> cgroup_v1_fds;   // borrowed
-    bool cgroupns_at_clone = true;    // pure v2 hosts; false on hybrid (the child unshares)
+    uid_t host_id = 0;               // leased by the caller (HostIdLease), held while it runs
+    int cgroup_v2_fd = -1;           // borrowed; -1 for none
+    std::vector<int> cgroup_v1_fds;  // borrowed
+    bool cgroupns_at_clone = true;   // pure v2 hosts; false on hybrid (the child unshares)
   };
   struct Reply {
     pid_t pid = -1;  // the sandbox init, in the spawner's (and our) pid namespace

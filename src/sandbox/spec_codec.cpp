@@ -259,11 +259,9 @@ Result<std::string> encode_spawn_request(const SpawnRequestBody& b) {
 Result<SpawnRequestBody> decode_spawn_request(std::string_view bytes) {
   Reader r(bytes);
   SpawnRequestBody b;
-  (void)(r.expect_magic(kRequestCodecMagic, "is not a spawn request") &&
-         decode_spec(r, b.spec) &&
-         r.str(b.seccomp_profile_path, "seccomp_profile_path") &&
-         r.str(b.init_path, "init_path") && r.u32(b.host_id, "host_id") &&
-         r.boolean(b.cgroupns_at_clone, "cgroupns_at_clone"));
+  (void)(r.expect_magic(kRequestCodecMagic, "is not a spawn request") && decode_spec(r, b.spec) &&
+         r.str(b.seccomp_profile_path, "seccomp_profile_path") && r.str(b.init_path, "init_path") &&
+         r.u32(b.host_id, "host_id") && r.boolean(b.cgroupns_at_clone, "cgroupns_at_clone"));
   return r.finish(std::move(b), "spawn request");
 }
 
@@ -293,8 +291,7 @@ Result<SpawnResultBody> decode_spawn_result(std::string_view bytes) {
   AppliedFeatures& a = b.applied;
   (void)(r.expect_magic(kResultCodecMagic, "is not a spawn result") &&
          r.boolean(a.user_namespace, "user_namespace") &&
-         r.boolean(a.idmapped_root, "idmapped_root") &&
-         r.str(a.idmap_fallback, "idmap_fallback") &&
+         r.boolean(a.idmapped_root, "idmapped_root") && r.str(a.idmap_fallback, "idmap_fallback") &&
          r.boolean(a.network_namespace, "network_namespace") &&
          r.i32(a.landlock_abi, "landlock_abi") && r.boolean(a.landlock_scopes, "landlock_scopes") &&
          r.boolean(a.seccomp_profile, "seccomp_profile") &&

@@ -398,3 +398,22 @@ BOOST_AUTO_TEST_CASE(destroying_the_client_kills_a_running_sandbox) {
   }
   BOOST_TEST(readable(pidfd.get()));
 }
+
+BOOST_AUTO_TEST_CASE(large_argv_travels_in_memfds_both_ways) {
+  // 64 arguments of 1000 bytes: the final argv (> kMaxInlineResult) comes back in a memfd.
+  Fixture fx;
+  auto client = start_spawner();
+  auto cg = fx.cgroup();
+  std::vector<std::string> argv = {"/bin/echo"};
+  for (int i = 0; i < 64; ++i) {
+    argv.push_back(std::string(1000, static_cast<char>('a' + i % 26)));
+  }
+  auto reply = client.spawn(fx.request(cg, argv));
+  BOOST_REQUIRE_MESSAGE(reply.has_value(), why(reply));
+  BOOST_TEST(reply->argv == argv, boost::test_tools::per_element());
+  std::string expected;
+  for (size_t i = 1; i < argv.size(); ++i) {
+    expected += argv[i] + (i + 1 < argv.size() ? " " : "\n");
+  }
+  BOOST_TEST(run_to_end(*reply).out == expected);
+}

@@ -38,7 +38,8 @@ SpawnRequestBody full_request() {
   s.inotify_watches = 99;
   s.rlimits = {{RLIMIT_NOFILE, 64, 128}, {RLIMIT_CORE, 0, RLIM_INFINITY}};
   s.allow_ptrace = true;
-  s.disabled_walls = static_cast<uint32_t>(Wall::kLandlock) | static_cast<uint32_t>(Wall::kCloseFds);
+  s.disabled_walls =
+      static_cast<uint32_t>(Wall::kLandlock) | static_cast<uint32_t>(Wall::kCloseFds);
   b.seccomp_profile_path = "/usr/share/cordon/seccomp/default.json";
   b.init_path = "/usr/libexec/cordon/cordon-init";
   b.host_id = 0x70000005;
