@@ -92,6 +92,15 @@ class JobCgroup {
   [[nodiscard]] Result<void> set_limits(const CgroupLimits& limits);
   /// O_DIRECTORY|O_CLOEXEC fd of the v2 job cgroup, for clone_args.cgroup; owned by this object.
   int v2_dirfd() const { return v2_.fd.get(); }
+  /// O_DIRECTORY|O_CLOEXEC fds of the v1 job cgroups (one per unique hierarchy; empty on
+  /// kUnified), owned by this object: what a spawner writes a new pid into (cgroup.procs).
+  std::vector<int> v1_dirfds() const {
+    std::vector<int> fds;
+    for (const Dir& d : v1_) {
+      fds.push_back(d.fd.get());
+    }
+    return fds;
+  }
   /// Hybrid: moves `pid` into each v1 job cgroup, exactly one cgroup.procs write per
   /// hierarchy (each write can cost an RCU grace period, ~11 ms). No-op on kUnified.
   [[nodiscard]] Result<void> place_v1(pid_t pid);

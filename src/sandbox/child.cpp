@@ -552,6 +552,14 @@ void child_main(const ChildPlan& plan) {
     }
   }
 
+  // An empty signal mask: a mask survives clone3 and exec, and the engine's spawner blocks
+  // SIGCHLD for its signalfd (init and the command expect to start unblocked). Raw syscall.
+  sigset_t none;
+  sigemptyset(&none);
+  if (::sigprocmask(SIG_SETMASK, &none, nullptr) != 0) {
+    fail(SetupStep::kFds);
+  }
+
   // 1. Wait for the go byte: id maps written, v1 cgroups placed. EOF: the parent gave up.
   char go = 0;
   ssize_t got;

@@ -1,0 +1,742 @@
+#include "sandbox/spawner.hpp"
+
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/mman.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <set>
+#include <utility>
+
+#include "sandbox/spawn.hpp"
+#include "sandbox/spec_codec.hpp"
+#include "sys/fs.hpp"
+#include "sys/syscalls.hpp"
+
+namespace cordon::sandbox {
+namespace {
+
+// The most descriptors either side ever sends in one datagram.
+constexpr size_t kMaxRequestFds = 2 + kMaxCgroupV1Fds;
+constexpr size_t kMaxReplyFds = 6;
+constexpr uint32_t kRequiredSeals = F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK;
+
+struct Datagram {
+  std::string bytes;
+  std::vector<UniqueFd> fds;
+  bool eof = false;
+  bool truncated = false;  // data or descriptors did not fit: a protocol violation
+};
+
+// One recvmsg. Descriptors arrive O_CLOEXEC and are owned by the result at once, so every
+// path out of a request closes them.
+Result<Datagram> receive_datagram(int sock, size_t max_bytes, size_t max_fds) {
+  Datagram d;
+  d.bytes.resize(max_bytes + 1);  // one spare byte: a longer datagram shows as MSG_TRUNC
+  std::vector<char> control(CMSG_SPACE(sizeof(int) * max_fds));
+  struct iovec iov {
+    d.bytes.data(), d.bytes.size()
+  };
+  struct msghdr msg {};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control.data();
+  msg.msg_controllen = control.size();
+  ssize_t n;
+  do {
+    n = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) {
+    return sys_error("recvmsg");
+  }
+  for (struct cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+      size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < count; ++i) {
+        int fd;
+        std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+        d.fds.emplace_back(fd);
+      }
+    }
+  }
+  d.eof = n == 0 && d.fds.empty();
+  d.truncated =
+      (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0 || static_cast<size_t>(n) > max_bytes;
+  d.bytes.resize(std::min(static_cast<size_t>(n), max_bytes));
+  return d;
+}
+
+Result<void> send_datagram(int sock, const void* data, size_t size, std::span<const int> fds) {
+  struct iovec iov {
+    const_cast<void*>(data), size
+  };
+  struct msghdr msg {};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  std::vector<char> control;
+  if (!fds.empty()) {
+    control.resize(CMSG_SPACE(sizeof(int) * fds.size()));
+    msg.msg_control = control.data();
+    msg.msg_controllen = control.size();
+    struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    if (c == nullptr) {  // cannot happen with a control buffer of CMSG_SPACE bytes
+      return errno_error(EINVAL, "sendmsg: no room for SCM_RIGHTS");
+    }
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+    std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
+  }
+  ssize_t n;
+  do {
+    n = ::sendmsg(sock, &msg, MSG_NOSIGNAL);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) {
+    return sys_error("sendmsg");
+  }
+  if (static_cast<size_t>(n) != size) {
+    return errno_error(EMSGSIZE, "sendmsg: short send of {} of {} bytes", n, size);
+  }
+  return {};
+}
+
+// A sealed memfd holding `bytes`: the receiver reads exactly what was checked here.
+Result<UniqueFd> sealed_memfd(const char* name, std::string_view bytes) {
+  int fd = ::memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) {
+    return sys_error("memfd_create");
+  }
+  UniqueFd mem(fd);
+  CORDON_CHECK_CTX(sys::write_all(fd, bytes.data(), bytes.size()), "write memfd");
+  if (::fcntl(fd, F_ADD_SEALS, kRequiredSeals | F_SEAL_SEAL) != 0) {
+    return sys_error("fcntl F_ADD_SEALS");
+  }
+  return mem;
+}
+
+// Reads a memfd another process sealed. The seals are checked (F_GET_SEALS fails with EINVAL
+// on anything but a memfd), so the size cannot change under us, and the size is bounded
+// before anything is allocated.
+Result<std::string> read_sealed_memfd(int fd, size_t max_bytes) {
+  int seals = ::fcntl(fd, F_GET_SEALS);
+  if (seals < 0) {
+    return sys_error("fcntl F_GET_SEALS (not a memfd?)");
+  }
+  if ((static_cast<uint32_t>(seals) & kRequiredSeals) != kRequiredSeals) {
+    return invalid("the memfd is not sealed against writes, growing and shrinking");
+  }
+  CORDON_TRY(st, sys::fstat_fd(fd));
+  if (!S_ISREG(st.st_mode) || st.st_size < 0 || static_cast<size_t>(st.st_size) > max_bytes) {
+    return invalid("the memfd holds {} bytes, more than the {} allowed", st.st_size, max_bytes);
+  }
+  std::string bytes(static_cast<size_t>(st.st_size), '\0');
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = ::pread(fd, bytes.data() + done, bytes.size() - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n < 0) {
+      return sys_error("pread memfd");
+    }
+    if (n == 0) {
+      return invalid("the memfd ended after {} of {} bytes", done, bytes.size());
+    }
+    done += static_cast<size_t>(n);
+  }
+  return bytes;
+}
+
+Result<void> check_cgroup_dir(int fd, long magic, const char* what) {
+  struct statfs sfs {};
+  if (::fstatfs(fd, &sfs) != 0) {
+    return sys_error("fstatfs the {} dirfd", what);
+  }
+  CORDON_TRY(st, sys::fstat_fd(fd));
+  if (sfs.f_type != magic || !S_ISDIR(st.st_mode)) {
+    return invalid("the {} descriptor is not a directory on that cgroup filesystem", what);
+  }
+  return {};
+}
+
+ErrorCode error_code_from_wire(uint32_t code) {
+  switch (static_cast<ErrorCode>(code)) {
+    case ErrorCode::kSystem:
+    case ErrorCode::kInvalid:
+    case ErrorCode::kRefused:
+    case ErrorCode::kUnsupported:
+    case ErrorCode::kNotFound:
+    case ErrorCode::kInternal:
+      return static_cast<ErrorCode>(code);
+  }
+  return ErrorCode::kInternal;
+}
+
+Error protocol_error(std::string what) {
+  return Error(ErrorCode::kInternal, 0, "spawner protocol: " + what);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Server
+
+class Server {
+ public:
+  Server(int sock, const ProfileLoader& load_profile) : sock_(sock), load_profile_(load_profile) {}
+
+  int run() {
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    // Blocked for the signalfd; the clone3 child empties its mask first thing.
+    if (::sigprocmask(SIG_BLOCK, &chld, nullptr) != 0) {
+      return 1;
+    }
+    sigfd_.reset(::signalfd(-1, &chld, SFD_NONBLOCK | SFD_CLOEXEC));
+    if (!sigfd_) {
+      return 1;
+    }
+    int status = 0;
+    for (;;) {
+      struct pollfd pfds[2] = {{sock_, POLLIN, 0}, {sigfd_.get(), POLLIN, 0}};
+      if (::poll(pfds, 2, -1) < 0) {
+        if (errno == EINTR) {
+          continue;
+        }
+        status = 1;
+        break;
+      }
+      if (pfds[1].revents != 0) {
+        drain_signalfd();
+      }
+      if (pfds[0].revents != 0) {
+        auto d = receive_datagram(sock_, sizeof(SpawnerRequestHeader), kMaxRequestFds);
+        if (!d) {
+          status = 1;
+          break;
+        }
+        if (d->eof) {
+          break;
+        }
+        if (!serve(*d)) {
+          status = 1;  // the reply could not be sent: the engine is gone
+          break;
+        }
+      }
+      reap();  // also catches a SIGCHLD that raced the signalfd read
+    }
+    kill_all();
+    return status;
+  }
+
+ private:
+  struct Spawned {
+    pid_t pid = -1;
+    std::vector<UniqueFd> fds;
+    uint32_t fd_bits = 0;
+    std::string result;  // encoded SpawnResultBody
+  };
+
+  void drain_signalfd() {
+    struct signalfd_siginfo si;
+    while (::read(sigfd_.get(), &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
+    }
+  }
+
+  // Every exited child, without blocking. Our only children are sandbox inits.
+  void reap() {
+    for (;;) {
+      siginfo_t info{};
+      if (::waitid(P_ALL, 0, &info, WEXITED | WNOHANG) != 0 || info.si_pid == 0) {
+        return;
+      }
+      live_.erase(info.si_pid);
+    }
+  }
+
+  // The engine is gone: nothing of what it started may outlive us. An unreaped child's pid
+  // cannot be reused, so kill(pid) reaches the init we started and nothing else.
+  void kill_all() {
+    for (pid_t pid : live_) {
+      (void)::kill(pid, SIGKILL);
+    }
+    for (pid_t pid : live_) {
+      siginfo_t info{};
+      while (::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED) != 0 && errno == EINTR) {
+      }
+    }
+    live_.clear();
+  }
+
+  // Answers one datagram; false when the answer could not be sent.
+  bool serve(Datagram& d) {
+    SpawnerRequestHeader h{};
+    if (d.bytes.size() >= sizeof h) {
+      std::memcpy(&h, d.bytes.data(), sizeof h);
+    }
+    SpawnerReplyHeader reply{};
+    reply.request_id = h.request_id;
+    reply.kind = h.kind;
+    if (d.truncated || d.bytes.size() != sizeof h || h.magic != kSpawnerMagic ||
+        h.version != kSpawnerProtocolVersion) {
+      return send_error(
+          reply, Error::invalid(fmt::format("malformed request header ({} bytes{})", d.bytes.size(),
+                                            d.truncated ? ", truncated" : "")));
+    }
+    if (h.kind == SpawnerMessage::kHello) {
+      if (!d.fds.empty()) {
+        return send_error(reply, Error::invalid("a hello carries no descriptors"));
+      }
+      reply.ok = 1;
+      reply.pid = ::getpid();
+      return send_datagram(sock_, &reply, sizeof reply, {}).has_value();
+    }
+    if (h.kind != SpawnerMessage::kSpawn) {
+      return send_error(reply, Error::invalid("unknown request kind"));
+    }
+    auto spawned = spawn(h, d.fds);
+    d.fds.clear();  // the request's descriptors are done with, whatever happened
+    if (!spawned) {
+      return send_error(reply, spawned.error());
+    }
+    return send_spawned(reply, *spawned);
+  }
+
+  bool send_error(SpawnerReplyHeader& reply, const Error& e) {
+    reply.ok = 0;
+    reply.pid = -1;
+    reply.error_code = static_cast<uint32_t>(e.code());
+    reply.sys_errno = e.sys_errno();
+    const std::string& m = e.context();
+    reply.message_len = static_cast<uint32_t>(std::min(m.size(), kMaxErrorMessage));
+    std::memcpy(reply.message, m.data(), reply.message_len);
+    return send_datagram(sock_, &reply, sizeof reply, {}).has_value();
+  }
+
+  bool send_spawned(SpawnerReplyHeader& reply, Spawned& s) {
+    reply.ok = 1;
+    reply.pid = s.pid;
+    reply.fds = s.fd_bits;
+    std::string buf(reinterpret_cast<const char*>(&reply), sizeof reply);
+    std::vector<int> fds;
+    for (const auto& fd : s.fds) {
+      fds.push_back(fd.get());
+    }
+    UniqueFd result_mem;
+    if (s.result.size() <= kMaxInlineResult) {
+      reply.result_len = static_cast<uint32_t>(s.result.size());
+      std::memcpy(buf.data(), &reply, sizeof reply);
+      buf += s.result;
+    } else {
+      auto mem = sealed_memfd("cordon-spawn-result", s.result);
+      if (!mem) {
+        (void)::kill(s.pid, SIGKILL);  // the engine will never hear of this sandbox
+        return send_error(reply, std::move(mem.error()).wrap("pass the spawn result"));
+      }
+      result_mem = std::move(*mem);
+      fds.push_back(result_mem.get());
+      reply.fds |= kReplyResultMemfd;
+      std::memcpy(buf.data(), &reply, sizeof reply);
+    }
+    auto sent = send_datagram(sock_, buf.data(), buf.size(), fds);
+    if (!sent) {
+      (void)::kill(s.pid, SIGKILL);
+    }
+    return sent.has_value();
+  }
+
+  Result<SeccompPrograms> programs_for(const std::string& path, bool allow_ptrace) {
+    if (!init_filter_) {
+      CORDON_TRY_CTX(init, compile_init_filter(), "compile the init's filter");
+      init_filter_ = std::make_unique<BpfProgram>(std::move(init));
+    }
+    auto key = std::make_pair(path, allow_ptrace);
+    auto it = filters_.find(key);
+    if (it == filters_.end()) {
+      CORDON_TRY_CTX(profile, load_profile_(path), "load seccomp profile `{}`", path);
+      SeccompOptions opts;
+      opts.allow_ptrace = allow_ptrace;
+      CORDON_TRY_CTX(filters, compile_filters(profile, opts), "compile seccomp profile `{}`", path);
+      it = filters_.emplace(key, std::move(filters)).first;
+    }
+    return SeccompPrograms{it->second.profile.insns, it->second.fixed.insns, init_filter_->insns};
+  }
+
+  Result<Spawned> spawn(const SpawnerRequestHeader& h, std::vector<UniqueFd>& fds) {
+    bool has_v2 = (h.flags & kRequestHasCgroupV2) != 0;
+    if ((h.flags & ~kRequestHasCgroupV2) != 0 || h.n_cgroup_v1 > kMaxCgroupV1Fds ||
+        fds.size() != 1 + (has_v2 ? 1 : 0) + h.n_cgroup_v1) {
+      return invalid(
+          "a spawn request carries its memfd and {} cgroup descriptors; got {} "
+          "descriptors (flags {:#x})",
+          (has_v2 ? 1 : 0) + std::min(h.n_cgroup_v1, kMaxCgroupV1Fds), fds.size(), h.flags);
+    }
+    CORDON_TRY_CTX(bytes, read_sealed_memfd(fds[0].get(), kMaxRequestBytes), "read the request");
+    CORDON_TRY(req, decode_spawn_request(bytes));
+    // A root-owned user namespace would charge every sandbox's limits to root, and the id
+    // switch around clone3 would be a no-op.
+    if (req.host_id == 0 || req.host_id == static_cast<uid_t>(-1)) {
+      return refusal("the host id {} is not a leased unprivileged id", req.host_id);
+    }
+    int v2_fd = has_v2 ? fds[1].get() : -1;
+    if (has_v2) {
+      CORDON_CHECK(check_cgroup_dir(v2_fd, CGROUP2_SUPER_MAGIC, "v2 cgroup"));
+    }
+    std::vector<int> v1_fds;
+    for (size_t i = has_v2 ? 2 : 1; i < fds.size(); ++i) {
+      CORDON_CHECK(check_cgroup_dir(fds[i].get(), CGROUP_SUPER_MAGIC, "v1 cgroup"));
+      v1_fds.push_back(fds[i].get());
+    }
+
+    CORDON_TRY(programs, programs_for(req.seccomp_profile_path, req.spec.allow_ptrace));
+    CORDON_TRY(prepared, PreparedSandbox::prepare(req.spec, programs, req.host_id, req.init_path));
+
+    SpawnOptions sp;
+    sp.host_id = req.host_id;
+    sp.cgroup_fd = v2_fd;
+    sp.cgroupns_at_clone = req.cgroupns_at_clone;
+    sp.network_namespace = req.spec.network == NetworkMode::kNone;
+    if (!v1_fds.empty()) {
+      // One cgroup.procs write per hierarchy before the go byte, as JobCgroup::place_v1 does
+      // with its own descriptors.
+      sp.before_go = [&v1_fds](pid_t pid) -> Result<void> {
+        std::string text = std::to_string(pid);
+        for (int fd : v1_fds) {
+          CORDON_CHECK_CTX(sys::write_file_at(fd, "cgroup.procs", text),
+                           "move pid {} into its v1 cgroup", pid);
+        }
+        return {};
+      };
+    }
+    CORDON_TRY(spawned, spawn_sandbox(*prepared, sp));
+    live_.insert(spawned.pid);
+
+    Spawned out;
+    out.pid = spawned.pid;
+    auto add = [&out](UniqueFd& fd, uint32_t bit) {
+      if (fd.valid()) {
+        out.fds.push_back(std::move(fd));
+        out.fd_bits |= bit;
+      }
+    };
+    add(spawned.pidfd, kReplyPidfd);
+    add(prepared->status_parent, kReplyStatus);
+    add(prepared->stdout_read, kReplyStdoutRead);
+    add(prepared->stderr_read, kReplyStderrRead);
+    add(prepared->stdin_write, kReplyStdinWrite);
+
+    SpawnResultBody result;
+    result.applied = prepared->applied();
+    for (const auto& w : filters_.at({req.seccomp_profile_path, req.spec.allow_ptrace}).warnings) {
+      result.applied.warnings.push_back("seccomp: " + w);
+    }
+    result.argv = prepared->final_argv();
+    auto encoded = encode_spawn_result(result);
+    if (!encoded || encoded->size() > kMaxResultBytes) {
+      (void)::kill(out.pid, SIGKILL);
+      return encoded ? invalid("the spawn result is larger than {} bytes", kMaxResultBytes)
+                     : std::unexpected(std::move(encoded.error()));
+    }
+    out.result = std::move(*encoded);
+    return out;
+  }
+
+  int sock_;
+  const ProfileLoader& load_profile_;
+  UniqueFd sigfd_;
+  std::set<pid_t> live_;  // started and not yet reaped
+  std::map<std::pair<std::string, bool>, CompiledFilters> filters_;
+  std::unique_ptr<BpfProgram> init_filter_;
+};
+
+}  // namespace
+
+int spawner_main(int sock_fd, const ProfileLoader& load_profile) {
+  int type = 0, domain = 0;
+  socklen_t len = sizeof type;
+  if (::getsockopt(sock_fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_SEQPACKET) {
+    fmt::print(stderr,
+               "cordon-spawner: fd {} is not a SOCK_SEQPACKET socket; it is started "
+               "by the cordon engine, not by hand\n",
+               sock_fd);
+    return 2;
+  }
+  len = sizeof domain;
+  if (::getsockopt(sock_fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0 || domain != AF_UNIX) {
+    fmt::print(stderr, "cordon-spawner: fd {} is not an AF_UNIX socket\n", sock_fd);
+    return 2;
+  }
+  // Whatever else we inherited is closed (the client already asks posix_spawn to; this holds
+  // for any launcher): only stdio and the socket stay.
+  if (sock_fd > 3) {
+    (void)sys::close_range(3, static_cast<unsigned>(sock_fd) - 1, 0);
+  }
+  (void)sys::close_range(static_cast<unsigned>(sock_fd) + 1, ~0U, 0);
+  return Server(sock_fd, load_profile).run();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Client
+
+Result<SpawnerClient> SpawnerClient::start(const std::string& spawner_path) {
+  int sp[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) != 0) {
+    return sys_error("socketpair");
+  }
+  UniqueFd mine(sp[0]);
+  UniqueFd theirs_low(sp[1]);
+  // Above every fd the file actions touch, so dup2 to kSpawnerSocketFd is never a no-op that
+  // would leave FD_CLOEXEC set, and opening /dev/null on 0/1 cannot clobber it.
+  UniqueFd theirs(::fcntl(theirs_low.get(), F_DUPFD_CLOEXEC, 10));
+  if (!theirs) {
+    return sys_error("fcntl F_DUPFD_CLOEXEC");
+  }
+  theirs_low.reset();
+
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  auto cleanup = [&] {
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&attr);
+  };
+  int rc = posix_spawn_file_actions_adddup2(&fa, theirs.get(), kSpawnerSocketFd);
+  // stdout may be the MCP JSON-RPC channel and stdin a client's pipe: the spawner gets
+  // neither; stderr stays for its start-up diagnostics.
+  if (rc == 0) rc = posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  if (rc == 0) rc = posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  // The engine is multi-threaded: another thread's fd without O_CLOEXEC must not leak in.
+  if (rc == 0) rc = posix_spawn_file_actions_addclosefrom_np(&fa, kSpawnerSocketFd + 1);
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  if (rc == 0) rc = posix_spawnattr_setsigmask(&attr, &none);
+  if (rc == 0) rc = posix_spawnattr_setsigdefault(&attr, &all);
+  // Its own process group: a terminal's ^C reaches the engine, which decides; the spawner
+  // ends when the engine closes the socket.
+  if (rc == 0) rc = posix_spawnattr_setpgroup(&attr, 0);
+  if (rc == 0) {
+    rc = posix_spawnattr_setflags(
+        &attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
+  }
+  if (rc != 0) {
+    cleanup();
+    return errno_error(rc, "posix_spawn attributes");
+  }
+  std::string arg0 = "cordon-spawner";
+  char* argv[] = {arg0.data(), nullptr};
+  char* envp[] = {nullptr};
+  pid_t pid = -1;
+  rc = ::posix_spawn(&pid, spawner_path.c_str(), &fa, &attr, argv, envp);
+  cleanup();
+  if (rc != 0) {
+    return errno_error(rc, "posix_spawn `{}`", spawner_path);
+  }
+  theirs.reset();
+
+  SpawnerClient c;
+  c.pid_ = pid;
+  c.sock_ = std::move(mine);
+  // Our unreaped child: its pid cannot have been reused yet.
+  c.pidfd_.reset(sys::pidfd_open(pid, 0));
+  if (!c.pidfd_) {
+    int err = errno;
+    (void)::kill(pid, SIGKILL);
+    (void)::waitpid(pid, nullptr, 0);
+    c.pid_ = -1;
+    return errno_error(err, "pidfd_open the spawner");
+  }
+  SpawnerRequestHeader hello{};
+  hello.kind = SpawnerMessage::kHello;
+  auto fail = [&c](Error e) -> Result<SpawnerClient> {
+    (void)c.stop(std::chrono::milliseconds(0));
+    return std::unexpected(std::move(e).wrap("start the spawner"));
+  };
+  auto sent = send_datagram(c.sock_.get(), &hello, sizeof hello, {});
+  if (!sent) {
+    return fail(std::move(sent.error()).wrap("send hello"));
+  }
+  auto d = receive_datagram(c.sock_.get(), sizeof(SpawnerReplyHeader), kMaxReplyFds);
+  if (!d) {
+    return fail(std::move(d.error()).wrap("receive hello"));
+  }
+  SpawnerReplyHeader r{};
+  if (d->eof) {
+    return fail(protocol_error(fmt::format("`{}` exited before answering", spawner_path)));
+  }
+  if (d->truncated || !d->fds.empty() || d->bytes.size() != sizeof r) {
+    return fail(protocol_error("malformed hello reply"));
+  }
+  std::memcpy(&r, d->bytes.data(), sizeof r);
+  if (r.magic != kSpawnerMagic || r.version != kSpawnerProtocolVersion ||
+      r.kind != SpawnerMessage::kHello || r.ok != 1 || r.pid != pid) {
+    return fail(protocol_error(
+        fmt::format("unexpected hello reply (version {}, pid {})", r.version, r.pid)));
+  }
+  return c;
+}
+
+Result<SpawnerClient::Reply> SpawnerClient::spawn(const Request& request) {
+  SpawnRequestBody body;
+  body.spec = request.spec;
+  body.seccomp_profile_path = request.seccomp_profile_path;
+  body.init_path = request.init_path;
+  body.host_id = request.host_id;
+  body.cgroupns_at_clone = request.cgroupns_at_clone;
+  CORDON_TRY_CTX(bytes, encode_spawn_request(body), "encode the spawn request");
+  return spawn_encoded(bytes, request.cgroup_v2_fd, request.cgroup_v1_fds);
+}
+
+Result<SpawnerClient::Reply> SpawnerClient::spawn_encoded(std::string_view body, int cgroup_v2_fd,
+                                                          std::span<const int> cgroup_v1_fds) {
+  std::lock_guard lock(*mu_);
+  if (broken_ || !sock_) {
+    return std::unexpected(protocol_error("the connection to the spawner is closed"));
+  }
+  auto reply = exchange(next_id_++, body, cgroup_v2_fd, cgroup_v1_fds);
+  if (!reply) {
+    return std::unexpected(std::move(reply.error()).wrap("spawn through the spawner"));
+  }
+  return reply;
+}
+
+Result<SpawnerClient::Reply> SpawnerClient::exchange(uint64_t id, std::string_view body,
+                                                     int cgroup_v2_fd,
+                                                     std::span<const int> cgroup_v1_fds) {
+  if (cgroup_v1_fds.size() > kMaxCgroupV1Fds) {
+    return invalid("{} v1 cgroup descriptors, at most {}", cgroup_v1_fds.size(), kMaxCgroupV1Fds);
+  }
+  if (body.size() > kMaxRequestBytes) {
+    return invalid("the request is {} bytes, at most {}", body.size(), kMaxRequestBytes);
+  }
+  CORDON_TRY(mem, sealed_memfd("cordon-spawn-request", body));
+  SpawnerRequestHeader h{};
+  h.kind = SpawnerMessage::kSpawn;
+  h.request_id = id;
+  std::vector<int> fds{mem.get()};
+  if (cgroup_v2_fd >= 0) {
+    h.flags |= kRequestHasCgroupV2;
+    fds.push_back(cgroup_v2_fd);
+  }
+  h.n_cgroup_v1 = static_cast<uint32_t>(cgroup_v1_fds.size());
+  fds.insert(fds.end(), cgroup_v1_fds.begin(), cgroup_v1_fds.end());
+
+  auto sent = send_datagram(sock_.get(), &h, sizeof h, fds);
+  if (!sent) {
+    broken_ = true;
+    return std::unexpected(std::move(sent.error()).wrap("send the request"));
+  }
+  mem.reset();
+
+  // Any violation from here on leaves the stream in an unknown state: no later call trusts it.
+  broken_ = true;
+  CORDON_TRY_CTX(
+      d, receive_datagram(sock_.get(), sizeof(SpawnerReplyHeader) + kMaxInlineResult, kMaxReplyFds),
+      "receive the reply");
+  if (d.eof) {
+    return std::unexpected(protocol_error("the spawner exited"));
+  }
+  SpawnerReplyHeader r{};
+  if (d.truncated || d.bytes.size() < sizeof r) {
+    return std::unexpected(protocol_error("truncated reply"));
+  }
+  std::memcpy(&r, d.bytes.data(), sizeof r);
+  if (r.magic != kSpawnerMagic || r.version != kSpawnerProtocolVersion ||
+      r.kind != SpawnerMessage::kSpawn || r.request_id != id || r.ok > 1 ||
+      r.message_len > kMaxErrorMessage || (r.fds & ~static_cast<uint32_t>(kReplyFdMask)) != 0 ||
+      r.result_len != d.bytes.size() - sizeof r ||
+      d.fds.size() != static_cast<size_t>(__builtin_popcount(r.fds))) {
+    return std::unexpected(protocol_error(fmt::format(
+        "malformed reply to request {} (id {}, {} descriptors)", id, r.request_id, d.fds.size())));
+  }
+  broken_ = false;
+  if (r.ok == 0) {
+    if (!d.fds.empty() || r.result_len != 0) {
+      broken_ = true;
+      return std::unexpected(protocol_error("an error reply carries data"));
+    }
+    return std::unexpected(Error(error_code_from_wire(r.error_code), r.sys_errno,
+                                 std::string(r.message, r.message_len)));
+  }
+  Reply out;
+  out.pid = r.pid;
+  size_t next = 0;
+  UniqueFd result_mem;
+  for (uint32_t bit = 1; bit <= kReplyResultMemfd; bit <<= 1) {
+    if ((r.fds & bit) == 0) {
+      continue;
+    }
+    UniqueFd& slot = bit == kReplyPidfd        ? out.pidfd
+                     : bit == kReplyStatus     ? out.status
+                     : bit == kReplyStdoutRead ? out.stdout_read
+                     : bit == kReplyStderrRead ? out.stderr_read
+                     : bit == kReplyStdinWrite ? out.stdin_write
+                                               : result_mem;
+    slot = std::move(d.fds[next++]);
+  }
+  if (!out.pidfd || !out.status || r.pid <= 0) {
+    broken_ = true;
+    return std::unexpected(protocol_error("a success reply without pid, pidfd or status"));
+  }
+  std::string result_bytes;
+  if (result_mem) {
+    CORDON_TRY_CTX(bytes, read_sealed_memfd(result_mem.get(), kMaxResultBytes),
+                   "read the spawn result");
+    result_bytes = std::move(bytes);
+  } else {
+    result_bytes = d.bytes.substr(sizeof r);
+  }
+  CORDON_TRY(result, decode_spawn_result(result_bytes));
+  out.applied = std::move(result.applied);
+  out.argv = std::move(result.argv);
+  return out;
+}
+
+Result<int> SpawnerClient::stop(std::chrono::milliseconds grace) {
+  std::lock_guard lock(*mu_);
+  sock_.reset();
+  broken_ = true;
+  if (!pidfd_) {
+    return std::unexpected(protocol_error("the spawner was already stopped"));
+  }
+  struct pollfd pfd {
+    pidfd_.get(), POLLIN, 0
+  };
+  int n;
+  do {
+    n = ::poll(&pfd, 1, static_cast<int>(grace.count()));
+  } while (n < 0 && errno == EINTR);
+  if (n == 0) {
+    (void)sys::pidfd_send_signal(pidfd_.get(), SIGKILL, nullptr, 0);
+  }
+  siginfo_t info{};
+  int rc;
+  do {
+    rc = ::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd_.get()), &info, WEXITED);
+  } while (rc != 0 && errno == EINTR);
+  pidfd_.reset();
+  if (rc != 0) {
+    return sys_error("waitid the spawner");
+  }
+  return info.si_code == CLD_EXITED ? (info.si_status & 0xff) << 8 : info.si_status & 0x7f;
+}
+
+SpawnerClient::~SpawnerClient() {
+  if (mu_ && pidfd_) {
+    (void)stop();
+  }
+}
+
+}  // namespace cordon::sandbox

@@ -1,0 +1,186 @@
+#pragma once
+
+// The spawner: a small single-threaded process, exec'd from its own binary (cordon-spawner),
+// that prepares and clone3s sandboxes on behalf of the long-lived, multi-threaded engine.
+// The engine never forks or CLONE_VMs itself: fork/clone3 of a 1 GiB process costs ~42 ms,
+// posix_spawn ~0.9 ms (DESIGN.md), and a sandboxed PID 1 sharing the engine's address space
+// would let a /proc/1/mem write become code execution in the engine.
+//
+// ## Protocol (AF_UNIX SOCK_SEQPACKET socketpair; one datagram per message)
+// The spawner's end is at fd kSpawnerSocketFd. Every message is a fixed header, host byte
+// order (both ends are the same build on one machine). Strictly request → reply, in order.
+//
+//   hello:   engine sends SpawnerRequestHeader{kind = kHello}, no fds;
+//            spawner answers SpawnerReplyHeader{kind = kHello, ok = 1, pid = its pid}.
+//   spawn:   engine sends SpawnerRequestHeader{kind = kSpawn, request_id, flags, n_cgroup_v1}
+//            with SCM_RIGHTS, in this order:
+//              [0]   a memfd sealed F_SEAL_WRITE|F_SEAL_GROW|F_SEAL_SHRINK holding the
+//                    SpawnRequestBody (spec_codec.hpp), at most kMaxRequestBytes
+//                    (argv/env may be far larger than a datagram);
+//              [1]   the job's v2 cgroup dirfd when flags & kRequestHasCgroupV2
+//                    (CLONE_INTO_CGROUP);
+//              [..]  n_cgroup_v1 (≤ kMaxCgroupV1Fds) v1 job cgroup dirfds (hybrid hosts): the
+//                    spawner writes the new pid into each one's cgroup.procs before the go
+//                    byte.
+//            The spawner answers SpawnerReplyHeader{kind = kSpawn, the same request_id}:
+//              ok = 0: error_code (cordon::ErrorCode), sys_errno and message (message_len
+//                      bytes, truncated to kMaxErrorMessage) rebuild the Error; no fds.
+//              ok = 1: pid, and SCM_RIGHTS in ascending bit order of `fds` (ReplyFd): pidfd,
+//                      status channel (parent end), stdout read, stderr read, stdin write
+//                      (the three pipes only without a tty), then the result memfd when
+//                      kReplyResultMemfd is set. The SpawnResultBody (AppliedFeatures and the
+//                      final argv) follows the header inline (result_len bytes, at most
+//                      kMaxInlineResult), or is in that sealed memfd (at most kMaxResultBytes)
+//                      when larger.
+// A request the spawner cannot parse (bad header, wrong fds, a malformed or oversized body)
+// gets an ok = 0 reply (kInvalid) and the spawner keeps serving. Every received descriptor is
+// closed once the request is answered; none reaches a sandbox (the clone3 child closes all
+// but its plan's descriptors first thing).
+//
+// ## Lifetime
+// The spawner is the parent of every sandbox init and reaps them (signalfd SIGCHLD + a
+// waitid(P_ALL, WNOHANG) loop), so no zombie stays; the engine watches pidfds only (poll works
+// for non-parents). EOF on the socket (the engine closed its end or died) makes the spawner
+// SIGKILL every init it has not reaped, reap them and exit; an init that outlives a SIGKILLed
+// spawner is killed by its PDEATHSIG, and as PID 1 of its pid namespace takes the sandbox
+// with it. A zero-length datagram reads as EOF (SOCK_SEQPACKET cannot tell them apart): the
+// engine never sends one.
+//
+// ## Caches
+// The seccomp profile is loaded and compiled once per (path, allow_ptrace) and the init
+// filter once per spawner; a changed profile file takes effect in a new spawner.
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/error.hpp"
+#include "base/unique_fd.hpp"
+#include "sandbox/prepare.hpp"
+#include "sandbox/seccomp.hpp"
+#include "sandbox/spec.hpp"
+
+namespace cordon::sandbox {
+
+inline constexpr int kSpawnerSocketFd = 3;
+inline constexpr uint32_t kSpawnerMagic = 0x4e505343;  // "CSPN"
+inline constexpr uint32_t kSpawnerProtocolVersion = 1;
+inline constexpr size_t kMaxRequestBytes = size_t{64} << 20;
+inline constexpr uint32_t kMaxCgroupV1Fds = 8;
+inline constexpr size_t kMaxErrorMessage = 1024;
+inline constexpr size_t kMaxInlineResult = size_t{16} << 10;
+inline constexpr size_t kMaxResultBytes = size_t{16} << 20;
+
+enum class SpawnerMessage : uint32_t { kHello = 1, kSpawn = 2 };
+
+inline constexpr uint32_t kRequestHasCgroupV2 = 1u << 0;
+
+struct SpawnerRequestHeader {
+  uint32_t magic = kSpawnerMagic;
+  uint32_t version = kSpawnerProtocolVersion;
+  SpawnerMessage kind = SpawnerMessage::kHello;
+  uint32_t flags = 0;  // kRequestHasCgroupV2
+  uint64_t request_id = 0;
+  uint32_t n_cgroup_v1 = 0;
+  uint32_t reserved = 0;
+};
+static_assert(sizeof(SpawnerRequestHeader) == 32);
+
+enum ReplyFd : uint32_t {
+  kReplyPidfd = 1u << 0,
+  kReplyStatus = 1u << 1,
+  kReplyStdoutRead = 1u << 2,
+  kReplyStderrRead = 1u << 3,
+  kReplyStdinWrite = 1u << 4,
+  kReplyResultMemfd = 1u << 5,
+  kReplyFdMask = (1u << 6) - 1,
+};
+
+struct SpawnerReplyHeader {
+  uint32_t magic = kSpawnerMagic;
+  uint32_t version = kSpawnerProtocolVersion;
+  SpawnerMessage kind = SpawnerMessage::kHello;
+  uint32_t ok = 0;
+  uint64_t request_id = 0;
+  int32_t pid = -1;
+  uint32_t fds = 0;         // ReplyFd bits
+  uint32_t error_code = 0;  // cordon::ErrorCode
+  int32_t sys_errno = 0;
+  uint32_t message_len = 0;
+  uint32_t result_len = 0;  // inline SpawnResultBody bytes after this header
+  char message[kMaxErrorMessage] = {};
+};
+static_assert(sizeof(SpawnerReplyHeader) == 48 + kMaxErrorMessage);
+
+/// Reads and parses a seccomp profile file (policy::load_seccomp_profile in cordon-spawner;
+/// injected because the policy layer sits above this one).
+using ProfileLoader = std::function<Result<SeccompProfile>(const std::string& path)>;
+
+class SpawnerClient {
+ public:
+  /// posix_spawn()s `spawner_path` (own process group, empty environment and signal mask,
+  /// stdin/stdout on /dev/null, the socket at kSpawnerSocketFd, nothing else open) and returns
+  /// once it answered a hello. Errors name the step; a started spawner is killed on failure.
+  [[nodiscard]] static Result<SpawnerClient> start(const std::string& spawner_path);
+
+  struct Request {
+    SandboxSpec spec;
+    std::string seccomp_profile_path, init_path;
+    uid_t host_id = 0;               // leased by the caller (HostIdLease), held while it runs
+    int cgroup_v2_fd = -1;           // borrowed; -1 for none
+    std::vector<int> cgroup_v1_fds;  // borrowed
+    bool cgroupns_at_clone = true;   // pure v2 hosts; false on hybrid (the child unshares)
+  };
+  struct Reply {
+    pid_t pid = -1;  // the sandbox init, in the spawner's (and our) pid namespace
+    UniqueFd pidfd, status, stdout_read, stderr_read, stdin_write;
+    AppliedFeatures applied;
+    std::vector<std::string> argv;
+  };
+
+  /// Synchronous request/response; thread-safe (one request at a time). A failed spawn is an
+  /// Error with the spawner's code, errno and message; a dead spawner or a protocol violation
+  /// is an Error too, and every later call fails at once.
+  [[nodiscard]] Result<Reply> spawn(const Request& request);
+  /// Sends `body` as the request body exactly as given (spawn() sends encode_spawn_request's
+  /// output). Public so tests can check that a malformed body is refused.
+  [[nodiscard]] Result<Reply> spawn_encoded(std::string_view body, int cgroup_v2_fd,
+                                            std::span<const int> cgroup_v1_fds);
+
+  /// The spawner process.
+  pid_t pid() const { return pid_; }
+  /// Closes our end (the spawner kills its sandboxes and exits) and reaps the spawner,
+  /// SIGKILLing it after `grace`. Returns its raw wait status. Idempotent after the first call.
+  [[nodiscard]] Result<int> stop(std::chrono::milliseconds grace = std::chrono::seconds(10));
+
+  SpawnerClient(SpawnerClient&&) noexcept = default;
+  SpawnerClient& operator=(SpawnerClient&&) = delete;
+  ~SpawnerClient();
+
+ private:
+  SpawnerClient() = default;
+  Result<Reply> exchange(uint64_t id, std::string_view body, int cgroup_v2_fd,
+                         std::span<const int> cgroup_v1_fds);
+
+  pid_t pid_ = -1;
+  UniqueFd pidfd_;  // of the spawner, our child
+  UniqueFd sock_;
+  std::unique_ptr<std::mutex> mu_ = std::make_unique<std::mutex>();
+  uint64_t next_id_ = 1;
+  bool broken_ = false;
+};
+
+/// The spawner's server loop on `sock_fd` (see the protocol above). Returns the process exit
+/// status: 0 after EOF, 1 when the socket failed, 2 when `sock_fd` is not a SOCK_SEQPACKET
+/// socket. Expects a single-threaded process: it switches its own credentials around clone3.
+[[nodiscard]] int spawner_main(int sock_fd, const ProfileLoader& load_profile);
+
+}  // namespace cordon::sandbox
