@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(meson ninja-build pkg-config g++ git python3 libseccomp-dev libcap-dev
-          nlohmann-json3-dev libspdlog-dev libfmt-dev libboost-test-dev bubblewrap)
+          nlohmann-json3-dev libspdlog-dev libfmt-dev libboost-test-dev clang-format bubblewrap)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

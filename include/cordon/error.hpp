@@ -94,33 +94,33 @@ std::string errno_name(int err);
 }  // namespace cordon
 
 // Propagates an error with added context: CORDON_TRY(fd, open_dir(p), "open root `{}`", p);
-#define CORDON_TRY_CTX(var, expr, ...)                                   \
-  auto var##_result_ = (expr);                                           \
-  if (!var##_result_) {                                                  \
+#define CORDON_TRY_CTX(var, expr, ...)                                          \
+  auto var##_result_ = (expr);                                                  \
+  if (!var##_result_) {                                                         \
     return std::unexpected(std::move(var##_result_.error()).wrap(__VA_ARGS__)); \
-  }                                                                      \
+  }                                                                             \
   auto var = std::move(*var##_result_)
 
-#define CORDON_TRY(var, expr)                                   \
-  auto var##_result_ = (expr);                                  \
-  if (!var##_result_) {                                         \
-    return std::unexpected(std::move(var##_result_.error()));   \
-  }                                                             \
+#define CORDON_TRY(var, expr)                                 \
+  auto var##_result_ = (expr);                                \
+  if (!var##_result_) {                                       \
+    return std::unexpected(std::move(var##_result_.error())); \
+  }                                                           \
   auto var = std::move(*var##_result_)
 
 // For Result<void> and results whose value is not needed.
-#define CORDON_CHECK(expr)                                        \
-  do {                                                            \
-    auto cordon_check_result_ = (expr);                           \
-    if (!cordon_check_result_) {                                  \
+#define CORDON_CHECK(expr)                                             \
+  do {                                                                 \
+    auto cordon_check_result_ = (expr);                                \
+    if (!cordon_check_result_) {                                       \
       return std::unexpected(std::move(cordon_check_result_.error())); \
-    }                                                             \
+    }                                                                  \
   } while (0)
 
-#define CORDON_CHECK_CTX(expr, ...)                                                  \
-  do {                                                                               \
-    auto cordon_check_result_ = (expr);                                              \
-    if (!cordon_check_result_) {                                                     \
+#define CORDON_CHECK_CTX(expr, ...)                                                      \
+  do {                                                                                   \
+    auto cordon_check_result_ = (expr);                                                  \
+    if (!cordon_check_result_) {                                                         \
       return std::unexpected(std::move(cordon_check_result_.error()).wrap(__VA_ARGS__)); \
-    }                                                                                \
+    }                                                                                    \
   } while (0)

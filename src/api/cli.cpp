@@ -131,10 +131,11 @@ Result<std::string> resolve_program(const std::string& arg0, const std::string& 
     return refusal("the program name is empty");
   }
   if (arg0.find_first_of(" \t\n\r;&|<>()$`\\\"'*?[]{}~!#") != std::string::npos) {
-    return refusal("`{}` looks like shell syntax: cordon runs commands with NO shell. Pass the "
-                   "program and its arguments as separate words, e.g. `cordon run -- /usr/bin/make "
-                   "test`",
-                   arg0);
+    return refusal(
+        "`{}` looks like shell syntax: cordon runs commands with NO shell. Pass the "
+        "program and its arguments as separate words, e.g. `cordon run -- /usr/bin/make "
+        "test`",
+        arg0);
   }
   if (arg0[0] == '/') {
     return normalize_path(arg0);
@@ -151,20 +152,27 @@ Result<std::string> resolve_program(const std::string& arg0, const std::string& 
       break;
     }
   }
-  return refusal("`{}` is not a path: cordon does no PATH lookup (there is no shell). Give the "
-                 "program's absolute path{}",
-                 arg0, hint);
+  return refusal(
+      "`{}` is not a path: cordon does no PATH lookup (there is no shell). Give the "
+      "program's absolute path{}",
+      arg0, hint);
 }
 
 std::optional<sandbox::Wall> wall_by_name(const std::string& n) {
   using sandbox::Wall;
   static const std::pair<const char*, Wall> kWalls[] = {
-      {"seccomp-profile", Wall::kSeccompProfile}, {"seccomp-fixed", Wall::kSeccompFixed},
-      {"landlock", Wall::kLandlock},              {"pid-namespace", Wall::kPidNamespace},
-      {"net-namespace", Wall::kNetNamespace},     {"cap-drop", Wall::kCapDrop},
-      {"etc-mask", Wall::kEtcMask},               {"proc-readonly", Wall::kProcReadOnly},
-      {"user-quotas", Wall::kUserQuotas},         {"no-new-privs", Wall::kNoNewPrivs},
-      {"dumpable", Wall::kDumpable},              {"close-fds", Wall::kCloseFds},
+      {"seccomp-profile", Wall::kSeccompProfile},
+      {"seccomp-fixed", Wall::kSeccompFixed},
+      {"landlock", Wall::kLandlock},
+      {"pid-namespace", Wall::kPidNamespace},
+      {"net-namespace", Wall::kNetNamespace},
+      {"cap-drop", Wall::kCapDrop},
+      {"etc-mask", Wall::kEtcMask},
+      {"proc-readonly", Wall::kProcReadOnly},
+      {"user-quotas", Wall::kUserQuotas},
+      {"no-new-privs", Wall::kNoNewPrivs},
+      {"dumpable", Wall::kDumpable},
+      {"close-fds", Wall::kCloseFds},
       {"ro-paths", Wall::kReadOnlyPaths},
   };
   for (const auto& [name, w] : kWalls) {
@@ -275,8 +283,8 @@ int run_main(const RunArgs& a) {
   std::string bin_dir = exe_dir();
   std::string seccomp = a.seccomp.value_or(first_existing(
       {bin_dir + "/seccomp/default.json", bin_dir + "/../share/cordon/seccomp/default.json"}));
-  std::string init = first_existing(
-      {bin_dir + "/cordon-init", bin_dir + "/../libexec/cordon/cordon-init"});
+  std::string init =
+      first_existing({bin_dir + "/cordon-init", bin_dir + "/../libexec/cordon/cordon-init"});
   std::vector<std::string> protected_paths = {state_dir, seccomp, init, bin_dir + "/cordon"};
   auto guard = policy::HostPathGuard::from_system(protected_paths);
   if (auto ok = guard.check(*root, "--root"); !ok) {
@@ -319,7 +327,8 @@ int run_main(const RunArgs& a) {
     spec.read_only_paths.push_back(resolved);
   }
   if (a.argv.empty()) {
-    return refuse("nothing to run: give the program after `--`, e.g. `cordon run -- /usr/bin/make`");
+    return refuse(
+        "nothing to run: give the program after `--`, e.g. `cordon run -- /usr/bin/make`");
   }
   auto prog = resolve_program(a.argv[0], cwd);
   if (!prog) {
@@ -361,16 +370,18 @@ int run_main(const RunArgs& a) {
     }
     const char* v = ::getenv(n.c_str());
     if (v == nullptr) {
-      return refuse(fmt::format("--pass-env {}: not set in cordon's environment; use --env {}=VALUE",
-                                n, n));
+      return refuse(
+          fmt::format("--pass-env {}: not set in cordon's environment; use --env {}=VALUE", n, n));
     }
     set_env(n, v);
   }
   for (const auto& e : a.env) {
     size_t eq = e.find('=');
     if (eq == std::string::npos || !valid_env_name(e.substr(0, eq))) {
-      return refuse(fmt::format("--env `{}` must be NAME=VALUE with NAME made of letters, digits "
-                                "and _", e));
+      return refuse(
+          fmt::format("--env `{}` must be NAME=VALUE with NAME made of letters, digits "
+                      "and _",
+                      e));
     }
     set_env(e.substr(0, eq), e.substr(eq + 1));
   }
@@ -400,8 +411,7 @@ int run_main(const RunArgs& a) {
   if (req.pids < 1 || req.cpus <= 0) {
     return refuse("--pids and --cpus must be positive");
   }
-  req.timeout = std::chrono::milliseconds(
-      static_cast<int64_t>(a.timeout_s.value_or(3600) * 1000));
+  req.timeout = std::chrono::milliseconds(static_cast<int64_t>(a.timeout_s.value_or(3600) * 1000));
   req.kill_grace = std::chrono::milliseconds(static_cast<int64_t>(a.grace_s.value_or(5) * 1000));
   if (req.timeout.count() <= 0) {
     return refuse("--timeout must be positive");
@@ -421,8 +431,9 @@ int run_main(const RunArgs& a) {
     auto start = parts.size() == 2 ? parse_uint(parts[0]) : std::nullopt;
     auto count = parts.size() == 2 ? parse_uint(parts[1]) : std::nullopt;
     if (!start || !count || *count == 0 || *start < 65536 || *start + *count > 0xFFFFFFFEULL) {
-      return refuse("--host-ids must be START:COUNT with START >= 65536 and the range below "
-                    "4294967294, e.g. 1879048192:65536");
+      return refuse(
+          "--host-ids must be START:COUNT with START >= 65536 and the range below "
+          "4294967294, e.g. 1879048192:65536");
     }
     req.host_id_base = static_cast<uid_t>(*start);
     req.host_id_count = static_cast<uid_t>(*count);

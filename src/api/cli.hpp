@@ -9,7 +9,7 @@ int cli_main(int argc, char** argv);
 inline constexpr int kExitOutputLimit = 123;
 inline constexpr int kExitOom = 122;
 inline constexpr int kExitTimeout = 124;
-inline constexpr int kExitRefused = 125;   // refused, or cordon could not set the run up
+inline constexpr int kExitRefused = 125;  // refused, or cordon could not set the run up
 inline constexpr int kExitCannotExec = 126;
 inline constexpr int kExitNotFound = 127;
 

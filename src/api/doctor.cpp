@@ -44,8 +44,9 @@ int doctor_main(const std::string& state_dir, const std::string& seccomp_profile
                   layout->v1_pids_parent + "`, cpu `" + layout->v1_cpu_parent +
                   "`; v2 tracking and kill under `" + layout->v2_parent + "`";
     }
-    cg.guarantee = "memory, pids and CPU limits; kill reaches every process; OOM and pids "
-                   "events read back";
+    cg.guarantee =
+        "memory, pids and CPU limits; kill reaches every process; OOM and pids "
+        "events read back";
   } else {
     cg.detail = layout.error().message();
     cg.guarantee = "limits and kill-everything";
@@ -57,8 +58,7 @@ int doctor_main(const std::string& state_dir, const std::string& seccomp_profile
   if (records) {
     auto n = records->sweep();
     sweep.ok = n.has_value();
-    sweep.detail = n ? std::to_string(*n) + " left by a killed cordon swept"
-                     : n.error().message();
+    sweep.detail = n ? std::to_string(*n) + " left by a killed cordon swept" : n.error().message();
   } else {
     sweep.ok = false;
     sweep.detail = records.error().message();
@@ -86,8 +86,9 @@ int doctor_main(const std::string& state_dir, const std::string& seccomp_profile
       std::printf("%s %-26s %s\n     %-26s -> %s\n", mark, c.name.c_str(), c.detail.c_str(), "",
                   c.guarantee.c_str());
     }
-    std::printf("%s\n", all_required ? "cordon can run here with every guarantee."
-                                     : "cordon refuses to run here: a required feature is missing.");
+    std::printf("%s\n", all_required
+                            ? "cordon can run here with every guarantee."
+                            : "cordon refuses to run here: a required feature is missing.");
   }
   return all_required ? 0 : 1;
 }

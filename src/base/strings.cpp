@@ -30,11 +30,24 @@ std::optional<uint64_t> parse_size(std::string_view text) {
   uint64_t mult = 1;
   char last = text.back();
   switch (last) {
-    case 'k': case 'K': mult = 1ULL << 10; break;
-    case 'm': case 'M': mult = 1ULL << 20; break;
-    case 'g': case 'G': mult = 1ULL << 30; break;
-    case 't': case 'T': mult = 1ULL << 40; break;
-    default: break;
+    case 'k':
+    case 'K':
+      mult = 1ULL << 10;
+      break;
+    case 'm':
+    case 'M':
+      mult = 1ULL << 20;
+      break;
+    case 'g':
+    case 'G':
+      mult = 1ULL << 30;
+      break;
+    case 't':
+    case 'T':
+      mult = 1ULL << 40;
+      break;
+    default:
+      break;
   }
   if (mult != 1) {
     text.remove_suffix(1);

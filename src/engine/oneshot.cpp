@@ -54,11 +54,10 @@ Result<OneshotReport> run_oneshot(const OneshotRequest& req) {
   CORDON_TRY_CTX(cgroup, sandbox::JobCgroup::create(layout, name, limits), "create job cgroup");
 
   CORDON_TRY(lease, sandbox::HostIdLease::acquire(req.state_dir + "/uids", req.host_id_base,
-                                                          req.host_id_count));
+                                                  req.host_id_count));
   report.host_uid = lease.id();
 
-  sandbox::SeccompPrograms programs{filters.profile.insns, filters.fixed.insns,
-                                    init_filter.insns};
+  sandbox::SeccompPrograms programs{filters.profile.insns, filters.fixed.insns, init_filter.insns};
   CORDON_TRY(prepared,
              sandbox::PreparedSandbox::prepare(req.spec, programs, lease.id(), req.init_path));
   report.applied = prepared->applied();
@@ -141,14 +140,15 @@ Result<OneshotReport> run_oneshot(const OneshotRequest& req) {
   if (o.state == RunState::kSetupFailed) {
     report.setup_step = sandbox::step_name(o.failed_step);
     report.setup_errno = o.setup_errno;
-    report.message = fmt::format("sandbox setup failed: {}: {}", report.setup_step,
-                                 errno_name(o.setup_errno));
+    report.message =
+        fmt::format("sandbox setup failed: {}: {}", report.setup_step, errno_name(o.setup_errno));
     if (o.failed_step == sandbox::SetupStep::kCwd && o.setup_errno == ESTALE) {
       report.message += " (the working directory changed after it was checked; retry)";
     }
     if (o.failed_step == sandbox::SetupStep::kCommandExec) {
-      report.message = fmt::format("could not exec `{}`: {}", report.argv.empty() ? "" : report.argv[0],
-                                   errno_name(o.setup_errno));
+      report.message =
+          fmt::format("could not exec `{}`: {}", report.argv.empty() ? "" : report.argv[0],
+                      errno_name(o.setup_errno));
     }
   } else if (o.state == RunState::kInitDied) {
     report.message = "the sandbox init died without reporting the command's status";

@@ -27,8 +27,8 @@ struct OneshotRequest {
   std::chrono::milliseconds timeout{0};
   std::chrono::milliseconds kill_grace{5000};
   uint64_t max_output_bytes = 0;
-  int stdin_fd = -1;        // forwarded into the sandbox (not a terminal), or -1 for EOF
-  int terminal_fd = -1;     // with spec.tty: the caller's terminal
+  int stdin_fd = -1;     // forwarded into the sandbox (not a terminal), or -1 for EOF
+  int terminal_fd = -1;  // with spec.tty: the caller's terminal
 };
 
 struct OneshotReport {

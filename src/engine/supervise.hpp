@@ -57,19 +57,19 @@ const char* run_state_name(RunState state);
 
 struct Outcome {
   RunState state = RunState::kInitDied;
-  bool have_wait_status = false;  // a kCommandExited record arrived
-  int wait_status = 0;            // the command's raw wait status
+  bool have_wait_status = false;        // a kCommandExited record arrived
+  int wait_status = 0;                  // the command's raw wait status
   int exit_code = -1, term_signal = 0;  // decoded from wait_status
   sandbox::SetupStep failed_step = sandbox::SetupStep::kNone;
   int setup_errno = 0;
-  bool have_init_wait_status = false;  // false when init is not our child (waitid: ECHILD)
-  int init_wait_status = 0;            // init's own status, in wait(2) encoding
+  bool have_init_wait_status = false;   // false when init is not our child (waitid: ECHILD)
+  int init_wait_status = 0;             // init's own status, in wait(2) encoding
   std::chrono::nanoseconds duration{};  // from the call until init was seen to exit
   // Bytes accepted from each stream (never more than the cap), including bytes that could
   // not be delivered because the destination failed.
   uint64_t stdout_bytes = 0, stderr_bytes = 0;
   int stdout_write_errno = 0, stderr_write_errno = 0;  // first write error on out_fd / err_fd
-  std::string output_limit_stream;  // "stdout"/"stderr" when the cap was hit
+  std::string output_limit_stream;                     // "stdout"/"stderr" when the cap was hit
   bool signalled_by_caller = false;  // cordon itself got SIGINT/SIGTERM/SIGHUP and forwarded it
   int caller_signal = 0;             // the last such signal, so a CLI can re-raise it
 };

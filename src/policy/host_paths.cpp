@@ -7,12 +7,11 @@ namespace {
 
 // Refused as a whole; a project directory somewhere beneath most of them is fine.
 const char* const kSystemDirs[] = {
-    "/",         "/etc",     "/usr",      "/proc",     "/sys",      "/dev",
-    "/run",      "/var",     "/tmp",      "/var/tmp",  "/dev/shm",  "/boot",
-    "/bin",      "/sbin",    "/lib",      "/lib32",    "/lib64",    "/libx32",
-    "/home",     "/root",    "/var/lib",  "/var/log",  "/var/cache", "/usr/local",
-    "/usr/bin",  "/usr/lib", "/usr/sbin", "/usr/share", "/run/user", "/mnt",
-    "/media",    "/srv",     "/opt",
+    "/",         "/etc",       "/usr",       "/proc",    "/sys",     "/dev",      "/run",
+    "/var",      "/tmp",       "/var/tmp",   "/dev/shm", "/boot",    "/bin",      "/sbin",
+    "/lib",      "/lib32",     "/lib64",     "/libx32",  "/home",    "/root",     "/var/lib",
+    "/var/log",  "/var/cache", "/usr/local", "/usr/bin", "/usr/lib", "/usr/sbin", "/usr/share",
+    "/run/user", "/mnt",       "/media",     "/srv",     "/opt",
 };
 
 }  // namespace
@@ -47,28 +46,32 @@ Result<void> HostPathGuard::check(const std::string& resolved, const std::string
   }
   for (const char* dir : kSystemDirs) {
     if (p == dir) {
-      return refusal("{} `{}` is a system directory; pass a project directory instead "
-                     "(a sandbox must never get all of `{}`)",
-                     what, p, dir);
+      return refusal(
+          "{} `{}` is a system directory; pass a project directory instead "
+          "(a sandbox must never get all of `{}`)",
+          what, p, dir);
     }
   }
   for (const auto& home : home_dirs) {
     if (p == home) {
-      return refusal("{} `{}` is a whole home directory (dotfiles, keys, credentials); pass "
-                     "the project directory inside it instead",
-                     what, p);
+      return refusal(
+          "{} `{}` is a whole home directory (dotfiles, keys, credentials); pass "
+          "the project directory inside it instead",
+          what, p);
     }
   }
   for (const auto& prot : protected_paths) {
     if (path_within(prot, p)) {
-      return refusal("{} `{}` contains cordon's own `{}`; a job could rewrite what later "
-                     "jobs run under. Use a directory that does not contain it",
-                     what, p, prot);
+      return refusal(
+          "{} `{}` contains cordon's own `{}`; a job could rewrite what later "
+          "jobs run under. Use a directory that does not contain it",
+          what, p, prot);
     }
     if (path_within(p, prot)) {
-      return refusal("{} `{}` lies inside cordon's own `{}`; use a project directory "
-                     "elsewhere",
-                     what, p, prot);
+      return refusal(
+          "{} `{}` lies inside cordon's own `{}`; use a project directory "
+          "elsewhere",
+          what, p, prot);
     }
   }
   return {};

@@ -118,8 +118,7 @@ void bind_file_ro(const char* src, const char* dst, SetupStep step) {
   remount_ro(dst, MS_NOSUID | MS_NODEV | MS_NOEXEC, step);
 }
 
-void write_new_file(int root_fd, const char* name, const char* data, size_t size,
-                    SetupStep step) {
+void write_new_file(int root_fd, const char* name, const char* data, size_t size, SetupStep step) {
   int fd = ::openat(root_fd, name, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0444);
   if (fd < 0) {
     fail(step);
@@ -259,8 +258,8 @@ void mount_dev(const ChildPlan& plan, int root_fd) {
     fail(SetupStep::kMountDevpts);
   }
   static const SymlinkEntry kDevLinks[] = {
-      {"pts/ptmx", "dev/ptmx"},      {"/proc/self/fd", "dev/fd"},
-      {"/proc/self/fd/0", "dev/stdin"}, {"/proc/self/fd/1", "dev/stdout"},
+      {"pts/ptmx", "dev/ptmx"},          {"/proc/self/fd", "dev/fd"},
+      {"/proc/self/fd/0", "dev/stdin"},  {"/proc/self/fd/1", "dev/stdout"},
       {"/proc/self/fd/2", "dev/stderr"},
   };
   for (const auto& link : kDevLinks) {
@@ -465,7 +464,7 @@ void drop_privileges(const ChildPlan& plan) {
   struct __user_cap_header_struct hdr {};
   hdr.version = _LINUX_CAPABILITY_VERSION_3;
   hdr.pid = 0;
-  struct __user_cap_data_struct data[2] {};
+  struct __user_cap_data_struct data[2]{};
   if (::syscall(SYS_capset, &hdr, data) != 0) {
     fail(SetupStep::kCapabilities);
   }

@@ -32,12 +32,12 @@ struct GeneratedFile {
 };
 
 struct SysctlEntry {
-  const char* path;   // "proc/sys/user/max_user_namespaces"
+  const char* path;  // "proc/sys/user/max_user_namespaces"
   const char* value;
 };
 
 struct LandlockPathRule {
-  const char* path;   // absolute inside the sandbox
+  const char* path;  // absolute inside the sandbox
   uint64_t access;
 };
 
@@ -47,33 +47,33 @@ struct ChildPlan {
   // dies) nor a lock the parent holds (a record or a uid lease).
   const int* keep_fds = nullptr;
   size_t n_keep_fds = 0;
-  int status_fd = -1;         // SOCK_SEQPACKET to the supervisor
+  int status_fd = -1;             // SOCK_SEQPACKET to the supervisor
   bool unshare_cgroupns = false;  // hybrid hosts: unshare after the v1 placement
   uint64_t root_tmpfs_size = 0;
 
   const TreeMount* system_trees = nullptr;  // usr, lib, etc (all read-only)
   size_t n_system_trees = 0;
-  const SymlinkEntry* symlinks = nullptr;   // merged-usr links (bin -> usr/bin) and /dev links
+  const SymlinkEntry* symlinks = nullptr;  // merged-usr links (bin -> usr/bin) and /dev links
   size_t n_symlinks = 0;
   const GeneratedFile* generated = nullptr;  // passwd, group, hostname, hosts
   size_t n_generated = 0;
-  const char* const* mask_files = nullptr;   // secrets under /etc: an empty read-only file
+  const char* const* mask_files = nullptr;  // secrets under /etc: an empty read-only file
   size_t n_mask_files = 0;
-  const char* const* mask_dirs = nullptr;    // an empty read-only tmpfs
+  const char* const* mask_dirs = nullptr;  // an empty read-only tmpfs
   size_t n_mask_dirs = 0;
-  const char* const* dev_nodes = nullptr;    // "null", "zero", ... bound from the host /dev
+  const char* const* dev_nodes = nullptr;  // "null", "zero", ... bound from the host /dev
   size_t n_dev_nodes = 0;
   const char* const* proc_read_only = nullptr;  // "proc/sys", "proc/sysrq-trigger", ...
   size_t n_proc_read_only = 0;
   const SysctlEntry* sysctls = nullptr;
   size_t n_sysctls = 0;
-  const char* tmp_options = nullptr;   // fsconfig-style "size=...,mode=1777"
+  const char* tmp_options = nullptr;  // fsconfig-style "size=...,mode=1777"
   uint64_t tmp_size = 0;
   uint64_t shm_size = 0;
-  const TreeMount* user_trees = nullptr;    // working root and --ro paths, parents first
+  const TreeMount* user_trees = nullptr;  // working root and --ro paths, parents first
   size_t n_user_trees = 0;
 
-  const char* cwd = nullptr;   // absolute inside the sandbox, already resolved by the parent
+  const char* cwd = nullptr;  // absolute inside the sandbox, already resolved by the parent
   dev_t cwd_dev = 0;
   ino_t cwd_ino = 0;
 
@@ -93,9 +93,9 @@ struct ChildPlan {
   gid_t gid = 1000;
   int cap_last_cap = 40;
 
-  int plan_fd = -1;        // memfd read by init
-  int exec_fd = -1;        // O_PATH of the command's executable, -1 when exec'd by path
-  int init_fd = -1;        // O_PATH of the cordon-init binary
+  int plan_fd = -1;  // memfd read by init
+  int exec_fd = -1;  // O_PATH of the command's executable, -1 when exec'd by path
+  int init_fd = -1;  // O_PATH of the cordon-init binary
   int stdin_fd = -1, stdout_fd = -1, stderr_fd = -1;  // -1 with tty
   uint32_t disabled_walls = 0;
 };

@@ -32,19 +32,22 @@ struct Opened {
 Result<Opened> open_program(const std::string& path, const std::string& root, int root_fd) {
   Result<UniqueFd> fd = std::unexpected(Error::invalid(""));
   if (path_within(path, root)) {
-    std::string rel = path.size() == root.size() ? "." : path.substr(root.size() + (root == "/" ? 0 : 1));
+    std::string rel =
+        path.size() == root.size() ? "." : path.substr(root.size() + (root == "/" ? 0 : 1));
     fd = sys::openat2_fd(root_fd, rel, O_PATH, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS);
     if (!fd && fd.error().sys_errno() == EXDEV) {
-      return refusal("`{}` leads outside the working root `{}`; run a program inside the root "
-                     "or a system one by its real path", path, root);
+      return refusal(
+          "`{}` leads outside the working root `{}`; run a program inside the root "
+          "or a system one by its real path",
+          path, root);
     }
   } else {
     fd = sys::openat2_fd(AT_FDCWD, path, O_PATH, RESOLVE_NO_MAGICLINKS);
   }
   if (!fd) {
     if (fd.error().sys_errno() == ENOENT) {
-      return std::unexpected(Error(ErrorCode::kNotFound, ENOENT,
-                                   fmt::format("`{}` does not exist", path)));
+      return std::unexpected(
+          Error(ErrorCode::kNotFound, ENOENT, fmt::format("`{}` does not exist", path)));
     }
     return std::unexpected(std::move(fd.error()));
   }
@@ -53,9 +56,9 @@ Result<Opened> open_program(const std::string& path, const std::string& root, in
     return refusal("`{}` is not a regular file", path);
   }
   if ((st.st_mode & (S_IXUSR | S_IXGRP | S_IXOTH)) == 0) {
-    return std::unexpected(Error(ErrorCode::kRefused, EACCES,
-                                 fmt::format("`{}` is not executable (mode {:o})", path,
-                                             st.st_mode & 07777)));
+    return std::unexpected(
+        Error(ErrorCode::kRefused, EACCES,
+              fmt::format("`{}` is not executable (mode {:o})", path, st.st_mode & 07777)));
   }
   CORDON_TRY(resolved, sys::fd_path(fd->get()));
   return Opened{std::move(*fd), std::move(resolved)};
@@ -129,14 +132,18 @@ Result<ResolvedExecutable> resolve_executable(const std::vector<std::string>& ar
     return refusal("`{}`: the `#!` interpreter `{}` is not an absolute path", path, interp);
   }
   if (!is_visible(prog.resolved, visible)) {
-    return refusal("the script `{}` is not visible inside the sandbox; put it under the "
-                   "working root or add its directory with --ro", path);
+    return refusal(
+        "the script `{}` is not visible inside the sandbox; put it under the "
+        "working root or add its directory with --ro",
+        path);
   }
-  CORDON_TRY_CTX(ip, open_program(normalize_path(interp), root, root_fd),
-                 "`{}`: `#!` interpreter", path);
+  CORDON_TRY_CTX(ip, open_program(normalize_path(interp), root, root_fd), "`{}`: `#!` interpreter",
+                 path);
   if (!is_visible(ip.resolved, visible)) {
-    return refusal("`{}`: its `#!` interpreter `{}` is not visible inside the sandbox; add it "
-                   "with --ro or run the interpreter explicitly", path, interp);
+    return refusal(
+        "`{}`: its `#!` interpreter `{}` is not visible inside the sandbox; add it "
+        "with --ro or run the interpreter explicitly",
+        path, interp);
   }
   CORDON_TRY(nested, read_shebang(ip.fd.get(), interp));
   if (!nested.first.empty()) {

@@ -59,9 +59,9 @@ std::vector<FeatureCheck> probe_features(const std::string& state_dir) {
   std::vector<FeatureCheck> out;
 
   auto maxns = read_small_file("/proc/sys/user/max_user_namespaces");
-  auto [userns_ok, userns_detail] = try_clone3(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID |
-                                               CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET |
-                                               CLONE_NEWCGROUP);
+  auto [userns_ok, userns_detail] =
+      try_clone3(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS |
+                 CLONE_NEWNET | CLONE_NEWCGROUP);
   out.push_back(check("clone3 + namespaces", userns_ok,
                       userns_detail + ", max_user_namespaces " + trim(maxns.value_or("?")),
                       "each command in its own user, mount, pid, ipc, uts, net and cgroup "

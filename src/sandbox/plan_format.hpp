@@ -14,7 +14,7 @@ inline constexpr uint32_t kPlanMagic = 0x31445243;  // "CRD1"
 
 enum PlanFlags : uint32_t {
   kPlanTty = 1u << 0,
-  kPlanExecByPath = 1u << 1,     // exec `exec_path` inside the sandbox instead of kFdExec
+  kPlanExecByPath = 1u << 1,       // exec `exec_path` inside the sandbox instead of kFdExec
   kPlanNoProfileFilter = 1u << 2,  // test-walls controls only
   kPlanNoFixedFilter = 1u << 3,
   kPlanNoLandlock = 1u << 4,
@@ -28,9 +28,9 @@ struct PlanHeader {
   uint32_t flags;
   uint32_t argc;
   uint32_t envc;
-  uint32_t strings_off;   // argv[0..argc), envp[0..envc), exec_path — each NUL-terminated
+  uint32_t strings_off;  // argv[0..argc), envp[0..envc), exec_path — each NUL-terminated
   uint32_t strings_len;
-  uint32_t profile_off;   // struct sock_filter[profile_count]
+  uint32_t profile_off;  // struct sock_filter[profile_count]
   uint32_t profile_count;
   uint32_t fixed_off;
   uint32_t fixed_count;

@@ -26,17 +26,27 @@ namespace {
 
 // Secrets under /etc that no sandbox sees (files become empty, directories empty).
 const char* const kEtcSecrets[] = {
-    "/etc/shadow",   "/etc/shadow-",         "/etc/gshadow",       "/etc/gshadow-",
-    "/etc/sudoers",  "/etc/sudoers.d",       "/etc/ssl/private",   "/etc/krb5.keytab",
-    "/etc/security/opasswd", "/etc/cordon",  "/etc/subuid",        "/etc/subgid",
-    "/etc/ssh/ssh_host_rsa_key", "/etc/ssh/ssh_host_ecdsa_key",
-    "/etc/ssh/ssh_host_ed25519_key", "/etc/ssh/ssh_host_dsa_key",
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/sudoers",
+    "/etc/sudoers.d",
+    "/etc/ssl/private",
+    "/etc/krb5.keytab",
+    "/etc/security/opasswd",
+    "/etc/cordon",
+    "/etc/subuid",
+    "/etc/subgid",
+    "/etc/ssh/ssh_host_rsa_key",
+    "/etc/ssh/ssh_host_ecdsa_key",
+    "/etc/ssh/ssh_host_ed25519_key",
+    "/etc/ssh/ssh_host_dsa_key",
 };
-const char* const kSystemDirs[] = {"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64",
-                                   "/libx32"};
+const char* const kSystemDirs[] = {"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"};
 const char* const kDevNodes[] = {"null", "zero", "full", "random", "urandom", "tty"};
-const char* const kProcReadOnly[] = {"proc/sys", "proc/sysrq-trigger", "proc/irq", "proc/bus",
-                                     "proc/fs", "proc/latency_stats", "proc/timer_list"};
+const char* const kProcReadOnly[] = {"proc/sys", "proc/sysrq-trigger", "proc/irq",       "proc/bus",
+                                     "proc/fs",  "proc/latency_stats", "proc/timer_list"};
 
 std::string rel(const std::string& abs) { return abs == "/" ? "." : abs.substr(1); }
 
@@ -76,8 +86,8 @@ const char* PreparedSandbox::keep(std::string s) {
 void PreparedSandbox::finalize_keep_fds() {
   const ChildPlan& p = plan_;
   keep_fds_.clear();
-  for (int fd : {p.status_fd, p.plan_fd, p.exec_fd, p.init_fd, p.stdin_fd, p.stdout_fd,
-                 p.stderr_fd}) {
+  for (int fd :
+       {p.status_fd, p.plan_fd, p.exec_fd, p.init_fd, p.stdin_fd, p.stdout_fd, p.stderr_fd}) {
     if (fd >= 0) {
       keep_fds_.push_back(fd);
     }
@@ -115,8 +125,9 @@ Result<std::unique_ptr<PreparedSandbox>> PreparedSandbox::prepare(const SandboxS
   // The working root, opened once; every later check is relative to this fd. The caller
   // passes the path it resolved and checked, so no symlink may appear in it now: a component
   // swapped for a symlink after the check fails here instead of binding somewhere else.
-  CORDON_TRY_CTX(root_fd, sys::openat2_fd(AT_FDCWD, spec.root, O_PATH | O_DIRECTORY,
-                                          RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS),
+  CORDON_TRY_CTX(root_fd,
+                 sys::openat2_fd(AT_FDCWD, spec.root, O_PATH | O_DIRECTORY,
+                                 RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS),
                  "open the working root");
   CORDON_TRY(root_path, sys::fd_path(root_fd.get()));
   p->root_ = root_path;
@@ -136,9 +147,10 @@ Result<std::unique_ptr<PreparedSandbox>> PreparedSandbox::prepare(const SandboxS
     if (cwd_fd.error().sys_errno() == EXDEV) {
       char real[PATH_MAX];
       const char* leads = ::realpath(spec.cwd.c_str(), real) ? real : "outside";
-      return refusal("the cwd `{}` leads outside the working root `{}` (to `{}`); use a "
-                     "directory inside the root",
-                     spec.cwd, p->root_, leads);
+      return refusal(
+          "the cwd `{}` leads outside the working root `{}` (to `{}`); use a "
+          "directory inside the root",
+          spec.cwd, p->root_, leads);
     }
     return std::unexpected(std::move(cwd_fd.error()).wrap("open the cwd"));
   }
@@ -164,8 +176,10 @@ Result<std::unique_ptr<PreparedSandbox>> PreparedSandbox::prepare(const SandboxS
                  "open the sandbox init");
   CORDON_TRY(init_st, sys::fstat_fd(init_fd.get()));
   if (!S_ISREG(init_st.st_mode) || init_st.st_uid != 0 || (init_st.st_mode & 022) != 0) {
-    return refusal("the sandbox init `{}` must be a root-owned file writable only by root "
-                   "(mode {:o}, owner {})", init_path, init_st.st_mode & 07777, init_st.st_uid);
+    return refusal(
+        "the sandbox init `{}` must be a root-owned file writable only by root "
+        "(mode {:o}, owner {})",
+        init_path, init_st.st_mode & 07777, init_st.st_uid);
   }
   p->init_fd_ = std::move(init_fd);
   plan.init_fd = p->init_fd_.get();
@@ -238,8 +252,8 @@ Result<void> PreparedSandbox::prepare_mounts(const SandboxSpec& spec, uid_t host
                             "{0}:x:{1}:{2}:cordon sandbox:/tmp/home:/bin/sh\n"
                             "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
                             user, spec.inside_uid, spec.inside_gid));
-  add_generated("/etc/group", fmt::format("root:x:0:\n{0}:x:{1}:\nnogroup:x:65534:\n", user,
-                                          spec.inside_gid));
+  add_generated("/etc/group",
+                fmt::format("root:x:0:\n{0}:x:{1}:\nnogroup:x:65534:\n", user, spec.inside_gid));
   add_generated("/etc/hostname", spec.hostname + "\n");
   add_generated("/etc/hosts", fmt::format("127.0.0.1\tlocalhost\n127.0.1.1\t{0}\n"
                                           "::1\tlocalhost ip6-localhost ip6-loopback\n",
@@ -302,10 +316,10 @@ Result<void> PreparedSandbox::prepare_mounts(const SandboxSpec& spec, uid_t host
   plan.proc_read_only = proc_ro_.data();
   plan.n_proc_read_only = proc_ro_.size();
   sysctls_.push_back({"proc/sys/user/max_user_namespaces", "0"});
-  sysctls_.push_back({"proc/sys/user/max_inotify_instances",
-                      keep(std::to_string(spec.inotify_instances))});
-  sysctls_.push_back({"proc/sys/user/max_inotify_watches",
-                      keep(std::to_string(spec.inotify_watches))});
+  sysctls_.push_back(
+      {"proc/sys/user/max_inotify_instances", keep(std::to_string(spec.inotify_instances))});
+  sysctls_.push_back(
+      {"proc/sys/user/max_inotify_watches", keep(std::to_string(spec.inotify_watches))});
   plan.sysctls = sysctls_.data();
   plan.n_sysctls = sysctls_.size();
   plan.tmp_options = keep(fmt::format("size={},mode=1777", spec.tmp_size_bytes));
@@ -317,8 +331,8 @@ Result<void> PreparedSandbox::prepare_mounts(const SandboxSpec& spec, uid_t host
   UniqueFd root_tree;
   auto userns = make_idmap_userns(root_st.st_uid, root_st.st_gid, host_id, host_id);
   if (userns) {
-    auto idmapped = clone_tree(root_fd_.get(), "", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
-                                                       MOUNT_ATTR_IDMAP, userns->get());
+    auto idmapped = clone_tree(
+        root_fd_.get(), "", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_IDMAP, userns->get());
     if (idmapped) {
       root_tree = std::move(*idmapped);
       applied_.idmapped_root = true;
@@ -346,9 +360,9 @@ Result<void> PreparedSandbox::prepare_mounts(const SandboxSpec& spec, uid_t host
   visible_.push_back(root_);
   for (const auto& ro : spec.read_only_paths) {
     // Resolved and checked by the caller: no symlink may have appeared since.
-    CORDON_TRY_CTX(fd, sys::openat2_fd(AT_FDCWD, ro, O_PATH,
-                                       RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS),
-                   "open read-only path");
+    CORDON_TRY_CTX(
+        fd, sys::openat2_fd(AT_FDCWD, ro, O_PATH, RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS),
+        "open read-only path");
     CORDON_TRY(path, sys::fd_path(fd.get()));
     CORDON_TRY(st, sys::fstat_fd(fd.get()));
     if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)) {
@@ -384,16 +398,17 @@ Result<void> PreparedSandbox::prepare_landlock(const SandboxSpec& spec) {
   (void)spec;
   int abi = sys::landlock_abi();
   if (abi < 1) {
-    return unsupported("Landlock is not available (landlock_create_ruleset: {}); cordon "
-                       "refuses to run without its second wall",
-                       errno_name(errno));
+    return unsupported(
+        "Landlock is not available (landlock_create_ruleset: {}); cordon "
+        "refuses to run without its second wall",
+        errno_name(errno));
   }
-  uint64_t handled = abi >= 5 ? (1ULL << 16) - 1
+  uint64_t handled = abi >= 5   ? (1ULL << 16) - 1
                      : abi >= 3 ? (1ULL << 15) - 1
                      : abi >= 2 ? (1ULL << 14) - 1
                                 : (1ULL << 13) - 1;
-  const uint64_t kRead = LANDLOCK_ACCESS_FS_EXECUTE | LANDLOCK_ACCESS_FS_READ_FILE |
-                         LANDLOCK_ACCESS_FS_READ_DIR;
+  const uint64_t kRead =
+      LANDLOCK_ACCESS_FS_EXECUTE | LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_READ_DIR;
   const uint64_t kDev = LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_WRITE_FILE |
                         sys::kLandlockAccessFsTruncate | sys::kLandlockAccessFsIoctlDev;
   landlock_rules_.push_back({"/", kRead});
@@ -416,8 +431,8 @@ Result<void> PreparedSandbox::prepare_landlock(const SandboxSpec& spec) {
   landlock_rules_.push_back({"/dev/pts", kDev | LANDLOCK_ACCESS_FS_READ_DIR});
   // /proc/self/* files some programs write (oom_score_adj, comm); /proc/sys is read-only.
   // (`>` truncates: TRUNCATE too, else `echo x > /proc/self/comm` fails with EACCES.)
-  landlock_rules_.push_back({"/proc", LANDLOCK_ACCESS_FS_WRITE_FILE |
-                                          sys::kLandlockAccessFsTruncate});
+  landlock_rules_.push_back(
+      {"/proc", LANDLOCK_ACCESS_FS_WRITE_FILE | sys::kLandlockAccessFsTruncate});
   plan_.landlock_abi = abi;
   plan_.landlock_handled = handled;
   plan_.landlock_scoped =

@@ -29,8 +29,8 @@ class EffectiveIdSwitch {
     if (old_bits < 0) {
       return sys_error("prctl PR_GET_SECUREBITS");
     }
-    if (::prctl(PR_SET_SECUREBITS,
-                static_cast<unsigned long>(old_bits) | sys::kSecbitNoSetuidFixup, 0, 0, 0) != 0) {
+    if (::prctl(PR_SET_SECUREBITS, static_cast<unsigned long>(old_bits) | sys::kSecbitNoSetuidFixup,
+                0, 0, 0) != 0) {
       return sys_error("prctl PR_SET_SECUREBITS NO_SETUID_FIXUP");
     }
     EffectiveIdSwitch sw(old_bits);
@@ -76,8 +76,8 @@ class EffectiveIdSwitch {
 
 Result<SpawnedSandbox> spawn_sandbox(PreparedSandbox& prepared, const SpawnOptions& options) {
   ChildPlan& plan = prepared.plan();
-  uint64_t flags = CLONE_PIDFD | CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC |
-                   CLONE_NEWUTS;
+  uint64_t flags =
+      CLONE_PIDFD | CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS;
   if (options.network_namespace) {
     flags |= CLONE_NEWNET;
   }

@@ -11,8 +11,8 @@
 namespace cordon::sandbox {
 
 struct SpawnOptions {
-  uid_t host_id = 0;         // leased host uid == gid; the user namespace is owned by it
-  int cgroup_fd = -1;        // v2 job cgroup for CLONE_INTO_CGROUP, -1 for none
+  uid_t host_id = 0;              // leased host uid == gid; the user namespace is owned by it
+  int cgroup_fd = -1;             // v2 job cgroup for CLONE_INTO_CGROUP, -1 for none
   bool cgroupns_at_clone = true;  // pure v2: CLONE_NEWCGROUP; hybrid: the child unshares later
   bool network_namespace = true;
   // Runs after the id maps are written and before the child is released (v1 placement).

@@ -44,9 +44,9 @@ struct SandboxSpec {
   std::vector<std::string> env;   // final NAME=VALUE list
   // Paths are absolute and already resolved (no symlinks; the caller checked them with
   // policy::HostPathGuard): prepare() refuses a symlink appearing in them since.
-  std::string root;               // working root, bound read-write at its own path
-  std::string cwd;                // inside root
-  std::vector<std::string> read_only_paths;  // host paths bound read-only at their own path
+  std::string root;                             // working root, bound read-write at its own path
+  std::string cwd;                              // inside root
+  std::vector<std::string> read_only_paths;     // host paths bound read-only at their own path
   std::vector<std::string> extra_masked_paths;  // under /etc, hidden in addition to the defaults
   NetworkMode network = NetworkMode::kNone;
   uid_t inside_uid = 1000;
@@ -57,8 +57,8 @@ struct SandboxSpec {
   uint64_t inotify_instances = 32;       // per-sandbox quota (user.max_inotify_instances)
   uint64_t inotify_watches = 8192;
   std::vector<Rlimit> rlimits;
-  bool allow_ptrace = false;     // documented opt-in for sanitizer builds
-  uint32_t disabled_walls = 0;   // honoured only in the test-walls build (CORDON_TEST_WALLS)
+  bool allow_ptrace = false;    // documented opt-in for sanitizer builds
+  uint32_t disabled_walls = 0;  // honoured only in the test-walls build (CORDON_TEST_WALLS)
 };
 
 }  // namespace cordon::sandbox

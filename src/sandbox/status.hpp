@@ -10,10 +10,10 @@
 namespace cordon::sandbox {
 
 enum class RecordKind : uint32_t {
-  kSetupError = 1,     // step + err: a step of the recipe failed; nothing was exec'd
-  kCommandStarted = 2, // pid (inside the sandbox's pid namespace) of the command
-  kCommandExited = 3,  // wait_status: the command's raw wait status from wait4()
-  kPtyMaster = 4,      // carries the pty master fd as SCM_RIGHTS
+  kSetupError = 1,      // step + err: a step of the recipe failed; nothing was exec'd
+  kCommandStarted = 2,  // pid (inside the sandbox's pid namespace) of the command
+  kCommandExited = 3,   // wait_status: the command's raw wait status from wait4()
+  kPtyMaster = 4,       // carries the pty master fd as SCM_RIGHTS
 };
 
 // Each step of the child recipe and of init, so a failure reads "mount /proc: EPERM".

@@ -55,8 +55,7 @@ Result<void> write_id_maps(pid_t pid, uid_t inside_uid, gid_t inside_gid, uid_t 
   return {};
 }
 
-Result<UniqueFd> make_idmap_userns(uid_t disk_uid, gid_t disk_gid, uid_t host_uid,
-                                   gid_t host_gid) {
+Result<UniqueFd> make_idmap_userns(uid_t disk_uid, gid_t disk_gid, uid_t host_uid, gid_t host_gid) {
   // A child in a new user namespace that only waits; we map it, keep its namespace, kill it.
   int pipefd[2];
   if (::pipe2(pipefd, O_CLOEXEC) != 0) {
@@ -110,7 +109,7 @@ void check_db(const std::string& path, bool ranges, uid_t base, uid_t count, std
     if (ranges && f.size() >= 3) {
       auto start = parse_uint(f[1]);
       auto n = parse_uint(f[2]);
-      if (start && n && *start < uint64_t{base} + count && *start + *n > base) {
+      if (start && n && *start<uint64_t{base} + count&& * start + *n> base) {
         out += fmt::format("{}: {} overlaps the reserved range; ", path, line);
       }
     } else if (!ranges && f.size() >= 3) {

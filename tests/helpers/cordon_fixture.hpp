@@ -24,7 +24,9 @@ inline std::string env_or(const char* name, const char* fallback) {
 }
 
 inline std::string cordon_bin() { return env_or("CORDON_BIN", "build/cordon"); }
-inline std::string testwalls_bin() { return env_or("CORDON_TESTWALLS_BIN", "build/cordon-testwalls"); }
+inline std::string testwalls_bin() {
+  return env_or("CORDON_TESTWALLS_BIN", "build/cordon-testwalls");
+}
 inline std::string probe_bin() { return env_or("CORDON_PROBE", "build/tests/helpers/probe"); }
 
 struct Sandbox {
@@ -56,8 +58,8 @@ struct Sandbox {
   std::vector<std::string> args(const std::vector<std::string>& opts,
                                 const std::vector<std::string>& argv,
                                 bool testwalls = false) const {
-    std::vector<std::string> a = {testwalls ? testwalls_bin() : cordon_bin(), "run",
-                                  "--root", root, "--state-dir", state};
+    std::vector<std::string> a = {
+        testwalls ? testwalls_bin() : cordon_bin(), "run", "--root", root, "--state-dir", state};
     a.insert(a.end(), opts.begin(), opts.end());
     a.push_back("--");
     a.insert(a.end(), argv.begin(), argv.end());

@@ -43,8 +43,7 @@ inline ProcessResult run_process(const std::vector<std::string>& argv,
                                  const ProcessOptions& opt = {}) {
   ProcessResult r;
   int in[2], out[2], err[2];
-  if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0 ||
-      ::pipe2(err, O_CLOEXEC) != 0) {
+  if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
     r.wait_status = -1;
     return r;
   }
@@ -94,8 +93,8 @@ inline ProcessResult run_process(const std::vector<std::string>& argv,
   int fds_open = 2;
   bool exited = false;
   while (fds_open > 0 || !exited) {
-    struct pollfd p[4] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}, {pidfd, POLLIN, 0},
-                          {in_fd, POLLOUT, 0}};
+    struct pollfd p[4] = {
+        {out[0], POLLIN, 0}, {err[0], POLLIN, 0}, {pidfd, POLLIN, 0}, {in_fd, POLLOUT, 0}};
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {

@@ -16,10 +16,10 @@ BOOST_AUTO_TEST_CASE(reports_every_feature_this_machine_has) {
   BOOST_TEST(j["ok"] == true);
   std::map<std::string, nlohmann::json> by_name;
   for (const auto& c : j["checks"]) by_name[c["name"].get<std::string>()] = c;
-  for (const char* name : {"clone3 + namespaces", "pidfd", "openat2 RESOLVE_BENEATH", "mount API",
-                           "idmapped mounts", "Landlock", "Landlock scopes (ABI 6)",
-                           "seccomp filter", "seccomp profile", "reserved host ids", "cgroups",
-                           "legacy TIOCSTI", "libseccomp syscall names"}) {
+  for (const char* name :
+       {"clone3 + namespaces", "pidfd", "openat2 RESOLVE_BENEATH", "mount API", "idmapped mounts",
+        "Landlock", "Landlock scopes (ABI 6)", "seccomp filter", "seccomp profile",
+        "reserved host ids", "cgroups", "legacy TIOCSTI", "libseccomp syscall names"}) {
     BOOST_REQUIRE_MESSAGE(by_name.count(name) == 1, name);
     BOOST_TEST(by_name[name]["ok"] == true, name << ": " << by_name[name]["detail"]);
     BOOST_TEST(!by_name[name]["guarantee"].get<std::string>().empty(), name);

@@ -139,8 +139,8 @@ BOOST_AUTO_TEST_CASE(refuses_system_directories_and_home_roots_as_root) {
 
 BOOST_AUTO_TEST_CASE(refuses_a_root_containing_cordons_own_state) {
   Sandbox s;
-  auto r = run_process({cordon_bin(), "run", "--root", s.base, "--state-dir", s.state, "--",
-                        "/bin/true"});
+  auto r = run_process(
+      {cordon_bin(), "run", "--root", s.base, "--state-dir", s.state, "--", "/bin/true"});
   BOOST_TEST(r.exit_code() == 125);
   BOOST_TEST(r.err.find("contains cordon's own") != std::string::npos, r.err);
 }
@@ -204,8 +204,8 @@ BOOST_AUTO_TEST_CASE(output_cap_is_exact_and_kills_the_command) {
 
 BOOST_AUTO_TEST_CASE(memory_hog_is_oom_killed_and_reported) {
   Sandbox s;
-  auto [r, st] = s.run_status({"--memory", "64M"},
-                              {"/usr/bin/python3", "-c", "x = bytearray(512 << 20); print(len(x))"});
+  auto [r, st] = s.run_status(
+      {"--memory", "64M"}, {"/usr/bin/python3", "-c", "x = bytearray(512 << 20); print(len(x))"});
   BOOST_TEST(r.exit_code() == 122, r.err);
   BOOST_TEST(st["state"] == "oom");
   BOOST_TEST(st["usage"]["oomKills"].get<int>() >= 1);
@@ -309,7 +309,8 @@ BOOST_AUTO_TEST_CASE(a_sigkilled_cordon_leaves_nothing_behind_after_the_next_sta
     for (auto& e : std::filesystem::directory_iterator(records, ec)) {
       if (e.path().extension() == ".cgroups") {
         std::ifstream in(e.path());
-        for (std::string line; std::getline(in, line);) if (!line.empty()) paths.push_back(line);
+        for (std::string line; std::getline(in, line);)
+          if (!line.empty()) paths.push_back(line);
       }
     }
     if (!paths.empty() && std::filesystem::exists(s.root + "/started")) break;

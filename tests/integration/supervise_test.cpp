@@ -60,7 +60,7 @@ struct FakeSandbox {
 };
 
 struct FakeOptions {
-  bool pipes = true;       // stdout/stderr pipes (false for tty)
+  bool pipes = true;  // stdout/stderr pipes (false for tty)
   bool stdin_pipe = false;
 };
 
@@ -217,17 +217,16 @@ struct HookLog {
 };
 
 KillHooks real_hooks(int pidfd, HookLog& log) {
-  return KillHooks{
-      [&log, pidfd](int sig) {
-        log.signals.push_back(sig);
-        log.term_at = Clock::now();
-        (void)sys::pidfd_send_signal(pidfd, sig, nullptr, 0);
-      },
-      [&log, pidfd] {
-        ++log.kills;
-        log.kill_at = Clock::now();
-        (void)sys::pidfd_send_signal(pidfd, SIGKILL, nullptr, 0);
-      }};
+  return KillHooks{[&log, pidfd](int sig) {
+                     log.signals.push_back(sig);
+                     log.term_at = Clock::now();
+                     (void)sys::pidfd_send_signal(pidfd, sig, nullptr, 0);
+                   },
+                   [&log, pidfd] {
+                     ++log.kills;
+                     log.kill_at = Clock::now();
+                     (void)sys::pidfd_send_signal(pidfd, SIGKILL, nullptr, 0);
+                   }};
 }
 
 UniqueFd make_memfd(const char* name) {

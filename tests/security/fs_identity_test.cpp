@@ -59,8 +59,8 @@ ProbeRun probe(const Sandbox& s, const std::vector<std::string>& args,
   if (r.proc.out.rfind(prefix, 0) == 0 && !r.proc.out.empty() && r.proc.out.back() == '\n') {
     r.line = r.proc.out.substr(prefix.size(), r.proc.out.size() - prefix.size() - 1);
   } else {
-    r.line = "<no probe line; exit " + std::to_string(r.proc.exit_code()) + "; stderr: " +
-             r.proc.err + ">";
+    r.line = "<no probe line; exit " + std::to_string(r.proc.exit_code()) +
+             "; stderr: " + r.proc.err + ">";
   }
   return r;
 }
@@ -106,8 +106,8 @@ HostFile host_file(const std::string& path) {
   f.exists = ::lstat(path.c_str(), &f.st) == 0;
   if (f.exists) {
     f.has_file_caps = ::lgetxattr(path.c_str(), "security.capability", nullptr, 0) >= 0;
-    BOOST_TEST_REQUIRE((f.has_file_caps || errno == ENODATA), "lgetxattr " << path << ": "
-                                                                  << std::strerror(errno));
+    BOOST_TEST_REQUIRE((f.has_file_caps || errno == ENODATA),
+                       "lgetxattr " << path << ": " << std::strerror(errno));
   }
   return f;
 }
@@ -123,8 +123,8 @@ ProcessResult run_in_private_mount_ns(const std::vector<std::string>& argv, Setu
   BOOST_TEST_REQUIRE(pid >= 0, "fork: " << std::strerror(errno));
   if (pid == 0) {
     // Private, recursively, before any mount: nothing may propagate back to the host.
-    if (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE,
-                                               nullptr) != 0) {
+    if (::unshare(CLONE_NEWNS) != 0 ||
+        ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
       ::_exit(90);
     }
     if (!setup()) {
@@ -286,9 +286,8 @@ BOOST_AUTO_TEST_CASE(the_command_inherits_no_descriptor_cordon_was_started_with)
 BOOST_AUTO_TEST_CASE(capability_sets_are_empty_and_securebits_locked) {
   Sandbox s;
   const std::string zero = "0000000000000000";
-  BOOST_TEST(probe(s, {"caps"}).line == "value CapInh=" + zero + " CapPrm=" + zero +
-                                            " CapEff=" + zero + " CapBnd=" + zero +
-                                            " CapAmb=" + zero);
+  BOOST_TEST(probe(s, {"caps"}).line == "value CapInh=" + zero + " CapPrm=" + zero + " CapEff=" +
+                                            zero + " CapBnd=" + zero + " CapAmb=" + zero);
   // NOROOT, NO_SETUID_FIXUP, NO_CAP_AMBIENT_RAISE, each with its lock, and KEEP_CAPS_LOCKED.
   BOOST_TEST(probe(s, {"securebits"}).line == "value 0xef");
   // Even as uid 0 inside, nothing comes back at exec.
@@ -329,9 +328,9 @@ BOOST_AUTO_TEST_CASE(no_new_privs_is_set_and_without_it_the_sandbox_fails_closed
   BOOST_TEST(st["state"] == "setup-failed");
   BOOST_TEST(st["setup"]["step"] == "command: Landlock");
   BOOST_TEST(st["setup"]["errno"] == "EPERM");
-  BOOST_TEST(probe(s, {"nonewprivs"},
-                   {"no-new-privs", "landlock", "seccomp-profile", "seccomp-fixed"})
-                 .line == "value 0");
+  BOOST_TEST(
+      probe(s, {"nonewprivs"}, {"no-new-privs", "landlock", "seccomp-profile", "seccomp-fixed"})
+          .line == "value 0");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -357,8 +356,7 @@ BOOST_AUTO_TEST_CASE(etc_mask_alone_hides_readable_secrets_and_ssh_host_keys) {
   BOOST_TEST_REQUIRE(write_file(fake_shadow, "root:$6$fake:19000::::::\n", 0644));
   auto setup = [&] {
     return ::mount(fake_shadow.c_str(), "/etc/shadow", nullptr, MS_BIND, nullptr) == 0 &&
-           ::mount("tmpfs", "/etc/ssh", "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=0755") ==
-               0 &&
+           ::mount("tmpfs", "/etc/ssh", "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=0755") == 0 &&
            write_file("/etc/ssh/ssh_host_ed25519_key", "FAKE HOST KEY\n", 0644);
   };
   for (const char* path : {"/etc/shadow", "/etc/ssh/ssh_host_ed25519_key"}) {
@@ -369,8 +367,8 @@ BOOST_AUTO_TEST_CASE(etc_mask_alone_hides_readable_secrets_and_ssh_host_keys) {
       auto ctl = run_in_private_mount_ns(
           s.args({"--test-disable-wall", "etc-mask"}, {probe_bin(), "read-file", path}, true),
           setup);
-      std::string want = std::string(path) == "/etc/shadow" ? "root:$6$fake:19000::::::\n"
-                                                            : "FAKE HOST KEY\n";
+      std::string want =
+          std::string(path) == "/etc/shadow" ? "root:$6$fake:19000::::::\n" : "FAKE HOST KEY\n";
       BOOST_TEST(ctl.out == "probe read-file: value " + hex(want) + "\n");
     }
   }
@@ -556,8 +554,8 @@ BOOST_AUTO_TEST_CASE(cwd_swapped_for_a_symlink_never_leads_outside) {
   std::string status = s.base + "/race.json";
   for (int i = 0; i < kRuns; ++i) {
     ::unlink(status.c_str());
-    auto r = run_process(
-        s.args({"--json-status", status, "--cwd", work}, {probe_bin(), "cwd-ident"}));
+    auto r =
+        run_process(s.args({"--json-status", status, "--cwd", work}, {probe_bin(), "cwd-ident"}));
     json st = json::parse(slurp(status), nullptr, false);
     if (r.exit_code() == 125 && r.err.find("leads outside") != std::string::npos) {
       ++refused;
@@ -567,19 +565,19 @@ BOOST_AUTO_TEST_CASE(cwd_swapped_for_a_symlink_never_leads_outside) {
     } else if (r.exit_code() == 0 && r.out == "probe cwd-ident: " + real_ident + "\n") {
       ++inside;
     } else {
-      bad.push_back("exit " + std::to_string(r.exit_code()) + " out `" + r.out + "` err `" +
-                    r.err + "`");
+      bad.push_back("exit " + std::to_string(r.exit_code()) + " out `" + r.out + "` err `" + r.err +
+                    "`");
     }
   }
   auto took = std::chrono::steady_clock::now() - start;
   stop = true;
   swapper.join();
   BOOST_TEST_REQUIRE(swap_errno.load() == 0, "renameat2: " << std::strerror(swap_errno));
-  BOOST_TEST_MESSAGE("cwd race: " << kRuns << " runs in "
-                                  << std::chrono::duration_cast<std::chrono::milliseconds>(took)
-                                         .count()
-                                  << " ms, " << swaps.load() << " swaps; refused " << refused
-                                  << ", ESTALE " << estale << ", ran inside " << inside);
+  BOOST_TEST_MESSAGE(
+      "cwd race: " << kRuns << " runs in "
+                   << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms, "
+                   << swaps.load() << " swaps; refused " << refused << ", ESTALE " << estale
+                   << ", ran inside " << inside);
   BOOST_TEST(bad.empty(), bad.size() << " runs escaped or failed otherwise; first: "
                                      << (bad.empty() ? "" : bad.front()));
   BOOST_TEST((refused + estale) * 10 >= kRuns,

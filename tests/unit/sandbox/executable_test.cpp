@@ -53,7 +53,10 @@ BOOST_AUTO_TEST_CASE(program_outside_the_root_is_pinned_by_fd) {
 
 BOOST_AUTO_TEST_CASE(program_inside_the_root_runs_by_path) {
   Root root;
-  std::string p = root.write("build/tool", "\x7f" "ELF", 0755);
+  std::string p = root.write("build/tool",
+                             "\x7f"
+                             "ELF",
+                             0755);
   auto r = resolve_executable({p}, root.path, root.fd, root.visible());
   BOOST_REQUIRE_MESSAGE(r.has_value(), why(r));
   BOOST_TEST(!r->pinned);
@@ -73,7 +76,10 @@ BOOST_AUTO_TEST_CASE(script_gets_its_interpreter_pinned_and_its_path_as_argument
 BOOST_AUTO_TEST_CASE(interpreter_the_sandbox_cannot_see_is_refused_by_name) {
   Root root;
   Root other;
-  std::string interp = other.write("interp", "\x7f" "ELF", 0755);
+  std::string interp = other.write("interp",
+                                   "\x7f"
+                                   "ELF",
+                                   0755);
   std::string p = root.write("run", "#!" + interp + "\n", 0755);
   auto r = resolve_executable({p}, root.path, root.fd, root.visible());
   BOOST_REQUIRE(!r.has_value());
