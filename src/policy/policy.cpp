@@ -14,6 +14,7 @@
 #include <set>
 #include <utility>
 
+#include "policy/json_pointer.hpp"
 #include "base/sha256.hpp"
 #include "base/strings.hpp"
 #include "policy/seccomp_profile.hpp"
@@ -59,23 +60,11 @@ const std::vector<std::string> kTopKeys = {
 template <class... Args>
 std::unexpected<Error> bad(const std::string& pointer, fmt::format_string<Args...> f,
                            Args&&... args) {
-  return invalid("policy: {}: {}", pointer.empty() ? "/" : pointer,
-                 fmt::format(f, std::forward<Args>(args)...));
+  return json_error("policy", pointer, f, std::forward<Args>(args)...);
 }
 
-// RFC 6901: "~" and "/" in a key are escaped in a pointer.
 std::string pointer_key(const std::string& base, const std::string& key) {
-  std::string out = base + "/";
-  for (char c : key) {
-    if (c == '~') {
-      out += "~0";
-    } else if (c == '/') {
-      out += "~1";
-    } else {
-      out += c;
-    }
-  }
-  return out;
+  return json_pointer_key(base, key);
 }
 
 std::string pointer_index(const std::string& base, size_t i) {

@@ -8,6 +8,7 @@
 #include <optional>
 #include <utility>
 
+#include "policy/json_pointer.hpp"
 #include "sys/fs.hpp"
 
 namespace cordon::policy {
@@ -23,23 +24,11 @@ using sandbox::SeccompRule;
 template <class... Args>
 std::unexpected<Error> bad(const std::string& pointer, fmt::format_string<Args...> f,
                            Args&&... args) {
-  return invalid("seccomp profile: {}: {}", pointer.empty() ? "/" : pointer,
-                 fmt::format(f, std::forward<Args>(args)...));
+  return json_error("seccomp profile", pointer, f, std::forward<Args>(args)...);
 }
 
-// RFC 6901: "~" and "/" in a key are escaped in a pointer.
 std::string pointer_key(const std::string& base, const std::string& key) {
-  std::string out = base + "/";
-  for (char c : key) {
-    if (c == '~') {
-      out += "~0";
-    } else if (c == '/') {
-      out += "~1";
-    } else {
-      out += c;
-    }
-  }
-  return out;
+  return json_pointer_key(base, key);
 }
 
 std::string type_name(const json& j) {
