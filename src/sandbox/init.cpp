@@ -55,8 +55,12 @@ int load_filter(const struct sock_filter* insns, uint32_t count) {
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
-  for (int sig : {SIGTERM, SIGINT, SIGHUP}) {
-    ::signal(sig, SIG_DFL);
+  // Every disposition back to default: an ignored signal survives exec, and cordon (or
+  // whoever started it) may ignore SIGPIPE or SIGINT — the command must not inherit that.
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig != SIGKILL && sig != SIGSTOP) {
+      ::signal(sig, SIG_DFL);
+    }
   }
   // A session of its own (job control, and no way to reach a terminal it was not given).
   if (::setsid() < 0) {

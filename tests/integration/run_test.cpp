@@ -336,3 +336,12 @@ BOOST_AUTO_TEST_CASE(programs_can_rewrite_their_own_proc_files) {
   BOOST_TEST(r.exit_code() == 0, r.err);
   BOOST_TEST(r.out == "cat\n");
 }
+
+BOOST_AUTO_TEST_CASE(the_command_starts_with_default_signal_dispositions) {
+  // cordon ignores SIGPIPE for itself; the command must not inherit that (or anything else
+  // its caller ignored): `yes | head` relies on SIGPIPE.
+  Sandbox s;
+  auto r = s.run({}, {"/usr/bin/grep", "-E", "SigIgn|SigBlk", "/proc/self/status"});
+  BOOST_TEST(r.exit_code() == 0, r.err);
+  BOOST_TEST(r.out == "SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n");
+}
