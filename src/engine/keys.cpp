@@ -1,11 +1,11 @@
 #include "engine/keys.hpp"
 
+#include <fmt/format.h>
+
 #include <array>
 #include <cstddef>
 #include <string>
 #include <string_view>
-
-#include <fmt/format.h>
 
 namespace cordon::engine {
 namespace {
@@ -48,40 +48,23 @@ struct NamedKey {
 };
 
 constexpr std::array kNamedKeys = {
-    NamedKey{"Up", KeyKind::kCursor, 'A', 0},
-    NamedKey{"Down", KeyKind::kCursor, 'B', 0},
-    NamedKey{"Right", KeyKind::kCursor, 'C', 0},
-    NamedKey{"Left", KeyKind::kCursor, 'D', 0},
-    NamedKey{"Home", KeyKind::kCursor, 'H', 0},
-    NamedKey{"End", KeyKind::kCursor, 'F', 0},
-    NamedKey{"Insert", KeyKind::kTilde, 0, 2},
-    NamedKey{"IC", KeyKind::kTilde, 0, 2},
-    NamedKey{"Delete", KeyKind::kTilde, 0, 3},
-    NamedKey{"DC", KeyKind::kTilde, 0, 3},
-    NamedKey{"PageUp", KeyKind::kTilde, 0, 5},
-    NamedKey{"PgUp", KeyKind::kTilde, 0, 5},
-    NamedKey{"PPage", KeyKind::kTilde, 0, 5},
-    NamedKey{"PageDown", KeyKind::kTilde, 0, 6},
-    NamedKey{"PgDn", KeyKind::kTilde, 0, 6},
-    NamedKey{"NPage", KeyKind::kTilde, 0, 6},
-    NamedKey{"F1", KeyKind::kSs3, 'P', 0},
-    NamedKey{"F2", KeyKind::kSs3, 'Q', 0},
-    NamedKey{"F3", KeyKind::kSs3, 'R', 0},
-    NamedKey{"F4", KeyKind::kSs3, 'S', 0},
-    NamedKey{"F5", KeyKind::kTilde, 0, 15},
-    NamedKey{"F6", KeyKind::kTilde, 0, 17},
-    NamedKey{"F7", KeyKind::kTilde, 0, 18},
-    NamedKey{"F8", KeyKind::kTilde, 0, 19},
-    NamedKey{"F9", KeyKind::kTilde, 0, 20},
-    NamedKey{"F10", KeyKind::kTilde, 0, 21},
-    NamedKey{"F11", KeyKind::kTilde, 0, 23},
-    NamedKey{"F12", KeyKind::kTilde, 0, 24},
-    NamedKey{"Enter", KeyKind::kEnter, 0, 0},
-    NamedKey{"Tab", KeyKind::kTab, 0, 0},
-    NamedKey{"BTab", KeyKind::kBTab, 0, 0},
-    NamedKey{"Escape", KeyKind::kEscape, 0, 0},
-    NamedKey{"Space", KeyKind::kSpace, 0, 0},
-    NamedKey{"BSpace", KeyKind::kBSpace, 0, 0},
+    NamedKey{"Up", KeyKind::kCursor, 'A', 0},    NamedKey{"Down", KeyKind::kCursor, 'B', 0},
+    NamedKey{"Right", KeyKind::kCursor, 'C', 0}, NamedKey{"Left", KeyKind::kCursor, 'D', 0},
+    NamedKey{"Home", KeyKind::kCursor, 'H', 0},  NamedKey{"End", KeyKind::kCursor, 'F', 0},
+    NamedKey{"Insert", KeyKind::kTilde, 0, 2},   NamedKey{"IC", KeyKind::kTilde, 0, 2},
+    NamedKey{"Delete", KeyKind::kTilde, 0, 3},   NamedKey{"DC", KeyKind::kTilde, 0, 3},
+    NamedKey{"PageUp", KeyKind::kTilde, 0, 5},   NamedKey{"PgUp", KeyKind::kTilde, 0, 5},
+    NamedKey{"PPage", KeyKind::kTilde, 0, 5},    NamedKey{"PageDown", KeyKind::kTilde, 0, 6},
+    NamedKey{"PgDn", KeyKind::kTilde, 0, 6},     NamedKey{"NPage", KeyKind::kTilde, 0, 6},
+    NamedKey{"F1", KeyKind::kSs3, 'P', 0},       NamedKey{"F2", KeyKind::kSs3, 'Q', 0},
+    NamedKey{"F3", KeyKind::kSs3, 'R', 0},       NamedKey{"F4", KeyKind::kSs3, 'S', 0},
+    NamedKey{"F5", KeyKind::kTilde, 0, 15},      NamedKey{"F6", KeyKind::kTilde, 0, 17},
+    NamedKey{"F7", KeyKind::kTilde, 0, 18},      NamedKey{"F8", KeyKind::kTilde, 0, 19},
+    NamedKey{"F9", KeyKind::kTilde, 0, 20},      NamedKey{"F10", KeyKind::kTilde, 0, 21},
+    NamedKey{"F11", KeyKind::kTilde, 0, 23},     NamedKey{"F12", KeyKind::kTilde, 0, 24},
+    NamedKey{"Enter", KeyKind::kEnter, 0, 0},    NamedKey{"Tab", KeyKind::kTab, 0, 0},
+    NamedKey{"BTab", KeyKind::kBTab, 0, 0},      NamedKey{"Escape", KeyKind::kEscape, 0, 0},
+    NamedKey{"Space", KeyKind::kSpace, 0, 0},    NamedKey{"BSpace", KeyKind::kBSpace, 0, 0},
 };
 
 char ascii_lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c + 32) : c; }
@@ -126,8 +109,11 @@ bool is_single_code_point(std::string_view s) {
     return false;
   }
   auto lead = static_cast<unsigned char>(s[0]);
-  size_t len = lead < 0x80 ? 1 : (lead >> 5) == 0x6 ? 2 : (lead >> 4) == 0xe ? 3
-                                 : (lead >> 3) == 0x1e ? 4 : 0;
+  size_t len = lead < 0x80           ? 1
+               : (lead >> 5) == 0x6  ? 2
+               : (lead >> 4) == 0xe  ? 3
+               : (lead >> 3) == 0x1e ? 4
+                                     : 0;
   if (len == 0 || s.size() != len) {
     return false;
   }
@@ -256,8 +242,9 @@ Result<std::string> encode_char(std::string_view token, std::string_view ch, Mod
   if (mods.ctrl) {
     std::optional<char> control = ascii ? control_of(ch[0]) : std::nullopt;
     if (!control) {
-      return bad_token(token, "this character has no control code (C-@..C-~, C-?, C-Space, "
-                              "C-2..C-8, C-/, C-- do)");
+      return bad_token(token,
+                       "this character has no control code (C-@..C-~, C-?, C-Space, "
+                       "C-2..C-8, C-/, C-- do)");
     }
     out += *control;
     return out;

@@ -73,10 +73,10 @@ class ModeTracker {
 
   TerminalModes modes_;
   State state_ = State::kGround;
-  bool private_ = false;       // the CSI began with '?'
+  bool private_ = false;  // the CSI began with '?'
   bool first_csi_byte_ = false;
-  char intermediate_ = 0;      // the last intermediate byte (0x20..0x2f), 0 if none
-  unsigned param_ = 0;         // the parameter being read
+  char intermediate_ = 0;  // the last intermediate byte (0x20..0x2f), 0 if none
+  unsigned param_ = 0;     // the parameter being read
   bool param_overflow_ = false;
   // Parameters seen so far that name a mode we track; applied when the final byte arrives
   // (kCsiIgnore throws them away if the sequence turns out to be something else).

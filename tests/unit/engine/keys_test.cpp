@@ -1,11 +1,10 @@
 #define BOOST_TEST_MODULE engine_keys
-#include <boost/test/unit_test.hpp>
+#include "engine/keys.hpp"
 
+#include <boost/test/unit_test.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include "engine/keys.hpp"
 
 using namespace cordon;
 using namespace cordon::engine;
@@ -99,18 +98,18 @@ BOOST_AUTO_TEST_CASE(modified_special_keys_use_xterm_parameters_in_both_cursor_m
     std::string_view prefix;
     int param;
   };
-  const std::vector<Mod> mods = {{"S-", 2},   {"M-", 3},   {"S-M-", 4}, {"C-", 5},
+  const std::vector<Mod> mods = {{"S-", 2},   {"M-", 3},   {"S-M-", 4},   {"C-", 5},
                                  {"C-S-", 6}, {"C-M-", 7}, {"C-M-S-", 8}, {"M-C-", 7}};
   struct Special {
     std::string_view name;
     std::string_view csi_prefix, final_str;  // bytes are CSI <prefix>;<m><final>
   };
   const std::vector<Special> specials = {
-      {"Up", "1", "A"},     {"Down", "1", "B"},    {"Right", "1", "C"},  {"Left", "1", "D"},
-      {"Home", "1", "H"},   {"End", "1", "F"},     {"F1", "1", "P"},     {"F2", "1", "Q"},
-      {"F3", "1", "R"},     {"F4", "1", "S"},      {"Insert", "2", "~"}, {"Delete", "3", "~"},
-      {"PageUp", "5", "~"}, {"PageDown", "6", "~"}, {"F5", "15", "~"},   {"F6", "17", "~"},
-      {"F7", "18", "~"},    {"F8", "19", "~"},     {"F9", "20", "~"},    {"F10", "21", "~"},
+      {"Up", "1", "A"},     {"Down", "1", "B"},     {"Right", "1", "C"},  {"Left", "1", "D"},
+      {"Home", "1", "H"},   {"End", "1", "F"},      {"F1", "1", "P"},     {"F2", "1", "Q"},
+      {"F3", "1", "R"},     {"F4", "1", "S"},       {"Insert", "2", "~"}, {"Delete", "3", "~"},
+      {"PageUp", "5", "~"}, {"PageDown", "6", "~"}, {"F5", "15", "~"},    {"F6", "17", "~"},
+      {"F7", "18", "~"},    {"F8", "19", "~"},      {"F9", "20", "~"},    {"F10", "21", "~"},
       {"F11", "23", "~"},   {"F12", "24", "~"},
   };
   for (const auto& m : mods) {
@@ -157,7 +156,9 @@ BOOST_AUTO_TEST_CASE(control_meta_and_shift_on_characters) {
   BOOST_TEST(key("M-C-x") == "\x1b\x18");
   BOOST_TEST(key("S-a") == "A");
   BOOST_TEST(key("S-A") == "A");
-  BOOST_TEST(key("M-S-a") == "\x1b" "A");
+  BOOST_TEST(key("M-S-a") ==
+             "\x1b"
+             "A");
   BOOST_TEST(key("C-C-c") == "\x03");  // a repeated modifier is harmless, as in tmux
 }
 
@@ -205,10 +206,10 @@ BOOST_AUTO_TEST_CASE(unknown_tokens_without_a_prefix_are_literal_text) {
 
 BOOST_AUTO_TEST_CASE(malformed_tokens_are_invalid_and_named) {
   const std::vector<std::string> bad = {
-      "",      "C-",      "M-",       "S-",      "C-M-",  "c-",      "F13",    "F0",
-      "f99",   "C-F13",   "C-hello",  "M-foo",   "S-1",   "S-\xc3\xa9", "C-1", "C-\xc3\xa9",
-      "C-S-a", "C-Enter", "S-Enter",  "C-Tab",   "C-BTab", "C-Escape", "S-Escape",
-      "S-Space", "S-BSpace", "^1",    "C-^ab",
+      "",         "C-",         "M-",      "S-",       "C-M-",    "c-",    "F13",
+      "F0",       "f99",        "C-F13",   "C-hello",  "M-foo",   "S-1",   "S-\xc3\xa9",
+      "C-1",      "C-\xc3\xa9", "C-S-a",   "C-Enter",  "S-Enter", "C-Tab", "C-BTab",
+      "C-Escape", "S-Escape",   "S-Space", "S-BSpace", "^1",      "C-^ab",
   };
   for (const auto& token : bad) {
     BOOST_TEST_CONTEXT("token `" << token << "`") {
@@ -239,14 +240,12 @@ BOOST_AUTO_TEST_CASE(paste_is_bracketed_only_when_the_program_enabled_it) {
 
 BOOST_AUTO_TEST_CASE(paste_end_marker_inside_the_text_is_stripped) {
   // The attack: text that ends the paste early and runs the rest as typed keys.
-  BOOST_TEST(encode_paste("a\x1b[201~rm -rf ~\r", kBracketed) ==
-             "\x1b[200~arm -rf ~\r\x1b[201~");
+  BOOST_TEST(encode_paste("a\x1b[201~rm -rf ~\r", kBracketed) == "\x1b[200~arm -rf ~\r\x1b[201~");
   BOOST_TEST(encode_paste("a\x1b[201~b", kNormal) == "ab");
   BOOST_TEST(encode_paste("\x1b[200~x\x1b[201~", kBracketed) == "\x1b[200~x\x1b[201~");
   // Markers that only form once an inner one is removed are removed too.
   BOOST_TEST(encode_paste("\x1b[20\x1b[201~1~evil", kBracketed) == "\x1b[200~evil\x1b[201~");
-  BOOST_TEST(encode_paste("\x1b[\x1b[\x1b[201~201~201~x", kBracketed) ==
-             "\x1b[200~x\x1b[201~");
+  BOOST_TEST(encode_paste("\x1b[\x1b[\x1b[201~201~201~x", kBracketed) == "\x1b[200~x\x1b[201~");
   BOOST_TEST(encode_paste("\x1b[201~", kBracketed) == "");
   // Near misses stay.
   BOOST_TEST(encode_paste("\x1b[202~ [201~ \x1b[201", kNormal) == "\x1b[202~ [201~ \x1b[201");
@@ -285,8 +284,8 @@ BOOST_AUTO_TEST_CASE(single_fields_encode_alone) {
 }
 
 BOOST_AUTO_TEST_CASE(empty_request_is_invalid) {
-  for (const WriteRequest& req : {WriteRequest{}, WriteRequest{.data = ""},
-                                  WriteRequest{.paste = "\x1b[201~"}}) {
+  for (const WriteRequest& req :
+       {WriteRequest{}, WriteRequest{.data = ""}, WriteRequest{.paste = "\x1b[201~"}}) {
     auto r = encode_write(req, kBracketed);
     BOOST_REQUIRE(!r.has_value());
     BOOST_TEST(static_cast<int>(r.error().code()) == static_cast<int>(ErrorCode::kInvalid));
@@ -341,15 +340,17 @@ const std::vector<Switch> kSwitches = {
     // Surrounded by text and other sequences, as real programs write them.
     {"prompt\x1b[0m\x1b[?2004h$ ", kNone, kBracketed},
     {"\x1b[?1h\x1b=\x1b[H\x1b[2J", kNone, kAppCursor},  // smkx + clear, as readline/vim
-    {"\x1b" "c", kBoth, kNone},                           // RIS
-    {"\x1b[!p", kBoth, kBracketed},                       // DECSTR
+    {"\x1b"
+     "c",
+     kBoth, kNone},                  // RIS
+    {"\x1b[!p", kBoth, kBracketed},  // DECSTR
     // C0 controls inside a sequence are executed by a terminal and do not end it.
     {"\x1b[?20\r04h", kNone, kBracketed},
 };
 
 const std::vector<Switch> kNotSwitches = {
-    {"\x1b[1h", kNone, kNone},            // ANSI mode 1, not DECCKM
-    {"\x1b[?12h", kNone, kNone},          // cursor blink
+    {"\x1b[1h", kNone, kNone},    // ANSI mode 1, not DECCKM
+    {"\x1b[?12h", kNone, kNone},  // cursor blink
     {"\x1b[?10h", kNone, kNone},
     {"\x1b[?2004", kNone, kNone},         // unfinished
     {"\x1b[?2004\x18h", kNone, kNone},    // CAN cancels it
@@ -357,9 +358,9 @@ const std::vector<Switch> kNotSwitches = {
     {"\x1b[?1$h", kNone, kNone},          // intermediate: another sequence
     {"\x1b[?1:2h", kNone, kNone},         // sub-parameter
     {"\x1b[1?h", kNone, kNone},
-    {"[?2004h ?1h", kNone, kNone},        // no ESC
+    {"[?2004h ?1h", kNone, kNone},                  // no ESC
     {"\x1b[?99999999999999992004h", kNone, kNone},  // overflow does not wrap to 2004
-    {"\x1b(c", kBoth, kBoth},             // a charset designation ending in c is no reset
+    {"\x1b(c", kBoth, kBoth},                       // a charset designation ending in c is no reset
     {"\x1b[?2004h", kBracketed, kBracketed},
     {"\x1b[?1l", kNone, kNone},
 };
@@ -369,8 +370,8 @@ const std::vector<Switch> kNotSwitches = {
 BOOST_AUTO_TEST_CASE(mode_tracker_sees_switches_fed_whole) {
   for (const auto* list : {&kSwitches, &kNotSwitches}) {
     for (const Switch& s : *list) {
-      BOOST_TEST_CONTEXT("output " << s.output.size() << " bytes: "
-                                   << std::string(s.output.substr(1))) {
+      BOOST_TEST_CONTEXT("output " << s.output.size()
+                                   << " bytes: " << std::string(s.output.substr(1))) {
         ModeTracker t = tracker_at(s.before);
         BOOST_REQUIRE(same(t.modes(), s.before));
         t.feed(s.output);
