@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <initializer_list>
 
@@ -57,9 +58,17 @@ int load_filter(const struct sock_filter* insns, uint32_t count) {
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
   // Every disposition back to default: an ignored signal survives exec, and cordon (or
   // whoever started it) may ignore SIGPIPE or SIGINT — the command must not inherit that.
-  for (int sig = 1; sig < NSIG; ++sig) {
+  // Raw rt_sigaction: glibc's wrapper refuses its internal signals (32, 33), which a caller
+  // may still have ignored.
+  struct KernelSigaction {
+    void (*handler)(int);
+    unsigned long flags;
+    void (*restorer)();
+    uint64_t mask;
+  } dfl{SIG_DFL, 0, nullptr, 0};
+  for (int sig = 1; sig <= 64; ++sig) {
     if (sig != SIGKILL && sig != SIGSTOP) {
-      ::signal(sig, SIG_DFL);
+      ::syscall(SYS_rt_sigaction, sig, &dfl, nullptr, sizeof dfl.mask);
     }
   }
   // A session of its own (job control, and no way to reach a terminal it was not given).
