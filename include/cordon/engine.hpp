@@ -1,0 +1,149 @@
+#pragma once
+
+// The job engine: start a sandboxed command, keep working, ask about it later, read every
+// byte it printed. One event-loop thread owns every running job's descriptors; the state
+// lives on disk (jobs/<taskId>/{meta.json,stdout.log,stderr.log}, artifacts/) and survives a
+// restart. All methods are thread-safe and never block past their own bounded wait.
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cordon/error.hpp"
+
+namespace cordon {
+
+struct EngineOptions {
+  std::string state_dir;     // created 0700 if missing; one engine per state dir (flock)
+  std::string policy_path;   // empty: no policy, every start is refused with how to set one
+  std::string spawner_path;  // default: cordon-spawner next to the running binary
+  std::string init_path;     // default: cordon-init next to the running binary
+  std::string default_seccomp_profile;  // default: seccomp/default.json next to the binary
+  uint32_t host_id_base = 0x70000000;
+  uint32_t host_id_count = 65536;
+  size_t settled_cache = 256;  // settled jobs kept in memory; the rest are read from disk
+};
+
+enum class StdinMode { kNull, kPipe };
+
+struct StartOptions {
+  std::vector<std::string> argv;
+  std::optional<std::string> cwd;
+  std::optional<uint64_t> timeout_ms;
+  std::map<std::string, std::string> env;
+  std::string label;
+  StdinMode stdin_mode = StdinMode::kNull;
+  bool pty = false;
+  uint16_t cols = 120, rows = 30;
+};
+
+struct ArtifactRef {
+  std::string artifact_id;
+  std::string kind = "command-output";
+  std::string task_id, stream;
+  uint64_t size_bytes = 0;
+  std::string sha256;
+  std::string preview;
+  std::string read_back_hint;
+};
+
+struct Usage {
+  uint64_t peak_memory_bytes = 0, cpu_usec = 0, oom_kills = 0, pids_max_hits = 0;
+};
+
+struct JobStatus {
+  std::string task_id, session, label;
+  std::vector<std::string> argv;
+  std::string cwd;
+  // queued, running, exited, killed, timeout, output-limit, oom, failed, abandoned
+  std::string state;
+  std::optional<int> exit_code;
+  std::optional<std::string> signal;
+  std::string started_at, ended_at;  // RFC 3339 UTC; ended_at empty while not settled
+  uint64_t duration_ms = 0;
+  uint64_t stdout_bytes = 0, stderr_bytes = 0;  // for a pty job: the pty stream in stdout_bytes
+  bool pty = false;
+  std::optional<ArtifactRef> stdout_artifact, stderr_artifact;  // once settled
+  std::string tail_preview;
+  std::string error;
+  Usage usage;
+  bool settled() const;
+};
+
+struct Counters {
+  uint64_t running = 0;   // queued or running jobs of the session
+  uint64_t finished = 0;  // settled and not yet read (status or output clears it)
+};
+
+enum class OutputUnit { kChars, kBytes, kLines };
+
+struct OutputRequest {
+  std::string stream = "stdout";  // stdout | stderr | pty
+  uint64_t offset = 0;
+  uint64_t limit = 50000;
+  OutputUnit unit = OutputUnit::kChars;
+};
+
+struct OutputPage {
+  std::string content;  // for kBytes: base64 of the bytes
+  bool base64 = false;
+  uint64_t offset = 0, total_size = 0, next_offset = 0;
+  bool has_more = false;
+  bool complete = false;  // the stream is settled: total_size is final
+};
+
+struct WriteInput {
+  std::optional<std::string> data, paste;
+  std::vector<std::string> keys;
+  bool submit = false, eof = false;
+};
+
+class Engine {
+ public:
+  /// Opens (or recovers) the state dir, loads the policy, starts the spawner and the loop.
+  [[nodiscard]] static Result<std::unique_ptr<Engine>> open(const EngineOptions& options);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  /// Returns at once: a running or queued job's status. A refusal is an Error (kRefused).
+  [[nodiscard]] Result<JobStatus> start(const std::string& session, const StartOptions& options);
+  /// The job's status; waits up to `wait` for it to settle first. Marks it read.
+  [[nodiscard]] Result<JobStatus> status(const std::string& session, const std::string& task_id,
+                                         std::chrono::milliseconds wait = {});
+  /// Waits until any (or all) of the jobs settled, at most `timeout`; returns their statuses.
+  [[nodiscard]] Result<std::vector<JobStatus>> wait(const std::string& session,
+                                                    const std::vector<std::string>& task_ids,
+                                                    std::chrono::milliseconds timeout, bool all);
+  [[nodiscard]] Result<OutputPage> output(const std::string& session, const std::string& task_id,
+                                          const OutputRequest& request);
+  /// SIGTERM (or `signal`) to the whole sandbox, SIGKILL after the grace. A settled job's
+  /// status comes back unchanged.
+  [[nodiscard]] Result<JobStatus> kill(const std::string& session, const std::string& task_id,
+                                       int signal = 15);
+  [[nodiscard]] Result<void> write(const std::string& session, const std::string& task_id,
+                                   const WriteInput& input);
+  [[nodiscard]] Result<void> resize(const std::string& session, const std::string& task_id,
+                                    uint16_t cols, uint16_t rows);
+  [[nodiscard]] Result<std::vector<JobStatus>> list(const std::string& session,
+                                                    const std::optional<std::string>& state);
+  /// Deletes a settled job's logs and artifacts.
+  [[nodiscard]] Result<void> remove(const std::string& session, const std::string& task_id);
+  [[nodiscard]] Result<OutputPage> retrieve(const std::string& artifact_id,
+                                            const OutputRequest& request);
+  [[nodiscard]] Counters counters(const std::string& session);
+  /// The task ids a session knows (for refusals that list them).
+  [[nodiscard]] std::vector<std::string> known_ids(const std::string& session);
+
+  class Impl;
+
+ private:
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cordon

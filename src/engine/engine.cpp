@@ -1,0 +1,1614 @@
+// The job engine (include/cordon/engine.hpp). One event-loop thread owns every running job's
+// descriptors (pidfd, status channel, output pipes or pty master, stdin pipe) in one epoll
+// set with one timerfd; API calls from any thread take the same mutex, register descriptors
+// with epoll directly, and wait on a condition variable. Sandboxes are spawned by the
+// separate cordon-spawner process, never by forking this one.
+//
+// Persistence uses nlohmann/json for meta.json (the only JSON in this layer; STYLE.md keeps
+// JSON to api/policy, but the on-disk format belongs to the engine).
+
+#include "cordon/engine.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/file.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/timerfd.h>
+#include <sys/wait.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <ctime>
+#include <deque>
+#include <fstream>
+#include <list>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+#include <unordered_map>
+
+#include "base/base64.hpp"
+#include "base/sha256.hpp"
+#include "base/strings.hpp"
+#include "base/utf8.hpp"
+#include "engine/keys.hpp"
+#include "engine/paging.hpp"
+#include "policy/host_paths.hpp"
+#include "policy/policy.hpp"
+#include "sandbox/cgroup.hpp"
+#include "sandbox/spawner.hpp"
+#include "sandbox/status.hpp"
+#include "sandbox/userns.hpp"
+#include "sys/fs.hpp"
+#include "sys/syscalls.hpp"
+
+namespace cordon {
+
+bool JobStatus::settled() const { return state != "queued" && state != "running"; }
+
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+constexpr size_t kReadBuffer = 1 << 20;
+constexpr size_t kTailChars = 2000;
+constexpr std::chrono::milliseconds kDrainAfterInit{2000};
+
+std::string rfc3339_now() {
+  struct timespec ts {};
+  ::clock_gettime(CLOCK_REALTIME, &ts);
+  struct tm tm {};
+  ::gmtime_r(&ts.tv_sec, &tm);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900,
+                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000);
+  return buf;
+}
+
+std::string random_hex(size_t n) {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  static const char* kHex = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < n; ++i) {
+    out.push_back(kHex[rng() % 16]);
+  }
+  return out;
+}
+
+std::string new_task_id() {
+  struct timespec ts {};
+  ::clock_gettime(CLOCK_REALTIME, &ts);
+  struct tm tm {};
+  ::gmtime_r(&ts.tv_sec, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", &tm);
+  return std::string("t") + buf + "-" + random_hex(6);
+}
+
+bool valid_name(const std::string& s) {
+  if (s.empty() || s.size() > 128 || s[0] == '.') {
+    return false;
+  }
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+  });
+}
+
+// temp file, fsync, rename, fsync of the directory: a crash leaves the old or the new file.
+Result<void> atomic_write(const std::string& dir, const std::string& name,
+                          const std::string& text) {
+  std::string tmp = dir + "/." + name + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) {
+    return sys_error("open `{}`", tmp);
+  }
+  UniqueFd guard(fd);
+  CORDON_CHECK_CTX(sys::write_all(fd, text.data(), text.size()), "write `{}`", tmp);
+  if (::fsync(fd) != 0) {
+    return sys_error("fsync `{}`", tmp);
+  }
+  guard.reset();
+  std::string dst = dir + "/" + name;
+  if (::rename(tmp.c_str(), dst.c_str()) != 0) {
+    return sys_error("rename `{}`", dst);
+  }
+  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+  return {};
+}
+
+Result<void> mkdir_p(const std::string& path, mode_t mode) {
+  std::string cur;
+  for (const auto& part : split(path, '/')) {
+    if (part.empty()) {
+      continue;
+    }
+    cur += "/" + part;
+    if (::mkdir(cur.c_str(), mode) != 0 && errno != EEXIST) {
+      return sys_error("mkdir `{}`", cur);
+    }
+  }
+  return {};
+}
+
+void set_nonblock(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
+
+std::string signal_name(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  return abbrev ? std::string("SIG") + abbrev : std::to_string(sig);
+}
+
+// The last `max_chars` characters of a log, valid UTF-8, read with one bounded pread.
+std::string file_tail(const std::string& path, size_t max_chars) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return {};
+  }
+  UniqueFd guard(fd);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || st.st_size == 0) {
+    return {};
+  }
+  size_t want = std::min<size_t>(static_cast<size_t>(st.st_size), max_chars * 4);
+  std::string buf(want, '\0');
+  ssize_t n = ::pread(fd, buf.data(), want, st.st_size - static_cast<off_t>(want));
+  if (n <= 0) {
+    return {};
+  }
+  buf.resize(static_cast<size_t>(n));
+  // Skip a partial sequence at the cut.
+  size_t start = 0;
+  while (start < buf.size() && start < 3 && (static_cast<uint8_t>(buf[start]) & 0xC0) == 0x80) {
+    ++start;
+  }
+  std::string clean;
+  append_utf8_sanitized(std::string_view(buf).substr(start), clean);
+  // Keep the last max_chars code points.
+  size_t count = 0;
+  size_t pos = clean.size();
+  while (pos > 0 && count < max_chars) {
+    --pos;
+    if ((static_cast<uint8_t>(clean[pos]) & 0xC0) != 0x80) {
+      ++count;
+    }
+  }
+  return clean.substr(pos);
+}
+
+struct Stream {
+  std::string path;
+  UniqueFd pipe;  // read end (stdout/stderr) or -1
+  UniqueFd file;  // the log, open for writing while the job runs
+  uint64_t written = 0;
+  uint64_t lost = 0;
+  Sha256 sha;
+  bool eof = false;
+  std::unique_ptr<engine::LogIndex> index = std::make_unique<engine::LogIndex>();
+};
+
+enum class WatchKind { kPidfd, kStatus, kStdout, kStderr, kPty, kStdin };
+
+struct Job;
+struct Watch {
+  Job* job;
+  WatchKind kind;
+};
+
+struct Job {
+  // Persisted.
+  std::string id, session, label;
+  std::vector<std::string> argv;
+  std::string cwd, state = "queued";
+  std::optional<int> exit_code;
+  std::optional<std::string> signal;
+  std::string started_at, ended_at;
+  uint64_t duration_ms = 0;
+  bool pty = false;
+  std::string error;
+  Usage usage;
+  bool read = false;
+  std::optional<ArtifactRef> out_art, err_art;
+  uint64_t out_bytes = 0, err_bytes = 0;
+
+  // Runtime (running jobs only).
+  std::string dir;
+  Clock::time_point start_tp;
+  std::optional<policy::CheckedStart> checked;  // kept while queued
+  StdinMode stdin_mode = StdinMode::kNull;
+  uint16_t cols = 120, rows = 30;
+  UniqueFd pidfd, status, stdin_w, pty_master;
+  Stream out, err;
+  std::optional<sandbox::JobCgroup> cgroup;
+  sandbox::RecordLock record;
+  std::optional<sandbox::HostIdLease> lease;
+  std::optional<Clock::time_point> deadline, kill_deadline, drain_deadline;
+  uint64_t timeout_ms = 0, grace_ms = 5000, max_output = 0;
+  bool timed_out = false, output_limit = false, io_failed = false, killed_by_caller = false;
+  bool init_exited = false, have_exit = false, stdin_eof_pending = false;
+  int wait_status = 0;
+  sandbox::SetupStep setup_step = sandbox::SetupStep::kNone;
+  int setup_errno = 0;
+  std::string pending_stdin;
+  engine::ModeTracker modes;
+  std::vector<std::unique_ptr<Watch>> watches;
+
+  bool settled() const { return state != "queued" && state != "running"; }
+};
+
+json meta_json(const Job& j) {
+  auto art = [](const std::optional<ArtifactRef>& a) -> json {
+    if (!a) {
+      return nullptr;
+    }
+    return {{"artifactId", a->artifact_id}, {"kind", a->kind},
+            {"taskId", a->task_id},         {"stream", a->stream},
+            {"sizeBytes", a->size_bytes},   {"sha256", a->sha256},
+            {"preview", a->preview},        {"readBackHint", a->read_back_hint}};
+  };
+  return {{"taskId", j.id},
+          {"session", j.session},
+          {"label", j.label},
+          {"argv", j.argv},
+          {"cwd", j.cwd},
+          {"state", j.state},
+          {"exitCode", j.exit_code ? json(*j.exit_code) : json(nullptr)},
+          {"signal", j.signal ? json(*j.signal) : json(nullptr)},
+          {"startedAt", j.started_at},
+          {"endedAt", j.ended_at},
+          {"durationMs", j.duration_ms},
+          {"pty", j.pty},
+          {"error", j.error},
+          {"read", j.read},
+          {"stdoutBytes", j.out_bytes},
+          {"stderrBytes", j.err_bytes},
+          {"usage",
+           {{"peakMemoryBytes", j.usage.peak_memory_bytes},
+            {"cpuTimeUs", j.usage.cpu_usec},
+            {"oomKills", j.usage.oom_kills},
+            {"pidsLimitHits", j.usage.pids_max_hits}}},
+          {"stdout", art(j.out_art)},
+          {"stderr", art(j.err_art)}};
+}
+
+std::optional<ArtifactRef> art_from(const json& a) {
+  if (!a.is_object()) {
+    return std::nullopt;
+  }
+  ArtifactRef r;
+  r.artifact_id = a.value("artifactId", "");
+  r.kind = a.value("kind", "command-output");
+  r.task_id = a.value("taskId", "");
+  r.stream = a.value("stream", "");
+  r.size_bytes = a.value("sizeBytes", uint64_t{0});
+  r.sha256 = a.value("sha256", "");
+  r.preview = a.value("preview", "");
+  r.read_back_hint = a.value("readBackHint", "");
+  return r;
+}
+
+std::unique_ptr<Job> job_from_meta(const std::string& dir, const std::string& text) {
+  json m = json::parse(text, nullptr, false);
+  if (m.is_discarded() || !m.is_object()) {
+    return nullptr;
+  }
+  auto j = std::make_unique<Job>();
+  j->dir = dir;
+  j->id = m.value("taskId", "");
+  j->session = m.value("session", "");
+  j->label = m.value("label", "");
+  if (m.contains("argv") && m["argv"].is_array()) {
+    for (const auto& a : m["argv"]) {
+      if (a.is_string()) {
+        j->argv.push_back(a.get<std::string>());
+      }
+    }
+  }
+  j->cwd = m.value("cwd", "");
+  j->state = m.value("state", "failed");
+  if (m.contains("exitCode") && m["exitCode"].is_number_integer()) {
+    j->exit_code = m["exitCode"].get<int>();
+  }
+  if (m.contains("signal") && m["signal"].is_string()) {
+    j->signal = m["signal"].get<std::string>();
+  }
+  j->started_at = m.value("startedAt", "");
+  j->ended_at = m.value("endedAt", "");
+  j->duration_ms = m.value("durationMs", uint64_t{0});
+  j->pty = m.value("pty", false);
+  j->error = m.value("error", "");
+  j->read = m.value("read", false);
+  j->out_bytes = m.value("stdoutBytes", uint64_t{0});
+  j->err_bytes = m.value("stderrBytes", uint64_t{0});
+  if (m.contains("usage") && m["usage"].is_object()) {
+    const auto& u = m["usage"];
+    j->usage.peak_memory_bytes = u.value("peakMemoryBytes", uint64_t{0});
+    j->usage.cpu_usec = u.value("cpuTimeUs", uint64_t{0});
+    j->usage.oom_kills = u.value("oomKills", uint64_t{0});
+    j->usage.pids_max_hits = u.value("pidsLimitHits", uint64_t{0});
+  }
+  if (m.contains("stdout")) {
+    j->out_art = art_from(m["stdout"]);
+  }
+  if (m.contains("stderr")) {
+    j->err_art = art_from(m["stderr"]);
+  }
+  j->out.path = dir + (j->pty ? "/pty.log" : "/stdout.log");
+  j->err.path = dir + "/stderr.log";
+  return j;
+}
+
+}  // namespace
+
+class Engine::Impl {
+ public:
+  EngineOptions opt;
+  std::optional<policy::Policy> pol;
+  std::optional<sandbox::SpawnerClient> spawner;
+  sandbox::CgroupLayout layout;
+  std::optional<sandbox::CgroupRecords> records;
+  UniqueFd lock_fd, epfd, timerfd, wakefd;
+  std::thread loop;
+  bool stopping = false;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::unordered_map<std::string, std::unique_ptr<Job>> live;  // queued and running
+  std::list<std::unique_ptr<Job>> cache;                       // settled, most recent first
+  std::deque<Job*> queue;
+  std::map<std::string, Counters> counters;
+  std::map<std::string, uint64_t> running_per_session;
+  uint64_t running_total = 0;
+  uint64_t jobs_on_disk = 0;
+  std::vector<char> buffer = std::vector<char>(kReadBuffer);
+
+  std::string jobs_dir() const { return opt.state_dir + "/jobs"; }
+  std::string artifacts_dir() const { return opt.state_dir + "/artifacts"; }
+  std::string sessions_dir() const { return opt.state_dir + "/sessions"; }
+
+  // ---- lookup -------------------------------------------------------------------------------
+  Job* find(const std::string& id) {
+    if (auto it = live.find(id); it != live.end()) {
+      return it->second.get();
+    }
+    for (auto it = cache.begin(); it != cache.end(); ++it) {
+      if ((*it)->id == id) {
+        cache.splice(cache.begin(), cache, it);
+        return cache.front().get();
+      }
+    }
+    if (!valid_name(id)) {
+      return nullptr;
+    }
+    std::string dir = jobs_dir() + "/" + id;
+    auto text = read_small_file(dir + "/meta.json");
+    if (!text) {
+      return nullptr;
+    }
+    auto job = job_from_meta(dir, *text);
+    if (!job || job->id != id) {
+      return nullptr;
+    }
+    cache.push_front(std::move(job));
+    while (cache.size() > opt.settled_cache) {
+      cache.pop_back();
+    }
+    return cache.front().get();
+  }
+
+  std::vector<std::string> session_ids(const std::string& session) {
+    std::vector<std::string> out;
+    auto text = read_small_file(sessions_dir() + "/" + session + ".jobs");
+    if (text) {
+      for (auto& line : split(*text, '\n')) {
+        if (!line.empty()) {
+          out.push_back(line);
+        }
+      }
+    }
+    return out;
+  }
+
+  Result<Job*> owned(const std::string& session, const std::string& id) {
+    Job* j = find(id);
+    if (j == nullptr || j->session != session) {
+      auto ids = session_ids(session);
+      if (ids.empty()) {
+        return std::unexpected(Error(ErrorCode::kNotFound, 0,
+                                     fmt::format("unknown taskId `{}`: this session has started "
+                                                 "no commands yet; start one with run_command_bg",
+                                                 id)));
+      }
+      if (ids.size() > 20) {
+        ids.erase(ids.begin(), ids.end() - 20);
+      }
+      return std::unexpected(Error(
+          ErrorCode::kNotFound, 0,
+          fmt::format("unknown taskId `{}`; this session's tasks: {}", id, fmt::join(ids, ", "))));
+    }
+    return j;
+  }
+
+  // ---- status -------------------------------------------------------------------------------
+  JobStatus status_of(Job& j) {
+    JobStatus s;
+    s.task_id = j.id;
+    s.session = j.session;
+    s.label = j.label;
+    s.argv = j.argv;
+    s.cwd = j.cwd;
+    s.state = j.state;
+    s.exit_code = j.exit_code;
+    s.signal = j.signal;
+    s.started_at = j.started_at;
+    s.ended_at = j.ended_at;
+    s.pty = j.pty;
+    s.error = j.error;
+    s.usage = j.usage;
+    s.stdout_artifact = j.out_art;
+    s.stderr_artifact = j.err_art;
+    if (j.settled()) {
+      s.duration_ms = j.duration_ms;
+      s.stdout_bytes = j.out_bytes;
+      s.stderr_bytes = j.err_bytes;
+    } else {
+      s.duration_ms =
+          j.state == "running"
+              ? static_cast<uint64_t>(
+                    std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - j.start_tp)
+                        .count())
+              : 0;
+      s.stdout_bytes = j.out.written;
+      s.stderr_bytes = j.err.written;
+    }
+    std::string out_tail =
+        s.stdout_bytes > 0 ? file_tail(j.out.path, s.stderr_bytes > 0 ? kTailChars / 2 : kTailChars)
+                           : "";
+    std::string err_tail =
+        s.stderr_bytes > 0 ? file_tail(j.err.path, s.stdout_bytes > 0 ? kTailChars / 2 : kTailChars)
+                           : "";
+    const char* out_name = j.pty ? "[pty tail]" : "[stdout tail]";
+    if (!out_tail.empty() && !err_tail.empty()) {
+      s.tail_preview = fmt::format("{}\n{}\n[stderr tail]\n{}", out_name, out_tail, err_tail);
+    } else if (!out_tail.empty()) {
+      s.tail_preview = out_tail;
+    } else if (!err_tail.empty()) {
+      s.tail_preview = "[stderr tail]\n" + err_tail;
+    } else {
+      s.tail_preview = j.settled() ? "(the command printed nothing)" : "(no output yet)";
+    }
+    return s;
+  }
+
+  void mark_read(Job& j) {
+    if (j.settled() && !j.read) {
+      j.read = true;
+      auto& c = counters[j.session];
+      if (c.finished > 0) {
+        --c.finished;
+      }
+      (void)atomic_write(j.dir, "meta.json", meta_json(j).dump());
+    }
+  }
+
+  // ---- epoll --------------------------------------------------------------------------------
+  void watch(Job& j, int fd, WatchKind kind, uint32_t events) {
+    j.watches.push_back(std::make_unique<Watch>(Watch{&j, kind}));
+    struct epoll_event ev {};
+    ev.events = events;
+    ev.data.ptr = j.watches.back().get();
+    ::epoll_ctl(epfd.get(), EPOLL_CTL_ADD, fd, &ev);
+  }
+  void unwatch(int fd) {
+    if (fd >= 0) {
+      ::epoll_ctl(epfd.get(), EPOLL_CTL_DEL, fd, nullptr);
+    }
+  }
+
+  void rearm_timer() {
+    std::optional<Clock::time_point> next;
+    for (auto& [id, j] : live) {
+      for (const auto& d : {j->deadline, j->kill_deadline, j->drain_deadline}) {
+        if (d && (!next || *d < *next)) {
+          next = *d;
+        }
+      }
+    }
+    struct itimerspec its {};
+    if (next) {
+      auto left = std::max<Clock::duration>(*next - Clock::now(), std::chrono::microseconds(100));
+      auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
+      its.it_value.tv_sec = ns / 1000000000;
+      its.it_value.tv_nsec = ns % 1000000000;
+    }
+    ::timerfd_settime(timerfd.get(), 0, &its, nullptr);
+  }
+
+  // ---- killing ------------------------------------------------------------------------------
+  void kill_all(Job& j) {
+    if (j.cgroup) {
+      (void)j.cgroup->kill();
+    }
+    if (j.pidfd) {
+      (void)sys::pidfd_send_signal(j.pidfd.get(), SIGKILL, nullptr, 0);
+    }
+  }
+  void terminate(Job& j, int sig) {
+    if (sig == SIGKILL || !j.pidfd) {
+      kill_all(j);
+      return;
+    }
+    // PID 1 forwards SIGTERM/SIGINT/SIGHUP to every process of the sandbox.
+    (void)sys::pidfd_send_signal(j.pidfd.get(), sig, nullptr, 0);
+    j.kill_deadline = Clock::now() + std::chrono::milliseconds(j.grace_ms);
+    rearm_timer();
+  }
+
+  // ---- output -------------------------------------------------------------------------------
+  void fail_io(Job& j, const std::string& what, int err) {
+    if (!j.io_failed) {
+      j.io_failed = true;
+      j.error = fmt::format(
+          "the engine could not keep the output: {}: {}; the command was "
+          "killed; what was written before is banked",
+          what, errno_name(err));
+    }
+    kill_all(j);
+  }
+
+  void take_output(Job& j, Stream& s, const char* data, size_t n, const char* name) {
+    if (j.pty) {
+      j.modes.feed(std::string_view(data, n));
+    }
+    uint64_t room = j.max_output > s.written ? j.max_output - s.written : 0;
+    size_t keep = static_cast<size_t>(std::min<uint64_t>(room, n));
+    if (j.io_failed) {
+      s.lost += n;
+      return;
+    }
+    size_t done = 0;
+    while (done < keep) {
+      ssize_t w = ::write(s.file.get(), data + done, keep - done);
+      if (w < 0) {
+        if (errno == EINTR) {
+          continue;
+        }
+        int err = errno;
+        s.lost += n - done;
+        fail_io(j, fmt::format("write `{}`", s.path), err);
+        j.error += fmt::format(" ({} bytes lost)", s.lost);
+        return;
+      }
+      s.sha.update(data + done, static_cast<size_t>(w));
+      done += static_cast<size_t>(w);
+    }
+    s.written += keep;
+    if (keep < n && !j.output_limit) {
+      // Exactly max_output bytes are on disk; the rest is dropped and the job ends.
+      j.output_limit = true;
+      j.error = fmt::format(
+          "{} reached the output limit of {} bytes; the command was killed; "
+          "everything up to the limit is banked",
+          name, j.max_output);
+      kill_all(j);
+    }
+  }
+
+  void read_stream(Job& j, Stream& s, int fd, const char* name) {
+    for (int rounds = 0; rounds < 16; ++rounds) {
+      ssize_t n = ::read(fd, buffer.data(), buffer.size());
+      if (n > 0) {
+        take_output(j, s, buffer.data(), static_cast<size_t>(n), name);
+        continue;
+      }
+      if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+        return;
+      }
+      // EOF, or EIO on a pty master once every slave is closed.
+      s.eof = true;
+      unwatch(fd);
+      if (&s == &j.out && j.pty) {
+        j.pty_master.reset();
+      } else {
+        s.pipe.reset();
+      }
+      maybe_settle(j);
+      return;
+    }
+  }
+
+  void flush_stdin(Job& j) {
+    int fd = j.pty ? j.pty_master.get() : j.stdin_w.get();
+    if (fd < 0) {
+      return;
+    }
+    while (!j.pending_stdin.empty()) {
+      ssize_t n = ::write(fd, j.pending_stdin.data(), j.pending_stdin.size());
+      if (n < 0) {
+        if (errno == EAGAIN) {
+          return;
+        }
+        j.pending_stdin.clear();
+        break;
+      }
+      j.pending_stdin.erase(0, static_cast<size_t>(n));
+    }
+    if (j.stdin_eof_pending && !j.pty && j.stdin_w) {
+      unwatch(j.stdin_w.get());
+      j.stdin_w.reset();
+    }
+  }
+
+  void read_status(Job& j) {
+    for (;;) {
+      sandbox::StatusRecord rec{};
+      struct iovec iov {
+        &rec, sizeof rec
+      };
+      alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
+      struct msghdr msg {};
+      msg.msg_iov = &iov;
+      msg.msg_iovlen = 1;
+      msg.msg_control = control;
+      msg.msg_controllen = sizeof control;
+      ssize_t n = ::recvmsg(j.status.get(), &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+      if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+        return;
+      }
+      std::vector<int> fds;
+      for (struct cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+          size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+          for (size_t i = 0; i < count; ++i) {
+            int fd;
+            std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+            fds.push_back(fd);
+          }
+        }
+      }
+      if (n <= 0) {
+        unwatch(j.status.get());
+        j.status.reset();
+        for (int fd : fds) {
+          ::close(fd);
+        }
+        maybe_settle(j);
+        return;
+      }
+      if (static_cast<size_t>(n) != sizeof rec) {
+        for (int fd : fds) {
+          ::close(fd);
+        }
+        continue;
+      }
+      switch (rec.kind) {
+        case sandbox::RecordKind::kSetupError:
+          if (j.setup_step == sandbox::SetupStep::kNone) {
+            j.setup_step = rec.step;
+            j.setup_errno = rec.err;
+          }
+          break;
+        case sandbox::RecordKind::kCommandStarted:
+          break;
+        case sandbox::RecordKind::kCommandExited:
+          j.have_exit = true;
+          j.wait_status = rec.wait_status;
+          break;
+        case sandbox::RecordKind::kPtyMaster:
+          if (j.pty && !j.pty_master && !fds.empty()) {
+            j.pty_master.reset(fds[0]);
+            fds.erase(fds.begin());
+            set_nonblock(j.pty_master.get());
+            struct winsize ws {};
+            ws.ws_col = j.cols;
+            ws.ws_row = j.rows;
+            ::ioctl(j.pty_master.get(), TIOCSWINSZ, &ws);
+            watch(j, j.pty_master.get(), WatchKind::kPty, EPOLLIN);
+            flush_stdin(j);
+          }
+          break;
+      }
+      for (int fd : fds) {
+        ::close(fd);
+      }
+    }
+  }
+
+  // ---- settling -----------------------------------------------------------------------------
+  void maybe_settle(Job& j) {
+    if (j.settled() || !j.init_exited) {
+      return;
+    }
+    bool out_done = j.out.eof || (j.pty ? (!j.pty_master && !j.status) : !j.out.pipe);
+    bool err_done = j.pty || j.err.eof || !j.err.pipe;
+    bool drained = out_done && err_done && !j.status;
+    if (!drained && !(j.drain_deadline && Clock::now() >= *j.drain_deadline)) {
+      if (!j.drain_deadline) {
+        j.drain_deadline = Clock::now() + kDrainAfterInit;
+        rearm_timer();
+      }
+      return;
+    }
+    settle(j);
+  }
+
+  ArtifactRef bank(Job& j, Stream& s, const std::string& stream) {
+    ArtifactRef a;
+    a.artifact_id = "a" + j.id.substr(1) + "-" + stream;
+    a.task_id = j.id;
+    a.stream = stream;
+    a.size_bytes = s.written;
+    a.sha256 = Sha256::hex(s.sha.finish());
+    if (s.file) {
+      ::fsync(s.file.get());
+      ::fchmod(s.file.get(), 0444);  // immutable from now on: never reopened for writing
+      s.file.reset();
+    }
+    std::string link = artifacts_dir() + "/" + a.artifact_id;
+    ::unlink(link.c_str());
+    if (::link(s.path.c_str(), link.c_str()) != 0) {
+      j.error +=
+          fmt::format("{}bank `{}`: {}", j.error.empty() ? "" : "; ", link, errno_name(errno));
+    }
+    std::string preview = file_tail(s.path, 200);
+    a.preview = preview;
+    a.read_back_hint = fmt::format(
+        "retrieve_context {{\"artifactId\": \"{}\"}} pages all {} bytes (units chars, bytes, "
+        "lines)",
+        a.artifact_id, a.size_bytes);
+    json meta = {{"artifactId", a.artifact_id}, {"kind", a.kind},
+                 {"taskId", a.task_id},         {"stream", stream},
+                 {"sizeBytes", a.size_bytes},   {"sha256", a.sha256}};
+    (void)atomic_write(artifacts_dir(), a.artifact_id + ".json", meta.dump());
+    return a;
+  }
+
+  void settle(Job& j) {
+    for (int fd : {j.out.pipe.get(), j.err.pipe.get(), j.status.get(), j.pty_master.get(),
+                   j.stdin_w.get(), j.pidfd.get()}) {
+      unwatch(fd);
+    }
+    kill_all(j);  // nothing of the sandbox outlives its job
+    if (j.cgroup) {
+      auto u = j.cgroup->usage();
+      if (u) {
+        j.usage.peak_memory_bytes = u->peak_memory_bytes;
+        j.usage.cpu_usec = u->cpu_usec;
+        j.usage.oom_kills = u->oom_kills;
+        j.usage.pids_max_hits = u->pids_max_hits;
+      }
+      (void)j.cgroup->destroy();
+      j.cgroup.reset();
+    }
+    (void)j.record.remove();
+    j.lease.reset();
+    j.out.pipe.reset();
+    j.err.pipe.reset();
+    j.status.reset();
+    j.pty_master.reset();
+    j.stdin_w.reset();
+    j.pidfd.reset();
+
+    if (j.io_failed) {
+      j.state = "failed";
+    } else if (j.output_limit) {
+      j.state = "output-limit";
+    } else if (j.timed_out) {
+      j.state = "timeout";
+    } else if (j.setup_step != sandbox::SetupStep::kNone) {
+      j.state = "failed";
+      j.error = fmt::format("the sandbox could not start the command: {}: {}",
+                            sandbox::step_name(j.setup_step), errno_name(j.setup_errno));
+      if (j.setup_step == sandbox::SetupStep::kCommandExec && j.setup_errno == ENOENT) {
+        j.error += " (the program or its interpreter is missing inside the sandbox)";
+      }
+    } else if (j.have_exit) {
+      if (WIFEXITED(j.wait_status)) {
+        j.state = "exited";
+        j.exit_code = WEXITSTATUS(j.wait_status);
+      } else if (WIFSIGNALED(j.wait_status)) {
+        int sig = WTERMSIG(j.wait_status);
+        j.signal = signal_name(sig);
+        j.state = sig == SIGKILL && j.usage.oom_kills > 0 && !j.killed_by_caller ? "oom" : "killed";
+        if (j.state == "oom") {
+          j.error = "the command was killed by the OOM killer (memory limit); its output is banked";
+        }
+      } else {
+        j.state = "failed";
+      }
+    } else {
+      j.state = "failed";
+      j.error = "the sandbox init died without reporting the command's status; output is banked";
+    }
+    if (j.state == "timeout") {
+      j.error = fmt::format(
+          "timed out after {} ms (the job's timeout); the whole sandbox was "
+          "killed; output is banked",
+          j.timeout_ms);
+    }
+    j.out_bytes = j.out.written;
+    j.err_bytes = j.err.written;
+    j.out_art = bank(j, j.out, j.pty ? "pty" : "stdout");
+    j.err_art = bank(j, j.err, "stderr");
+    j.ended_at = rfc3339_now();
+    j.duration_ms = static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - j.start_tp).count());
+    j.deadline.reset();
+    j.kill_deadline.reset();
+    j.drain_deadline.reset();
+    (void)atomic_write(j.dir, "meta.json", meta_json(j).dump());
+
+    auto& c = counters[j.session];
+    if (c.running > 0) {
+      --c.running;
+    }
+    ++c.finished;
+    if (running_total > 0) {
+      --running_total;
+    }
+    if (running_per_session[j.session] > 0) {
+      --running_per_session[j.session];
+    }
+    // Move to the settled cache.
+    auto it = live.find(j.id);
+    if (it != live.end()) {
+      std::unique_ptr<Job> owned = std::move(it->second);
+      live.erase(it);
+      owned->watches.clear();
+      owned->checked.reset();
+      cache.push_front(std::move(owned));
+      while (cache.size() > opt.settled_cache) {
+        cache.pop_back();
+      }
+    }
+    cv.notify_all();
+    start_queued();
+  }
+
+  // ---- spawning -----------------------------------------------------------------------------
+  bool has_slot(const std::string& session) const {
+    if (!pol) {
+      return false;
+    }
+    auto it = running_per_session.find(session);
+    uint64_t mine = it == running_per_session.end() ? 0 : it->second;
+    return running_total < pol->concurrency.total && mine < pol->concurrency.per_session;
+  }
+
+  void start_queued() {
+    for (auto it = queue.begin(); it != queue.end();) {
+      Job* j = *it;
+      if (!has_slot(j->session)) {
+        ++it;
+        continue;
+      }
+      it = queue.erase(it);
+      launch(*j);
+    }
+  }
+
+  // Spawns a queued job (state queued → running, or failed). Called with mu held.
+  void launch(Job& j) {
+    ++running_total;
+    ++running_per_session[j.session];
+    j.state = "running";
+    j.start_tp = Clock::now();
+    j.started_at = rfc3339_now();
+    auto r = spawn(j);
+    if (!r) {
+      j.init_exited = true;
+      j.setup_step = sandbox::SetupStep::kNone;
+      j.io_failed = false;
+      j.state = "running";  // settle() computes the final state
+      j.error = r.error().message();
+      settle_failed_start(j);
+      return;
+    }
+    (void)atomic_write(j.dir, "meta.json", meta_json(j).dump());
+    if (j.timeout_ms > 0) {
+      j.deadline = j.start_tp + std::chrono::milliseconds(j.timeout_ms);
+      rearm_timer();
+    }
+  }
+
+  void settle_failed_start(Job& j) {
+    std::string why = j.error;
+    settle(j);
+    // settle() moved the job into the cache; fix its state there.
+    Job* s = find(j.id);
+    if (s != nullptr) {
+      s->state = "failed";
+      s->error = "could not start: " + why;
+      (void)atomic_write(s->dir, "meta.json", meta_json(*s).dump());
+    }
+  }
+
+  Result<void> spawn(Job& j) {
+    const policy::CheckedStart& cs = *j.checked;
+    sandbox::SandboxSpec spec = policy::to_sandbox_spec(cs);
+    spec.tty = j.pty;
+    if (j.pty) {
+      bool has_term = false;
+      for (auto& e : spec.env) {
+        if (e.rfind("TERM=", 0) == 0) {
+          e = "TERM=xterm-256color";
+          has_term = true;
+        }
+      }
+      if (!has_term) {
+        spec.env.push_back("TERM=xterm-256color");
+      }
+    }
+    sandbox::CgroupLimits limits;
+    limits.memory_bytes = cs.limits.memory_bytes;
+    limits.pids = cs.limits.pids;
+    limits.cpus = cs.limits.cpus;
+    CORDON_TRY(paths, sandbox::JobCgroup::paths_for(layout, j.id));
+    CORDON_TRY_CTX(record, records->add(j.id, paths), "record job cgroup");
+    j.record = std::move(record);
+    CORDON_TRY_CTX(cg, sandbox::JobCgroup::create(layout, j.id, limits), "create job cgroup");
+    j.cgroup.emplace(std::move(cg));
+    CORDON_TRY(lease, sandbox::HostIdLease::acquire(opt.state_dir + "/uids", opt.host_id_base,
+                                                    opt.host_id_count));
+    j.lease.emplace(std::move(lease));
+
+    // The logs exist before the command does: output goes to files as it arrives.
+    int out_fd = ::open(j.out.path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (out_fd < 0) {
+      return sys_error("open `{}`", j.out.path);
+    }
+    j.out.file.reset(out_fd);
+    int err_fd = ::open(j.err.path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (err_fd < 0) {
+      return sys_error("open `{}`", j.err.path);
+    }
+    j.err.file.reset(err_fd);
+
+    sandbox::SpawnerClient::Request req;
+    req.spec = std::move(spec);
+    req.seccomp_profile_path = cs.seccomp_profile.value_or(opt.default_seccomp_profile);
+    req.init_path = opt.init_path;
+    req.host_id = j.lease->id();
+    req.cgroup_v2_fd = j.cgroup->v2_dirfd();
+    if (layout.mode == sandbox::CgroupMode::kHybrid) {
+      req.cgroup_v1_fds = j.cgroup->v1_dirfds();
+    }
+    req.cgroupns_at_clone = layout.mode == sandbox::CgroupMode::kUnified;
+    CORDON_TRY_CTX(reply, spawner->spawn(req), "spawn the sandbox");
+    j.argv = reply.argv.empty() ? j.argv : reply.argv;
+    j.pidfd = std::move(reply.pidfd);
+    j.status = std::move(reply.status);
+    set_nonblock(j.status.get());
+    watch(j, j.pidfd.get(), WatchKind::kPidfd, EPOLLIN);
+    watch(j, j.status.get(), WatchKind::kStatus, EPOLLIN);
+    if (!j.pty) {
+      j.out.pipe = std::move(reply.stdout_read);
+      j.err.pipe = std::move(reply.stderr_read);
+      set_nonblock(j.out.pipe.get());
+      set_nonblock(j.err.pipe.get());
+      watch(j, j.out.pipe.get(), WatchKind::kStdout, EPOLLIN);
+      watch(j, j.err.pipe.get(), WatchKind::kStderr, EPOLLIN);
+      if (j.stdin_mode == StdinMode::kPipe) {
+        j.stdin_w = std::move(reply.stdin_write);
+        set_nonblock(j.stdin_w.get());
+      } else {
+        reply.stdin_write.reset();  // EOF for the command
+      }
+    } else {
+      j.err.eof = true;
+    }
+    return {};
+  }
+
+  // ---- the loop -----------------------------------------------------------------------------
+  void on_timer() {
+    uint64_t ticks;
+    (void)::read(timerfd.get(), &ticks, sizeof ticks);
+    auto now = Clock::now();
+    std::vector<Job*> due;
+    for (auto& [id, j] : live) {
+      due.push_back(j.get());
+    }
+    for (Job* j : due) {
+      if (j->deadline && now >= *j->deadline) {
+        j->deadline.reset();
+        j->timed_out = true;
+        terminate(*j, SIGTERM);
+      }
+      if (j->kill_deadline && now >= *j->kill_deadline) {
+        j->kill_deadline.reset();
+        kill_all(*j);
+      }
+      if (j->drain_deadline && now >= *j->drain_deadline) {
+        maybe_settle(*j);
+      }
+    }
+    rearm_timer();
+  }
+
+  void run_loop() {
+    std::vector<struct epoll_event> events(64);
+    for (;;) {
+      int n = ::epoll_wait(epfd.get(), events.data(), static_cast<int>(events.size()), -1);
+      if (n < 0) {
+        if (errno == EINTR) {
+          continue;
+        }
+        return;
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      if (stopping) {
+        return;
+      }
+      for (int i = 0; i < n; ++i) {
+        void* ptr = events[i].data.ptr;
+        if (ptr == &timerfd) {
+          on_timer();
+          continue;
+        }
+        if (ptr == &wakefd) {
+          uint64_t v;
+          (void)::read(wakefd.get(), &v, sizeof v);
+          continue;
+        }
+        auto* w = static_cast<Watch*>(ptr);
+        Job& j = *w->job;
+        if (j.settled()) {
+          continue;
+        }
+        switch (w->kind) {
+          case WatchKind::kPidfd:
+            j.init_exited = true;
+            unwatch(j.pidfd.get());
+            maybe_settle(j);
+            break;
+          case WatchKind::kStatus:
+            read_status(j);
+            break;
+          case WatchKind::kStdout:
+            read_stream(j, j.out, j.out.pipe.get(), "stdout");
+            break;
+          case WatchKind::kStderr:
+            read_stream(j, j.err, j.err.pipe.get(), "stderr");
+            break;
+          case WatchKind::kPty:
+            read_stream(j, j.out, j.pty_master.get(), "pty");
+            break;
+          case WatchKind::kStdin:
+            flush_stdin(j);
+            break;
+        }
+        // A settled job may have been moved; later events for it in this batch are skipped
+        // through j.settled() only while it is alive, so stop processing this batch.
+        if (j.settled()) {
+          break;
+        }
+      }
+    }
+  }
+
+  // ---- recovery -----------------------------------------------------------------------------
+  Result<void> recover() {
+    DIR* d = ::opendir(jobs_dir().c_str());
+    if (d == nullptr) {
+      return sys_error("opendir `{}`", jobs_dir());
+    }
+    std::vector<std::string> ids;
+    while (struct dirent* e = ::readdir(d)) {
+      if (e->d_name[0] != '.') {
+        ids.emplace_back(e->d_name);
+      }
+    }
+    ::closedir(d);
+    for (const auto& id : ids) {
+      std::string dir = jobs_dir() + "/" + id;
+      auto text = read_small_file(dir + "/meta.json");
+      if (!text) {
+        continue;
+      }
+      auto j = job_from_meta(dir, *text);
+      if (!j) {
+        continue;
+      }
+      ++jobs_on_disk;
+      if (j->state == "running" || j->state == "queued") {
+        // Its sandbox died with the previous engine (the spawner kills every sandbox when its
+        // engine goes away; the cgroup sweep kills any left). Bank what reached the logs.
+        j->state = "abandoned";
+        j->error =
+            "the engine restarted while this command ran; it was killed, and the output "
+            "it wrote until then is banked";
+        for (auto* s : {&j->out, &j->err}) {
+          struct stat st {};
+          if (::stat(s->path.c_str(), &st) == 0) {
+            s->written = static_cast<uint64_t>(st.st_size);
+            std::ifstream in(s->path, std::ios::binary);
+            std::vector<char> buf(1 << 16);
+            while (in.read(buf.data(), static_cast<std::streamsize>(buf.size())) ||
+                   in.gcount() > 0) {
+              s->sha.update(buf.data(), static_cast<size_t>(in.gcount()));
+            }
+          }
+        }
+        j->out_bytes = j->out.written;
+        j->err_bytes = j->err.written;
+        j->out_art = bank(*j, j->out, j->pty ? "pty" : "stdout");
+        j->err_art = bank(*j, j->err, "stderr");
+        j->ended_at = rfc3339_now();
+        CORDON_CHECK(atomic_write(dir, "meta.json", meta_json(*j).dump()));
+      }
+      if (!j->read) {
+        ++counters[j->session].finished;
+      }
+    }
+    return {};
+  }
+};
+
+// ---- Engine ---------------------------------------------------------------------------------
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->stopping = true;
+    for (auto& [id, j] : impl_->live) {
+      impl_->kill_all(*j);
+    }
+  }
+  uint64_t one = 1;
+  (void)::write(impl_->wakefd.get(), &one, sizeof one);
+  if (impl_->loop.joinable()) {
+    impl_->loop.join();
+  }
+  // Jobs still running are abandoned: the next engine on this state dir says so.
+  if (impl_->spawner) {
+    (void)impl_->spawner->stop();
+  }
+}
+
+Result<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
+  auto impl = std::make_unique<Impl>();
+  impl->opt = options;
+  auto& o = impl->opt;
+  if (o.state_dir.empty() || o.state_dir[0] != '/') {
+    return invalid("the state dir must be an absolute path");
+  }
+  char self[PATH_MAX];
+  ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  std::string bin_dir = n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string("/");
+  bin_dir = bin_dir.substr(0, bin_dir.rfind('/'));
+  if (o.spawner_path.empty()) {
+    o.spawner_path = bin_dir + "/cordon-spawner";
+  }
+  if (o.init_path.empty()) {
+    o.init_path = bin_dir + "/cordon-init";
+  }
+  if (o.default_seccomp_profile.empty()) {
+    o.default_seccomp_profile = bin_dir + "/seccomp/default.json";
+  }
+  CORDON_CHECK(mkdir_p(o.state_dir, 0700));
+  for (const auto& sub : {impl->jobs_dir(), impl->artifacts_dir(), impl->sessions_dir()}) {
+    if (::mkdir(sub.c_str(), 0700) != 0 && errno != EEXIST) {
+      return sys_error("mkdir `{}`", sub);
+    }
+  }
+  // One engine per state dir: a second one must never "recover" a live engine's jobs.
+  std::string lock = o.state_dir + "/engine.lock";
+  int lfd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (lfd < 0) {
+    return sys_error("open `{}`", lock);
+  }
+  impl->lock_fd.reset(lfd);
+  if (::flock(lfd, LOCK_EX | LOCK_NB) != 0) {
+    return refusal(
+        "another cordon engine is using the state dir `{}`; stop it or use another "
+        "--state-dir",
+        o.state_dir);
+  }
+
+  if (!o.policy_path.empty()) {
+    auto guard = policy::HostPathGuard::from_system(
+        {o.state_dir, o.spawner_path, o.init_path, o.default_seccomp_profile, bin_dir});
+    CORDON_TRY_CTX(p, policy::load_policy(o.policy_path, guard), "load policy `{}`", o.policy_path);
+    impl->pol.emplace(std::move(p));
+  }
+  CORDON_TRY_CTX(records, sandbox::CgroupRecords::open(o.state_dir + "/cgroups"),
+                 "open cgroup records");
+  impl->records.emplace(std::move(records));
+  (void)impl->records->sweep();
+  CORDON_TRY_CTX(layout, sandbox::detect_cgroup_layout(), "find the cgroup hierarchies");
+  impl->layout = layout;
+  CORDON_CHECK_CTX(sandbox::prepare_parents(layout), "prepare cordon's cgroups");
+  CORDON_CHECK_CTX(impl->recover(), "recover jobs from `{}`", impl->jobs_dir());
+  CORDON_TRY_CTX(spawner, sandbox::SpawnerClient::start(o.spawner_path), "start `{}`",
+                 o.spawner_path);
+  impl->spawner.emplace(std::move(spawner));
+
+  impl->epfd.reset(::epoll_create1(EPOLL_CLOEXEC));
+  impl->timerfd.reset(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
+  impl->wakefd.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!impl->epfd || !impl->timerfd || !impl->wakefd) {
+    return sys_error("epoll_create1/timerfd_create/eventfd");
+  }
+  for (auto* fd : {&impl->timerfd, &impl->wakefd}) {
+    struct epoll_event ev {};
+    ev.events = EPOLLIN;
+    ev.data.ptr = fd;
+    if (::epoll_ctl(impl->epfd.get(), EPOLL_CTL_ADD, fd->get(), &ev) != 0) {
+      return sys_error("epoll_ctl");
+    }
+  }
+  Impl* raw = impl.get();
+  impl->loop = std::thread([raw] { raw->run_loop(); });
+  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+Result<JobStatus> Engine::start(const std::string& session, const StartOptions& options) {
+  auto& m = *impl_;
+  if (!valid_name(session)) {
+    return refusal("session name `{}` must be 1-128 letters, digits, `-`, `_` or `.`", session);
+  }
+  std::unique_lock<std::mutex> lock(m.mu);
+  policy::StartRequest sr;
+  sr.argv = options.argv;
+  sr.cwd = options.cwd;
+  sr.timeout_ms = options.timeout_ms;
+  sr.env = options.env;
+  CORDON_TRY(checked, policy::check_start(m.pol ? &*m.pol : nullptr, sr));
+  if (m.pol && m.jobs_on_disk >= m.pol->quotas.max_jobs) {
+    return refusal("the job quota ({} jobs) is reached; remove settled jobs with command_remove",
+                   m.pol->quotas.max_jobs);
+  }
+  auto job = std::make_unique<Job>();
+  Job& j = *job;
+  j.id = new_task_id();
+  j.session = session;
+  j.label = options.label;
+  j.argv = checked.argv;
+  j.cwd = checked.cwd;
+  j.pty = options.pty;
+  j.stdin_mode = options.stdin_mode;
+  j.cols = options.cols;
+  j.rows = options.rows;
+  j.timeout_ms = checked.timeout_ms;
+  j.grace_ms = checked.kill_grace_ms;
+  j.max_output = checked.max_output_bytes;
+  j.started_at = rfc3339_now();
+  j.start_tp = Clock::now();
+  j.dir = m.jobs_dir() + "/" + j.id;
+  j.out.path = j.dir + (j.pty ? "/pty.log" : "/stdout.log");
+  j.err.path = j.dir + "/stderr.log";
+  j.checked.emplace(std::move(checked));
+  if (::mkdir(j.dir.c_str(), 0700) != 0) {
+    return sys_error("mkdir `{}`", j.dir);
+  }
+  // The job is on disk (meta first, then the session index) before anything runs.
+  CORDON_CHECK(atomic_write(j.dir, "meta.json", meta_json(j).dump()));
+  {
+    std::string idx = m.sessions_dir() + "/" + session + ".jobs";
+    int fd = ::open(idx.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      return sys_error("open `{}`", idx);
+    }
+    std::string line = j.id + "\n";
+    (void)::write(fd, line.data(), line.size());
+    ::fsync(fd);
+    ::close(fd);
+  }
+  ++m.jobs_on_disk;
+  ++m.counters[session].running;
+  Job* raw = job.get();
+  m.live.emplace(j.id, std::move(job));
+  if (m.has_slot(session)) {
+    m.launch(*raw);
+  } else {
+    m.queue.push_back(raw);
+  }
+  Job* now = m.find(raw->id);
+  return m.status_of(*now);
+}
+
+Result<JobStatus> Engine::status(const std::string& session, const std::string& task_id,
+                                 std::chrono::milliseconds wait) {
+  auto& m = *impl_;
+  std::unique_lock<std::mutex> lock(m.mu);
+  CORDON_TRY(j, m.owned(session, task_id));
+  if (!j->settled() && wait.count() > 0) {
+    auto until = Clock::now() + wait;
+    m.cv.wait_until(lock, until, [&] {
+      Job* x = m.find(task_id);
+      return x == nullptr || x->settled();
+    });
+    CORDON_TRY(again, m.owned(session, task_id));
+    j = again;
+  }
+  m.mark_read(*j);
+  return m.status_of(*j);
+}
+
+Result<std::vector<JobStatus>> Engine::wait(const std::string& session,
+                                            const std::vector<std::string>& task_ids,
+                                            std::chrono::milliseconds timeout, bool all) {
+  auto& m = *impl_;
+  if (task_ids.empty()) {
+    return invalid("command_wait needs at least one taskId");
+  }
+  std::unique_lock<std::mutex> lock(m.mu);
+  for (const auto& id : task_ids) {
+    CORDON_CHECK(m.owned(session, id));
+  }
+  auto done = [&] {
+    size_t settled = 0;
+    for (const auto& id : task_ids) {
+      Job* x = m.find(id);
+      if (x == nullptr || x->settled()) {
+        ++settled;
+      }
+    }
+    return all ? settled == task_ids.size() : settled > 0;
+  };
+  m.cv.wait_until(lock, Clock::now() + timeout, done);
+  std::vector<JobStatus> out;
+  for (const auto& id : task_ids) {
+    CORDON_TRY(j, m.owned(session, id));
+    if (j->settled()) {
+      m.mark_read(*j);
+    }
+    out.push_back(m.status_of(*j));
+  }
+  return out;
+}
+
+namespace {
+
+Result<OutputPage> page_file(const std::string& path, bool complete, engine::LogIndex& index,
+                             const OutputRequest& req) {
+  engine::PageRequest pr;
+  pr.offset = req.offset;
+  pr.limit = req.limit;
+  pr.unit = req.unit == OutputUnit::kBytes   ? engine::Unit::kBytes
+            : req.unit == OutputUnit::kLines ? engine::Unit::kLines
+                                             : engine::Unit::kChars;
+  OutputPage out;
+  out.complete = complete;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) {
+      return out;  // nothing written yet
+    }
+    return sys_error("open `{}`", path);
+  }
+  UniqueFd guard(fd);
+  CORDON_TRY(st, sys::fstat_fd(fd));
+  CORDON_TRY(page, engine::read_page(fd, static_cast<uint64_t>(st.st_size), complete, index, pr));
+  out.offset = page.offset;
+  out.total_size = page.total;
+  out.next_offset = page.next_offset;
+  out.has_more = page.has_more;
+  if (req.unit == OutputUnit::kBytes) {
+    out.content = base64_encode(page.content);
+    out.base64 = true;
+  } else {
+    out.content = std::move(page.content);
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<OutputPage> Engine::output(const std::string& session, const std::string& task_id,
+                                  const OutputRequest& request) {
+  auto& m = *impl_;
+  std::unique_lock<std::mutex> lock(m.mu);
+  CORDON_TRY(j, m.owned(session, task_id));
+  Stream* s = nullptr;
+  if (request.stream == "stdout" || request.stream == "pty") {
+    if ((request.stream == "pty") != j->pty) {
+      return refusal("task `{}` has no `{}` stream; use `{}`", task_id, request.stream,
+                     j->pty ? "pty" : "stdout");
+    }
+    s = &j->out;
+  } else if (request.stream == "stderr") {
+    s = &j->err;
+  } else {
+    return invalid("stream must be stdout, stderr or pty, not `{}`", request.stream);
+  }
+  m.mark_read(*j);
+  return page_file(s->path, j->settled(), *s->index, request);
+}
+
+Result<JobStatus> Engine::kill(const std::string& session, const std::string& task_id, int signal) {
+  auto& m = *impl_;
+  std::unique_lock<std::mutex> lock(m.mu);
+  CORDON_TRY(j, m.owned(session, task_id));
+  if (j->settled()) {
+    return m.status_of(*j);
+  }
+  j->killed_by_caller = true;
+  if (j->state == "queued") {
+    m.queue.erase(std::remove(m.queue.begin(), m.queue.end(), j), m.queue.end());
+    j->init_exited = true;
+    j->state = "running";
+    j->error = "killed before it started";
+    std::string id = j->id;
+    ++m.running_total;
+    ++m.running_per_session[j->session];
+    m.settle(*j);
+    Job* s = m.find(id);
+    s->state = "killed";
+    s->signal = signal_name(signal);
+    (void)atomic_write(s->dir, "meta.json", meta_json(*s).dump());
+    return m.status_of(*s);
+  }
+  m.terminate(*j, signal);
+  return m.status_of(*j);
+}
+
+Result<void> Engine::write(const std::string& session, const std::string& task_id,
+                           const WriteInput& input) {
+  auto& m = *impl_;
+  std::unique_lock<std::mutex> lock(m.mu);
+  CORDON_TRY(j, m.owned(session, task_id));
+  if (j->settled()) {
+    return refusal("task `{}` has already settled ({}); nothing reads its input", task_id,
+                   j->state);
+  }
+  if (!j->pty && j->stdin_mode != StdinMode::kPipe) {
+    return refusal("task `{}` was started without stdin; start it with stdin \"pipe\" or pty",
+                   task_id);
+  }
+  std::string bytes;
+  if (j->pty) {
+    engine::WriteRequest wr;
+    wr.data = input.data;
+    wr.paste = input.paste;
+    wr.keys = input.keys;
+    wr.submit = input.submit;
+    wr.eof = input.eof;
+    CORDON_TRY(enc, engine::encode_write(wr, j->modes.modes()));
+    bytes = std::move(enc);
+  } else {
+    if (!input.keys.empty() || input.paste || input.submit) {
+      return refusal("keys, paste and submit need a pty job; for a pipe send `data` (and `eof`)");
+    }
+    if (!j->stdin_w) {
+      return refusal("task `{}`: stdin is already closed", task_id);
+    }
+    bytes = input.data.value_or("");
+    if (input.eof) {
+      j->stdin_eof_pending = true;
+    }
+    if (bytes.empty() && !input.eof) {
+      return invalid("nothing to write: give data or eof");
+    }
+  }
+  bool was_empty = j->pending_stdin.empty();
+  j->pending_stdin += bytes;
+  m.flush_stdin(*j);
+  int fd = j->pty ? j->pty_master.get() : j->stdin_w.get();
+  if (!j->pending_stdin.empty() && was_empty && fd >= 0 && !j->pty) {
+    m.watch(*j, fd, WatchKind::kStdin, EPOLLOUT);
+  }
+  return {};
+}
+
+Result<void> Engine::resize(const std::string& session, const std::string& task_id, uint16_t cols,
+                            uint16_t rows) {
+  auto& m = *impl_;
+  std::unique_lock<std::mutex> lock(m.mu);
+  CORDON_TRY(j, m.owned(session, task_id));
+  if (!j->pty || !j->pty_master) {
+    return refusal("task `{}` has no terminal to resize", task_id);
+  }
+  struct winsize ws {};
+  ws.ws_col = cols;
+  ws.ws_row = rows;
+  if (::ioctl(j->pty_master.get(), TIOCSWINSZ, &ws) != 0) {
+    return sys_error("ioctl TIOCSWINSZ");
+  }
+  j->cols = cols;
+  j->rows = rows;
+  return {};
+}
+
+Result<std::vector<JobStatus>> Engine::list(const std::string& session,
+                                            const std::optional<std::string>& state) {
+  auto& m = *impl_;
+  std::unique_lock<std::mutex> lock(m.mu);
+  std::vector<JobStatus> out;
+  for (const auto& id : m.session_ids(session)) {
+    Job* j = m.find(id);
+    if (j == nullptr || j->session != session) {
+      continue;
+    }
+    if (state && j->state != *state) {
+      continue;
+    }
+    out.push_back(m.status_of(*j));  // listing does not mark anything read
+  }
+  return out;
+}
+
+Result<void> Engine::remove(const std::string& session, const std::string& task_id) {
+  auto& m = *impl_;
+  std::unique_lock<std::mutex> lock(m.mu);
+  CORDON_TRY(j, m.owned(session, task_id));
+  if (!j->settled()) {
+    return refusal("task `{}` is still {}; kill it first (command_kill), then remove it", task_id,
+                   j->state);
+  }
+  for (const auto& a : {j->out_art, j->err_art}) {
+    if (a) {
+      ::unlink((m.artifacts_dir() + "/" + a->artifact_id).c_str());
+      ::unlink((m.artifacts_dir() + "/" + a->artifact_id + ".json").c_str());
+    }
+  }
+  std::error_code ec;
+  std::string dir = j->dir;
+  if (!j->read) {
+    auto& c = m.counters[session];
+    if (c.finished > 0) {
+      --c.finished;
+    }
+  }
+  m.cache.remove_if([&](const std::unique_ptr<Job>& x) { return x->id == task_id; });
+  for (const char* f : {"/meta.json", "/stdout.log", "/stderr.log", "/pty.log"}) {
+    ::unlink((dir + f).c_str());
+  }
+  if (::rmdir(dir.c_str()) != 0 && errno != ENOENT) {
+    return sys_error("rmdir `{}`", dir);
+  }
+  if (m.jobs_on_disk > 0) {
+    --m.jobs_on_disk;
+  }
+  // Drop it from the session index.
+  auto ids = m.session_ids(session);
+  ids.erase(std::remove(ids.begin(), ids.end(), task_id), ids.end());
+  std::string text;
+  for (const auto& id : ids) {
+    text += id + "\n";
+  }
+  return atomic_write(m.sessions_dir(), session + ".jobs", text);
+}
+
+Result<OutputPage> Engine::retrieve(const std::string& artifact_id, const OutputRequest& request) {
+  auto& m = *impl_;
+  if (!valid_name(artifact_id)) {
+    return std::unexpected(
+        Error(ErrorCode::kNotFound, 0, fmt::format("unknown artifactId `{}`", artifact_id)));
+  }
+  std::string path = m.artifacts_dir() + "/" + artifact_id;
+  if (::access(path.c_str(), F_OK) != 0) {
+    return std::unexpected(
+        Error(ErrorCode::kNotFound, 0, fmt::format("unknown artifactId `{}`", artifact_id)));
+  }
+  engine::LogIndex index;
+  return page_file(path, true, index, request);
+}
+
+Counters Engine::counters(const std::string& session) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->counters[session];
+}
+
+std::vector<std::string> Engine::known_ids(const std::string& session) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->session_ids(session);
+}
+
+}  // namespace cordon

@@ -1,0 +1,198 @@
+#define BOOST_TEST_MODULE engine
+#include <boost/test/unit_test.hpp>
+
+#include <thread>
+
+#include "helpers/engine_fixture.hpp"
+
+using namespace cordon;
+using namespace cordon::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+template <class T>
+std::string describe(const Result<T>& r) {
+  return r ? std::string("ok") : r.error().message();
+}
+
+std::unique_ptr<Engine> open_or_fail(const EngineEnv& env) {
+  auto e = env.open();
+  BOOST_REQUIRE_MESSAGE(e.has_value(), describe(e));
+  return std::move(*e);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(start_returns_a_handle_before_the_command_finishes) {
+  EngineEnv env;
+  auto e = open_or_fail(env);
+  auto t0 = std::chrono::steady_clock::now();
+  auto s = e->start("s1", {.argv = {"/bin/sleep", "5"}});
+  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+  BOOST_TEST((std::chrono::steady_clock::now() - t0 < 2s));
+  BOOST_TEST(s->state == "running");
+  BOOST_TEST(!s->task_id.empty());
+  BOOST_TEST(e->counters("s1").running == 1u);
+  auto k = e->kill("s1", s->task_id);
+  BOOST_REQUIRE(k.has_value());
+  auto st = e->status("s1", s->task_id, 10s);
+  BOOST_REQUIRE(st.has_value());
+  BOOST_TEST(st->state == "killed");
+  BOOST_TEST(st->signal.value_or("") == "SIGTERM");
+}
+
+BOOST_AUTO_TEST_CASE(both_streams_are_banked_byte_exact_with_a_nonzero_exit) {
+  EngineEnv env;
+  auto e = open_or_fail(env);
+  auto s = e->start("s1", {.argv = {"/bin/sh", "-c",
+                                    "head -c 3000000 /dev/urandom > /tmp/x; cat /tmp/x; "
+                                    "echo oops >&2; sha256sum /tmp/x >&2; exit 3"}});
+  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+  auto st = e->status("s1", s->task_id, 30s);
+  BOOST_REQUIRE(st.has_value());
+  BOOST_TEST(st->state == "exited");
+  BOOST_TEST(st->exit_code.value_or(-1) == 3);
+  BOOST_TEST(st->stdout_bytes == 3000000u);
+  BOOST_REQUIRE(st->stdout_artifact.has_value());
+  BOOST_REQUIRE(st->stderr_artifact.has_value());
+  // The sandbox's own sha256sum of what it printed equals the artifact's digest.
+  auto err = e->output("s1", s->task_id, {.stream = "stderr"});
+  BOOST_REQUIRE(err.has_value());
+  BOOST_TEST(err->content.find(st->stdout_artifact->sha256) != std::string::npos, err->content);
+  // Paged back by bytes, the pages concatenate to the whole stream.
+  std::string all;
+  uint64_t off = 0;
+  for (;;) {
+    auto p =
+        e->output("s1", s->task_id,
+                  {.stream = "stdout", .offset = off, .limit = 200000, .unit = OutputUnit::kBytes});
+    BOOST_REQUIRE_MESSAGE(p.has_value(), describe(p));
+    BOOST_REQUIRE(p->base64);
+    all += p->content;  // base64 of each page; compare sizes via the artifact instead
+    off = p->next_offset;
+    if (!p->has_more) break;
+  }
+  BOOST_TEST(off == 3000000u);
+  auto art =
+      e->retrieve(st->stdout_artifact->artifact_id, {.limit = 10, .unit = OutputUnit::kBytes});
+  BOOST_REQUIRE(art.has_value());
+  BOOST_TEST(art->total_size == 3000000u);
+}
+
+BOOST_AUTO_TEST_CASE(refusals_say_what_to_do_instead) {
+  EngineEnv env;
+  auto e = open_or_fail(env);
+  auto r1 = e->start("s1", {.argv = {"sh"}});
+  BOOST_REQUIRE(!r1.has_value());
+  BOOST_TEST((r1.error().code() == ErrorCode::kRefused));
+  auto r2 = e->start("s1", {.argv = {"/usr/bin/wget"}});
+  BOOST_REQUIRE(!r2.has_value());
+  BOOST_TEST(r2.error().message().find("is not allowed") != std::string::npos,
+             r2.error().message());
+  auto r3 = e->start("s1", {.argv = {"/bin/echo hi; rm -rf /"}});
+  BOOST_REQUIRE(!r3.has_value());
+  BOOST_TEST(r3.error().message().find("NO shell") != std::string::npos, r3.error().message());
+  auto unknown = e->status("s1", "t-nope");
+  BOOST_REQUIRE(!unknown.has_value());
+  BOOST_TEST(unknown.error().message().find("run_command_bg") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(output_cap_lands_mid_chunk_and_settles_output_limit) {
+  EngineEnv env(nlohmann::json{{"maxOutputBytes", 1000003}});
+  auto e = open_or_fail(env);
+  auto s = e->start("s1", {.argv = {"/usr/bin/yes", "abcdefg"}});
+  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+  auto st = e->status("s1", s->task_id, 30s);
+  BOOST_REQUIRE(st.has_value());
+  BOOST_TEST(st->state == "output-limit");
+  BOOST_TEST(st->stdout_bytes == 1000003u);
+  BOOST_TEST(st->stdout_artifact->size_bytes == 1000003u);
+  BOOST_TEST(st->error.find("banked") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(timeout_kills_a_child_that_ignores_sigterm) {
+  EngineEnv env(nlohmann::json{{"killGraceMs", 500}});
+  auto e = open_or_fail(env);
+  auto s = e->start(
+      "s1", {.argv = {"/bin/sh", "-c", "trap '' TERM; sleep 1000 & wait"}, .timeout_ms = 500});
+  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+  auto st = e->status("s1", s->task_id, 30s);
+  BOOST_REQUIRE(st.has_value());
+  BOOST_TEST(st->state == "timeout");
+  BOOST_TEST(st->error.find("500 ms") != std::string::npos, st->error);
+}
+
+BOOST_AUTO_TEST_CASE(stdin_pipe_and_sessions_and_counters) {
+  EngineEnv env;
+  auto e = open_or_fail(env);
+  auto s = e->start("a", {.argv = {"/bin/cat"}, .stdin_mode = StdinMode::kPipe});
+  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+  BOOST_REQUIRE(e->write("a", s->task_id, {.data = "hello\n", .eof = true}).has_value());
+  auto w = e->wait("a", {s->task_id}, 20s, true);
+  BOOST_REQUIRE(w.has_value());
+  BOOST_TEST(w->at(0).state == std::string("exited"));
+  auto out = e->output("a", s->task_id, {});
+  BOOST_REQUIRE(out.has_value());
+  BOOST_TEST(out->content == "hello\n");
+  // Another session cannot see it.
+  BOOST_TEST(!e->status("b", s->task_id).has_value());
+  BOOST_TEST(e->counters("a").finished == 0u);  // read by wait/output
+}
+
+BOOST_AUTO_TEST_CASE(restart_answers_for_every_job_and_marks_running_ones_abandoned) {
+  EngineEnv env;
+  std::string done_id, running_id;
+  {
+    auto e = open_or_fail(env);
+    auto d = e->start("s", {.argv = {"/bin/echo", "kept"}});
+    BOOST_REQUIRE(d.has_value());
+    done_id = d->task_id;
+    BOOST_REQUIRE(e->status("s", done_id, 20s).has_value());
+    auto r = e->start("s", {.argv = {"/bin/sh", "-c", "echo before; exec sleep 1000"}});
+    BOOST_REQUIRE(r.has_value());
+    running_id = r->task_id;
+    // Wait until its output reached the log.
+    for (int i = 0; i < 200; ++i) {
+      auto p = e->output("s", running_id, {});
+      if (p && p->content == "before\n") break;
+      std::this_thread::sleep_for(10ms);
+    }
+  }  // engine destroyed while the job runs
+  auto e2 = open_or_fail(env);
+  auto d = e2->status("s", done_id);
+  BOOST_REQUIRE_MESSAGE(d.has_value(), describe(d));
+  BOOST_TEST(d->state == "exited");
+  auto out = e2->output("s", done_id, {});
+  BOOST_REQUIRE(out.has_value());
+  BOOST_TEST(out->content == "kept\n");
+  auto r = e2->status("s", running_id);
+  BOOST_REQUIRE(r.has_value());
+  BOOST_TEST(r->state == "abandoned");
+  auto ro = e2->output("s", running_id, {});
+  BOOST_REQUIRE(ro.has_value());
+  BOOST_TEST(ro->content == "before\n");
+}
+
+BOOST_AUTO_TEST_CASE(second_engine_on_the_same_state_dir_is_refused) {
+  EngineEnv env;
+  auto e = open_or_fail(env);
+  auto e2 = env.open();
+  BOOST_REQUIRE(!e2.has_value());
+  BOOST_TEST(e2.error().message().find("another cordon engine") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(pty_job_runs_an_interactive_program) {
+  EngineEnv env;
+  auto e = open_or_fail(env);
+  auto s = e->start("s", {.argv = {"/bin/sh", "-c", "tty; read x; echo got:$x"}, .pty = true});
+  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+  BOOST_REQUIRE(e->write("s", s->task_id, {.data = "abc", .submit = true}).has_value());
+  auto st = e->status("s", s->task_id, 20s);
+  BOOST_REQUIRE(st.has_value());
+  BOOST_TEST(st->state == "exited");
+  auto out = e->output("s", s->task_id, {.stream = "pty"});
+  BOOST_REQUIRE_MESSAGE(out.has_value(), describe(out));
+  BOOST_TEST(out->content.find("/dev/pts/0") != std::string::npos, out->content);
+  BOOST_TEST(out->content.find("got:abc") != std::string::npos, out->content);
+}
