@@ -239,6 +239,8 @@ struct Job {
   uint64_t timeout_ms = 0, grace_ms = 5000, max_output = 0;
   bool timed_out = false, output_limit = false, io_failed = false, killed_by_caller = false;
   bool init_exited = false, have_exit = false, stdin_eof_pending = false;
+  bool command_started = false;  // init reported the fork: its signal handlers are in place
+  int pending_signal = 0;        // a kill that arrived before that
   int wait_status = 0;
   sandbox::SetupStep setup_step = sandbox::SetupStep::kNone;
   int setup_errno = 0;
@@ -551,8 +553,14 @@ class Engine::Impl {
       kill_all(j);
       return;
     }
-    // PID 1 forwards SIGTERM/SIGINT/SIGHUP to every process of the sandbox.
-    (void)sys::pidfd_send_signal(j.pidfd.get(), sig, nullptr, 0);
+    // PID 1 forwards SIGTERM/SIGINT/SIGHUP to every process of the sandbox. Until it has
+    // forked the command it has no handlers, and a pid namespace's init drops signals it does
+    // not handle: hold the signal until init reports the command started.
+    if (!j.command_started) {
+      j.pending_signal = sig;
+    } else {
+      (void)sys::pidfd_send_signal(j.pidfd.get(), sig, nullptr, 0);
+    }
     j.kill_deadline = Clock::now() + std::chrono::milliseconds(j.grace_ms);
     rearm_timer();
   }
@@ -702,6 +710,12 @@ class Engine::Impl {
           }
           break;
         case sandbox::RecordKind::kCommandStarted:
+          j.command_started = true;
+          if (j.pending_signal != 0) {
+            int sig = j.pending_signal;
+            j.pending_signal = 0;
+            terminate(j, sig);
+          }
           break;
         case sandbox::RecordKind::kCommandExited:
           j.have_exit = true;
@@ -829,6 +843,10 @@ class Engine::Impl {
       } else {
         j.state = "failed";
       }
+    } else if (j.killed_by_caller) {
+      // Escalated to SIGKILL of the whole sandbox before init could report.
+      j.state = "killed";
+      j.signal = signal_name(SIGKILL);
     } else {
       j.state = "failed";
       j.error = "the sandbox init died without reporting the command's status; output is banked";
