@@ -831,13 +831,6 @@ Result<UniqueFd> open_records_dir(const std::string& dir) {
   return fd;
 }
 
-Result<void> fsync_fd(int fd, const std::string& what) {
-  if (::fsync(fd) != 0) {
-    return sys_error("fsync `{}`", what);
-  }
-  return {};
-}
-
 // Takes the lock of one record; nullopt when a live owner holds it or the name no longer
 // refers to the file we opened (another sweeper removed it between open and flock).
 Result<std::optional<UniqueFd>> lock_record(int dirfd, const std::string& name) {
