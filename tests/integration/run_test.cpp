@@ -345,3 +345,21 @@ BOOST_AUTO_TEST_CASE(the_command_starts_with_default_signal_dispositions) {
   BOOST_TEST(r.exit_code() == 0, r.err);
   BOOST_TEST(r.out == "SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n");
 }
+
+BOOST_AUTO_TEST_CASE(compiled_filters_are_cached_and_a_corrupt_cache_is_recompiled) {
+  Sandbox s;
+  auto r1 = s.run({}, {"/bin/true"});
+  BOOST_TEST(r1.exit_code() == 0, r1.err);
+  std::vector<std::filesystem::path> files;
+  for (auto& e : std::filesystem::directory_iterator(s.state + "/seccomp-cache")) {
+    files.push_back(e.path());
+  }
+  BOOST_REQUIRE(files.size() == 1u);
+  auto good_size = std::filesystem::file_size(files[0]);
+  std::ofstream(files[0], std::ios::trunc) << "garbage";
+  // The filters still hold with a corrupt cache: it is recompiled, not trusted.
+  auto r2 = s.run({}, {"/bin/sh", "-c", "grep Seccomp_filters /proc/self/status"});
+  BOOST_TEST(r2.exit_code() == 0, r2.err);
+  BOOST_TEST(r2.out == "Seccomp_filters:\t2\n");
+  BOOST_TEST(std::filesystem::file_size(files[0]) == good_size);
+}
