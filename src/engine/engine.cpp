@@ -770,6 +770,14 @@ class Engine::Impl {
       ::fsync(s.file.get());
       ::fchmod(s.file.get(), 0444);  // immutable from now on: never reopened for writing
       s.file.reset();
+    } else if (::access(s.path.c_str(), F_OK) != 0) {
+      // Failure fixed: a job that never got as far as its logs (missing executable, spawn
+      // error) banked nothing, and its artifact refs named files that did not exist. Its
+      // streams are empty; bank them as empty files so every ref can be retrieved.
+      int fd = ::open(s.path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444);
+      if (fd >= 0) {
+        ::close(fd);
+      }
     }
     std::string link = artifacts_dir() + "/" + a.artifact_id;
     ::unlink(link.c_str());
@@ -1287,7 +1295,14 @@ Result<JobStatus> Engine::start(const std::string& session, const StartOptions& 
   sr.cwd = options.cwd;
   sr.timeout_ms = options.timeout_ms;
   sr.env = options.env;
-  CORDON_TRY(checked, policy::check_start(m.pol ? &*m.pol : nullptr, sr));
+  auto checked_or = policy::check_start(m.pol ? &*m.pol : nullptr, sr);
+  // Failure fixed: a missing allowlisted executable came back from start() as an error with
+  // no taskId. check_start() reports it as kNotFound after every other check passed: the
+  // request was fine and the host is not, so it becomes a job that settles as `failed`.
+  bool missing_executable = !checked_or && checked_or.error().code() == ErrorCode::kNotFound;
+  if (!checked_or && !missing_executable) {
+    return std::unexpected(std::move(checked_or.error()));
+  }
   if (m.pol && m.jobs_on_disk >= m.pol->quotas.max_jobs) {
     return refusal("the job quota ({} jobs) is reached; remove settled jobs with command_remove",
                    m.pol->quotas.max_jobs);
@@ -1297,21 +1312,28 @@ Result<JobStatus> Engine::start(const std::string& session, const StartOptions& 
   j.id = new_task_id();
   j.session = session;
   j.label = options.label;
-  j.argv = checked.argv;
-  j.cwd = checked.cwd;
   j.pty = options.pty;
   j.stdin_mode = options.stdin_mode;
   j.cols = options.cols;
   j.rows = options.rows;
-  j.timeout_ms = checked.timeout_ms;
-  j.grace_ms = checked.kill_grace_ms;
-  j.max_output = checked.max_output_bytes;
+  if (missing_executable) {
+    j.argv = options.argv;
+    j.cwd = options.cwd.value_or(m.pol->root);
+  } else {
+    j.argv = checked_or->argv;
+    j.cwd = checked_or->cwd;
+    j.timeout_ms = checked_or->timeout_ms;
+    j.grace_ms = checked_or->kill_grace_ms;
+    j.max_output = checked_or->max_output_bytes;
+  }
   j.started_at = rfc3339_now();
   j.start_tp = Clock::now();
   j.dir = m.jobs_dir() + "/" + j.id;
   j.out.path = j.dir + (j.pty ? "/pty.log" : "/stdout.log");
   j.err.path = j.dir + "/stderr.log";
-  j.checked.emplace(std::move(checked));
+  if (!missing_executable) {
+    j.checked.emplace(std::move(*checked_or));
+  }
   if (::mkdir(j.dir.c_str(), 0700) != 0) {
     return sys_error("mkdir `{}`", j.dir);
   }
@@ -1332,6 +1354,16 @@ Result<JobStatus> Engine::start(const std::string& session, const StartOptions& 
   ++m.counters[session].running;
   Job* raw = job.get();
   m.live.emplace(j.id, std::move(job));
+  if (missing_executable) {
+    ++m.running_total;
+    ++m.running_per_session[session];
+    raw->state = "running";  // settle() computes the final state
+    raw->init_exited = true;
+    raw->error = checked_or.error().message();
+    std::string id = raw->id;
+    m.settle_failed_start(*raw);
+    return m.status_of(*m.find(id));
+  }
   if (m.has_slot(session)) {
     m.launch(*raw);
   } else {
