@@ -64,6 +64,10 @@ using Clock = std::chrono::steady_clock;
 constexpr size_t kReadBuffer = 1 << 20;
 constexpr size_t kTailChars = 2000;
 constexpr std::chrono::milliseconds kDrainAfterInit{2000};
+// Room kept in `<state>/reserve` so that settling still works on a full disk: a meta write
+// that hits ENOSPC frees it and retries. A meta.json or artifact record takes one page; this
+// is enough for dozens of settles, and it is taken back as soon as space allows.
+constexpr off_t kReserveBytes = 256 << 10;
 
 std::string rfc3339_now() {
   struct timespec ts {};
@@ -114,9 +118,15 @@ Result<void> atomic_write(const std::string& dir, const std::string& name,
     return sys_error("open `{}`", tmp);
   }
   UniqueFd guard(fd);
-  CORDON_CHECK_CTX(sys::write_all(fd, text.data(), text.size()), "write `{}`", tmp);
+  // A failed write leaves no half temp file behind holding a full disk's last pages.
+  if (auto w = sys::write_all(fd, text.data(), text.size()); !w) {
+    ::unlink(tmp.c_str());
+    return std::unexpected(std::move(w.error()).wrap("write `{}`", tmp));
+  }
   if (::fsync(fd) != 0) {
-    return sys_error("fsync `{}`", tmp);
+    int err = errno;
+    ::unlink(tmp.c_str());
+    return errno_error(err, "fsync `{}`", tmp);
   }
   guard.reset();
   std::string dst = dir + "/" + name;
@@ -238,6 +248,7 @@ struct Job {
   std::optional<Clock::time_point> deadline, kill_deadline, drain_deadline;
   uint64_t timeout_ms = 0, grace_ms = 5000, max_output = 0;
   bool timed_out = false, output_limit = false, io_failed = false, killed_by_caller = false;
+  std::string io_what;  // the failed write and its errno, for the settled error
   bool init_exited = false, have_exit = false, stdin_eof_pending = false;
   bool command_started = false;  // init reported the fork: its signal handlers are in place
   int pending_signal = 0;        // a kill that arrived before that
@@ -380,6 +391,41 @@ class Engine::Impl {
   std::string jobs_dir() const { return opt.state_dir + "/jobs"; }
   std::string artifacts_dir() const { return opt.state_dir + "/artifacts"; }
   std::string sessions_dir() const { return opt.state_dir + "/sessions"; }
+  std::string reserve_path() const { return opt.state_dir + "/reserve"; }
+
+  // ---- disk-full reserve --------------------------------------------------------------------
+  // (Re)creates the reserve when it is missing or short; a disk too full for it is no error
+  // (the file is removed, not left half-allocated, and the next settle tries again).
+  void ensure_reserve() {
+    std::string path = reserve_path();
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0 && st.st_size >= kReserveBytes) {
+      return;
+    }
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) {
+      return;
+    }
+    int err = ::posix_fallocate(fd, 0, kReserveBytes);
+    ::close(fd);
+    if (err != 0) {
+      ::unlink(path.c_str());
+    }
+  }
+
+  // atomic_write(), and when the disk is full, once more after freeing the reserve: a job
+  // must settle (and its meta reach disk) even when its own output filled the disk.
+  Result<void> write_meta(const std::string& dir, const std::string& name,
+                          const std::string& text) {
+    auto r = atomic_write(dir, name, text);
+    if (r || (r.error().sys_errno() != ENOSPC && r.error().sys_errno() != EDQUOT)) {
+      return r;
+    }
+    if (::unlink(reserve_path().c_str()) != 0) {
+      return r;
+    }
+    return atomic_write(dir, name, text);
+  }
 
   // ---- lookup -------------------------------------------------------------------------------
   Job* find(const std::string& id) {
@@ -502,7 +548,7 @@ class Engine::Impl {
       if (c.finished > 0) {
         --c.finished;
       }
-      (void)atomic_write(j.dir, "meta.json", meta_json(j).dump());
+      (void)write_meta(j.dir, "meta.json", meta_json(j).dump());
     }
   }
 
@@ -569,10 +615,7 @@ class Engine::Impl {
   void fail_io(Job& j, const std::string& what, int err) {
     if (!j.io_failed) {
       j.io_failed = true;
-      j.error = fmt::format(
-          "the engine could not keep the output: {}: {}; the command was "
-          "killed; what was written before is banked",
-          what, errno_name(err));
+      j.io_what = fmt::format("{}: {}", what, errno_name(err));
     }
     kill_all(j);
   }
@@ -595,9 +638,12 @@ class Engine::Impl {
           continue;
         }
         int err = errno;
+        // Failure fixed: the bytes of this chunk that did reach the log (earlier partial
+        // writes) were hashed but not counted, so stdoutBytes and the artifact's size fell
+        // short of the file on disk when ENOSPC struck mid-chunk.
+        s.written += done;
         s.lost += n - done;
         fail_io(j, fmt::format("write `{}`", s.path), err);
-        j.error += fmt::format(" ({} bytes lost)", s.lost);
         return;
       }
       s.sha.update(data + done, static_cast<size_t>(w));
@@ -794,7 +840,7 @@ class Engine::Impl {
     json meta = {{"artifactId", a.artifact_id}, {"kind", a.kind},
                  {"taskId", a.task_id},         {"stream", stream},
                  {"sizeBytes", a.size_bytes},   {"sha256", a.sha256}};
-    (void)atomic_write(artifacts_dir(), a.artifact_id + ".json", meta.dump());
+    (void)write_meta(artifacts_dir(), a.artifact_id + ".json", meta.dump());
     return a;
   }
 
@@ -825,7 +871,14 @@ class Engine::Impl {
     j.pidfd.reset();
 
     if (j.io_failed) {
+      // Failure fixed: the error counted only the bytes of the first failed write ("(N bytes
+      // lost)"), not what the command printed after it until it died. Counted here, at the end.
       j.state = "failed";
+      j.error = fmt::format(
+          "the engine could not keep the output: {}; the command was killed; {} bytes of "
+          "stdout and {} bytes of stderr could not be kept; the {} + {} bytes written before "
+          "are banked",
+          j.io_what, j.out.lost, j.err.lost, j.out.written, j.err.written);
     } else if (j.output_limit) {
       j.state = "output-limit";
     } else if (j.timed_out) {
@@ -875,7 +928,7 @@ class Engine::Impl {
     j.deadline.reset();
     j.kill_deadline.reset();
     j.drain_deadline.reset();
-    (void)atomic_write(j.dir, "meta.json", meta_json(j).dump());
+    (void)write_meta(j.dir, "meta.json", meta_json(j).dump());
 
     auto& c = counters[j.session];
     if (c.running > 0) {
@@ -900,6 +953,7 @@ class Engine::Impl {
         cache.pop_back();
       }
     }
+    ensure_reserve();
     cv.notify_all();
     start_queued();
   }
@@ -943,7 +997,7 @@ class Engine::Impl {
       settle_failed_start(j);
       return;
     }
-    (void)atomic_write(j.dir, "meta.json", meta_json(j).dump());
+    (void)write_meta(j.dir, "meta.json", meta_json(j).dump());
     if (j.timeout_ms > 0) {
       j.deadline = j.start_tp + std::chrono::milliseconds(j.timeout_ms);
       rearm_timer();
@@ -958,7 +1012,7 @@ class Engine::Impl {
     if (s != nullptr) {
       s->state = "failed";
       s->error = "could not start: " + why;
-      (void)atomic_write(s->dir, "meta.json", meta_json(*s).dump());
+      (void)write_meta(s->dir, "meta.json", meta_json(*s).dump());
     }
   }
 
@@ -1176,7 +1230,7 @@ class Engine::Impl {
         j->out_art = bank(*j, j->out, j->pty ? "pty" : "stdout");
         j->err_art = bank(*j, j->err, "stderr");
         j->ended_at = rfc3339_now();
-        CORDON_CHECK(atomic_write(dir, "meta.json", meta_json(*j).dump()));
+        CORDON_CHECK(write_meta(dir, "meta.json", meta_json(*j).dump()));
       }
       if (!j->read) {
         ++counters[j->session].finished;
@@ -1249,6 +1303,7 @@ Result<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
         o.state_dir);
   }
 
+  impl->ensure_reserve();
   if (!o.policy_path.empty()) {
     auto guard = policy::HostPathGuard::from_system(
         {o.state_dir, o.spawner_path, o.init_path, o.default_seccomp_profile, bin_dir});
@@ -1340,7 +1395,7 @@ Result<JobStatus> Engine::start(const std::string& session, const StartOptions& 
     return sys_error("mkdir `{}`", j.dir);
   }
   // The job is on disk (meta first, then the session index) before anything runs.
-  CORDON_CHECK(atomic_write(j.dir, "meta.json", meta_json(j).dump()));
+  CORDON_CHECK(m.write_meta(j.dir, "meta.json", meta_json(j).dump()));
   {
     std::string idx = m.sessions_dir() + "/" + session + ".jobs";
     int fd = ::open(idx.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
@@ -1504,7 +1559,7 @@ Result<JobStatus> Engine::kill(const std::string& session, const std::string& ta
     Job* s = m.find(id);
     s->state = "killed";
     s->signal = signal_name(signal);
-    (void)atomic_write(s->dir, "meta.json", meta_json(*s).dump());
+    (void)m.write_meta(s->dir, "meta.json", meta_json(*s).dump());
     return m.status_of(*s);
   }
   m.terminate(*j, signal);
@@ -1628,6 +1683,7 @@ Result<void> Engine::remove(const std::string& session, const std::string& task_
   if (m.jobs_on_disk > 0) {
     --m.jobs_on_disk;
   }
+  m.ensure_reserve();  // the space just freed may refill the reserve a full disk took
   // Drop it from the session index.
   auto ids = m.session_ids(session);
   ids.erase(std::remove(ids.begin(), ids.end(), task_id), ids.end());
@@ -1635,7 +1691,7 @@ Result<void> Engine::remove(const std::string& session, const std::string& task_
   for (const auto& id : ids) {
     text += id + "\n";
   }
-  return atomic_write(m.sessions_dir(), session + ".jobs", text);
+  return m.write_meta(m.sessions_dir(), session + ".jobs", text);
 }
 
 Result<OutputPage> Engine::retrieve(const std::string& artifact_id, const OutputRequest& request) {
