@@ -69,15 +69,22 @@ constexpr std::chrono::milliseconds kDrainAfterInit{2000};
 // is enough for dozens of settles, and it is taken back as soon as space allows.
 constexpr off_t kReserveBytes = 256 << 10;
 
-std::string rfc3339_now() {
+std::string rfc3339_at(time_t seconds, long nanoseconds = 0) {
   struct timespec ts {};
-  ::clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_sec = seconds;
+  ts.tv_nsec = nanoseconds;
   struct tm tm {};
   ::gmtime_r(&ts.tv_sec, &tm);
   char buf[64];
   std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900,
                 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000);
   return buf;
+}
+
+std::string rfc3339_now() {
+  struct timespec ts {};
+  ::clock_gettime(CLOCK_REALTIME, &ts);
+  return rfc3339_at(ts.tv_sec, ts.tv_nsec);
 }
 
 std::string random_hex(size_t n) {
@@ -386,6 +393,8 @@ class Engine::Impl {
   std::map<std::string, uint64_t> running_per_session;
   uint64_t running_total = 0;
   uint64_t jobs_on_disk = 0;
+  // Settled jobs by end time (RFC 3339 UTC sorts as text), for the retention policy.
+  std::multimap<std::string, std::string> settled_by_end;
   std::vector<char> buffer = std::vector<char>(kReadBuffer);
 
   std::string jobs_dir() const { return opt.state_dir + "/jobs"; }
@@ -488,6 +497,91 @@ class Engine::Impl {
           fmt::format("unknown taskId `{}`; this session's tasks: {}", id, fmt::join(ids, ", "))));
     }
     return j;
+  }
+
+  // ---- remove and retention -----------------------------------------------------------------
+  // Deletes a settled job's logs, artifacts, record and index entry. `j` is gone afterwards.
+  Result<void> remove_settled(Job& j) {
+    const std::string task_id = j.id, session = j.session, dir = j.dir;
+    for (const auto& a : {j.out_art, j.err_art}) {
+      if (a) {
+        ::unlink((artifacts_dir() + "/" + a->artifact_id).c_str());
+        ::unlink((artifacts_dir() + "/" + a->artifact_id + ".json").c_str());
+      }
+    }
+    if (!j.read) {
+      auto& c = counters[session];
+      if (c.finished > 0) {
+        --c.finished;
+      }
+    }
+    forget_settled(j.ended_at, task_id);
+    cache.remove_if([&](const std::unique_ptr<Job>& x) { return x->id == task_id; });
+    for (const char* f : {"/meta.json", "/stdout.log", "/stderr.log", "/pty.log"}) {
+      ::unlink((dir + f).c_str());
+    }
+    if (::rmdir(dir.c_str()) != 0 && errno != ENOENT) {
+      return sys_error("rmdir `{}`", dir);
+    }
+    if (jobs_on_disk > 0) {
+      --jobs_on_disk;
+    }
+    ensure_reserve();  // the space just freed may refill the reserve a full disk took
+    // Drop it from the session index.
+    auto ids = session_ids(session);
+    ids.erase(std::remove(ids.begin(), ids.end(), task_id), ids.end());
+    std::string text;
+    for (const auto& id : ids) {
+      text += id + "\n";
+    }
+    return write_meta(sessions_dir(), session + ".jobs", text);
+  }
+
+  void forget_settled(const std::string& ended_at, const std::string& id) {
+    auto [lo, hi] = settled_by_end.equal_range(ended_at);
+    for (auto it = lo; it != hi; ++it) {
+      if (it->second == id) {
+        settled_by_end.erase(it);
+        return;
+      }
+    }
+  }
+
+  // The optional retention policy, applied when a job settles: the oldest settled jobs go
+  // while there are more than maxJobs, and any that ended more than maxAgeSeconds ago. Running
+  // and queued jobs are never counted or removed, nor the job that just settled (its caller
+  // still holds it).
+  void apply_retention(const std::string& keep) {
+    if (!pol || (!pol->retention.max_jobs && !pol->retention.max_age_seconds)) {
+      return;
+    }
+    std::string cutoff;
+    if (pol->retention.max_age_seconds) {
+      struct timespec now {};
+      ::clock_gettime(CLOCK_REALTIME, &now);
+      cutoff = rfc3339_at(now.tv_sec - static_cast<time_t>(*pol->retention.max_age_seconds),
+                          now.tv_nsec);
+    }
+    size_t count = settled_by_end.size();
+    std::vector<std::string> victims;
+    for (const auto& [ended, id] : settled_by_end) {
+      if (id == keep) {
+        continue;
+      }
+      bool over = pol->retention.max_jobs && count > *pol->retention.max_jobs;
+      bool old = !cutoff.empty() && ended < cutoff;
+      if (!over && !old) {
+        break;  // ordered by end time: every later one is newer
+      }
+      victims.push_back(id);
+      --count;
+    }
+    for (const auto& id : victims) {
+      Job* v = find(id);
+      if (v != nullptr && v->settled()) {
+        (void)remove_settled(*v);
+      }
+    }
   }
 
   // ---- status -------------------------------------------------------------------------------
@@ -953,6 +1047,8 @@ class Engine::Impl {
         cache.pop_back();
       }
     }
+    settled_by_end.emplace(j.ended_at, j.id);
+    apply_retention(j.id);
     ensure_reserve();
     cv.notify_all();
     start_queued();
@@ -1235,6 +1331,7 @@ class Engine::Impl {
       if (!j->read) {
         ++counters[j->session].finished;
       }
+      settled_by_end.emplace(j->ended_at, j->id);
     }
     return {};
   }
@@ -1659,39 +1756,7 @@ Result<void> Engine::remove(const std::string& session, const std::string& task_
     return refusal("task `{}` is still {}; kill it first (command_kill), then remove it", task_id,
                    j->state);
   }
-  for (const auto& a : {j->out_art, j->err_art}) {
-    if (a) {
-      ::unlink((m.artifacts_dir() + "/" + a->artifact_id).c_str());
-      ::unlink((m.artifacts_dir() + "/" + a->artifact_id + ".json").c_str());
-    }
-  }
-  std::error_code ec;
-  std::string dir = j->dir;
-  if (!j->read) {
-    auto& c = m.counters[session];
-    if (c.finished > 0) {
-      --c.finished;
-    }
-  }
-  m.cache.remove_if([&](const std::unique_ptr<Job>& x) { return x->id == task_id; });
-  for (const char* f : {"/meta.json", "/stdout.log", "/stderr.log", "/pty.log"}) {
-    ::unlink((dir + f).c_str());
-  }
-  if (::rmdir(dir.c_str()) != 0 && errno != ENOENT) {
-    return sys_error("rmdir `{}`", dir);
-  }
-  if (m.jobs_on_disk > 0) {
-    --m.jobs_on_disk;
-  }
-  m.ensure_reserve();  // the space just freed may refill the reserve a full disk took
-  // Drop it from the session index.
-  auto ids = m.session_ids(session);
-  ids.erase(std::remove(ids.begin(), ids.end(), task_id), ids.end());
-  std::string text;
-  for (const auto& id : ids) {
-    text += id + "\n";
-  }
-  return m.write_meta(m.sessions_dir(), session + ".jobs", text);
+  return m.remove_settled(*j);
 }
 
 Result<OutputPage> Engine::retrieve(const std::string& artifact_id, const OutputRequest& request) {

@@ -190,3 +190,54 @@ BOOST_AUTO_TEST_CASE(remove_deletes_logs_and_artifacts_and_is_refused_while_runn
   auto e2 = open_engine(env);
   BOOST_TEST(!e2->status("s", s->task_id).has_value());
 }
+
+BOOST_AUTO_TEST_CASE(retention_max_jobs_removes_the_oldest_settled_jobs_at_settle_time) {
+  EngineEnv env(nlohmann::json{{"retention", {{"maxJobs", 2}}}});
+  auto e = open_engine(env);
+  auto running = e->start("s", {.argv = {"/bin/cat"}, .stdin_mode = StdinMode::kPipe});
+  BOOST_REQUIRE(running.has_value());
+  std::vector<JobStatus> done;
+  for (const char* word : {"one", "two", "three"}) {
+    auto s = e->start("s", {.argv = {"/bin/echo", word}});
+    BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+    auto st = e->status("s", s->task_id, 20s);
+    BOOST_REQUIRE(st.has_value());
+    BOOST_REQUIRE(st->state == "exited");
+    done.push_back(*st);
+  }
+  // "one" went when "three" settled; the running job is neither counted nor touched.
+  BOOST_TEST(!e->status("s", done[0].task_id).has_value());
+  BOOST_TEST(!fs::exists(env.job_dir(done[0].task_id)));
+  BOOST_TEST(!fs::exists(env.artifact_path(done[0].stdout_artifact->artifact_id)));
+  BOOST_TEST(e->status("s", done[1].task_id).has_value());
+  BOOST_TEST(e->status("s", done[2].task_id).has_value());
+  auto r = e->status("s", running->task_id);
+  BOOST_REQUIRE(r.has_value());
+  BOOST_TEST(r->state == "running");
+  auto l = e->list("s", std::nullopt);
+  BOOST_REQUIRE(l.has_value());
+  BOOST_TEST(l->size() == 3u);
+  // When the running job settles it counts: "two" goes, the job that just settled stays.
+  BOOST_REQUIRE(e->write("s", running->task_id, {.eof = true}).has_value());
+  BOOST_REQUIRE(e->status("s", running->task_id, 20s).has_value());
+  BOOST_TEST(!e->status("s", done[1].task_id).has_value());
+  BOOST_TEST(e->status("s", done[2].task_id).has_value());
+  BOOST_TEST(e->status("s", running->task_id).has_value());
+}
+
+BOOST_AUTO_TEST_CASE(retention_max_age_removes_jobs_that_ended_too_long_ago) {
+  EngineEnv env(nlohmann::json{{"retention", {{"maxAgeSeconds", 1}}}});
+  auto e = open_engine(env);
+  auto old = e->start("s", {.argv = {"/bin/echo", "old"}});
+  BOOST_REQUIRE(old.has_value());
+  BOOST_REQUIRE(e->status("s", old->task_id, 20s).has_value());
+  // A job that itself runs past the age limit: when it settles, "old" is over a second old.
+  auto slow = e->start("s", {.argv = {"/bin/sleep", "1.5"}});
+  BOOST_REQUIRE(slow.has_value());
+  auto st = e->status("s", slow->task_id, 20s);
+  BOOST_REQUIRE(st.has_value());
+  BOOST_TEST(st->state == "exited");
+  BOOST_TEST(!e->status("s", old->task_id).has_value());
+  BOOST_TEST(!fs::exists(env.job_dir(old->task_id)));
+  BOOST_TEST(e->status("s", slow->task_id).has_value());
+}
