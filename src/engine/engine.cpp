@@ -1116,8 +1116,8 @@ class Engine::Impl {
     const policy::CheckedStart& cs = *j.checked;
     sandbox::SandboxSpec spec = policy::to_sandbox_spec(cs);
     spec.tty = j.pty;
-  spec.tty_cols = j.cols;
-  spec.tty_rows = j.rows;
+    spec.tty_cols = j.cols;
+    spec.tty_rows = j.rows;
     if (j.pty) {
       bool has_term = false;
       for (auto& e : spec.env) {

@@ -224,8 +224,7 @@ bool decode_spec(Reader& r, SandboxSpec& s) {
   uint32_t cols = 0, rows = 0;
   ok = r.u32(s.inside_uid, "inside_uid") && r.u32(s.inside_gid, "inside_gid") &&
        r.boolean(s.tty, "tty") && r.u32(cols, "tty_cols") && r.u32(rows, "tty_rows") &&
-       r.str(s.hostname, "hostname") &&
-       r.u64(s.tmp_size_bytes, "tmp_size_bytes") &&
+       r.str(s.hostname, "hostname") && r.u64(s.tmp_size_bytes, "tmp_size_bytes") &&
        r.u64(s.inotify_instances, "inotify_instances") &&
        r.u64(s.inotify_watches, "inotify_watches") &&
        r.count(n_rlimits, sizeof(int32_t) + 2 * sizeof(uint64_t), "rlimits");

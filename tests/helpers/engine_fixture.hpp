@@ -177,8 +177,8 @@ inline std::string read_all_bytes(Engine& e, const std::string& session, const s
   std::string all;
   uint64_t off = 0;
   for (int guard = 0; guard < 100000; ++guard) {
-    auto p = e.output(session, id,
-                      {.stream = stream, .offset = off, .limit = limit, .unit = OutputUnit::kBytes});
+    auto p = e.output(
+        session, id, {.stream = stream, .offset = off, .limit = limit, .unit = OutputUnit::kBytes});
     if (!p) throw std::runtime_error("output: " + p.error().message());
     if (!p->base64 || p->offset != off) throw std::runtime_error("bad page header");
     std::string bytes = base64_decode(p->content);

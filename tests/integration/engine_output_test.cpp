@@ -61,7 +61,8 @@ BOOST_AUTO_TEST_CASE(both_streams_are_banked_byte_exact_with_a_nonzero_exit) {
       // The digest the engine computed while writing equals one computed from the file.
       BOOST_TEST(sha256_hex(bytes) == w.art->sha256);
       // The artifact is read-only on disk, and the log and the artifact are the same file.
-      struct stat a {}, l {};
+      struct stat a {
+      }, l{};
       BOOST_REQUIRE(::stat(path.c_str(), &a) == 0);
       BOOST_REQUIRE(::stat((env.job_dir(s->task_id) + "/" + w.stream + ".log").c_str(), &l) == 0);
       BOOST_TEST((a.st_mode & 0222) == 0u);
@@ -240,8 +241,8 @@ BOOST_AUTO_TEST_CASE(timeout_names_the_budget_and_keeps_the_output) {
   EngineEnv env;
   auto e = open_engine(env);
   auto t0 = std::chrono::steady_clock::now();
-  auto s = e->start("s", {.argv = {"/bin/sh", "-c", "echo started; exec sleep 1000"},
-                          .timeout_ms = 300});
+  auto s = e->start(
+      "s", {.argv = {"/bin/sh", "-c", "echo started; exec sleep 1000"}, .timeout_ms = 300});
   BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
   auto st = e->status("s", s->task_id, 30s);
   BOOST_REQUIRE(st.has_value());

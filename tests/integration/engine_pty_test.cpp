@@ -31,14 +31,16 @@ BOOST_AUTO_TEST_CASE(python_repl_takes_keys_paste_and_eof) {
   auto s = e->start("s", {.argv = {"/usr/bin/python3", "-q", "-i"}, .pty = true});
   BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
   const std::string id = s->task_id;
-  BOOST_REQUIRE_MESSAGE(eventually([&] { return pty_text(*e, id).find(">>> ") != std::string::npos; }),
-                        pty_text(*e, id));
+  BOOST_REQUIRE_MESSAGE(
+      eventually([&] { return pty_text(*e, id).find(">>> ") != std::string::npos; }),
+      pty_text(*e, id));
   // Typed out of order, fixed with a cursor key: "rint(40+2)", Home, "p", Enter.
   BOOST_REQUIRE(e->write("s", id, {.data = "rint(40+2)"}).has_value());
   BOOST_REQUIRE(e->write("s", id, {.keys = {"Home"}}).has_value());
   BOOST_REQUIRE(e->write("s", id, {.data = "p", .keys = {"Enter"}}).has_value());
-  BOOST_REQUIRE_MESSAGE(eventually([&] { return pty_text(*e, id).find("\r\n42\r\n") != std::string::npos; }),
-                        pty_text(*e, id));
+  BOOST_REQUIRE_MESSAGE(
+      eventually([&] { return pty_text(*e, id).find("\r\n42\r\n") != std::string::npos; }),
+      pty_text(*e, id));
   // A paste (bracketed: readline enables it), submitted with CR.
   BOOST_REQUIRE(e->write("s", id, {.paste = "print(1000+234)", .submit = true}).has_value());
   BOOST_REQUIRE_MESSAGE(eventually([&] { return count(pty_text(*e, id), "\r\n1234\r\n") == 1; }),
@@ -49,10 +51,11 @@ BOOST_AUTO_TEST_CASE(python_repl_takes_keys_paste_and_eof) {
                         pty_text(*e, id));
   // C-u kills the typed line; Tab and BSpace edit; then the line runs.
   BOOST_REQUIRE(e->write("s", id, {.data = "garbage", .keys = {"C-u"}}).has_value());
-  BOOST_REQUIRE(e->write("s", id, {.data = "print('t'+'ab')x", .keys = {"BSpace", "Enter"}})
-                    .has_value());
-  BOOST_REQUIRE_MESSAGE(eventually([&] { return pty_text(*e, id).find("\r\ntab\r\n") != std::string::npos; }),
-                        pty_text(*e, id));
+  BOOST_REQUIRE(
+      e->write("s", id, {.data = "print('t'+'ab')x", .keys = {"BSpace", "Enter"}}).has_value());
+  BOOST_REQUIRE_MESSAGE(
+      eventually([&] { return pty_text(*e, id).find("\r\ntab\r\n") != std::string::npos; }),
+      pty_text(*e, id));
   // EOF on an empty line ends the REPL with status 0.
   BOOST_REQUIRE(e->write("s", id, {.eof = true}).has_value());
   auto st = e->status("s", id, 20s);
@@ -70,14 +73,16 @@ BOOST_AUTO_TEST_CASE(python_repl_takes_keys_paste_and_eof) {
 BOOST_AUTO_TEST_CASE(resize_reaches_the_program) {
   EngineEnv env;
   auto e = open_engine(env);
-  auto s = e->start("s", {.argv = {"/bin/sh", "-c", "stty size; read x; stty size; echo TERM=$TERM"},
-                          .pty = true,
-                          .cols = 100,
-                          .rows = 40});
+  auto s =
+      e->start("s", {.argv = {"/bin/sh", "-c", "stty size; read x; stty size; echo TERM=$TERM"},
+                     .pty = true,
+                     .cols = 100,
+                     .rows = 40});
   BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
   const std::string id = s->task_id;
-  BOOST_REQUIRE_MESSAGE(eventually([&] { return pty_text(*e, id).find("40 100") != std::string::npos; }),
-                        pty_text(*e, id));
+  BOOST_REQUIRE_MESSAGE(
+      eventually([&] { return pty_text(*e, id).find("40 100") != std::string::npos; }),
+      pty_text(*e, id));
   BOOST_REQUIRE(eventually([&] { return e->resize("s", id, 132, 43).has_value(); }));
   BOOST_REQUIRE(e->write("s", id, {.submit = true}).has_value());
   auto st = e->status("s", id, 20s);

@@ -169,8 +169,8 @@ BOOST_AUTO_TEST_CASE(restart_after_sigkill_of_the_engine_process_answers_for_eve
       BOOST_TEST(st->state == "abandoned");
       BOOST_TEST(st->error.find("restarted") != std::string::npos, st->error);
       BOOST_TEST(!st->ended_at.empty());
-      for (auto [art, stream] : {std::pair{st->stdout_artifact, "stdout"},
-                                 std::pair{st->stderr_artifact, "stderr"}}) {
+      for (auto [art, stream] :
+           {std::pair{st->stdout_artifact, "stdout"}, std::pair{st->stderr_artifact, "stderr"}}) {
         // Every byte that reached the log is banked, and the digest is of those bytes.
         std::string log = read_file(env.job_dir(id) + "/" + stream + ".log");
         BOOST_REQUIRE(art.has_value());
@@ -258,8 +258,8 @@ BOOST_AUTO_TEST_CASE(a_full_disk_fails_the_writer_and_settling_still_works) {
   while (want.size() < log.size()) want += "fill\n";
   BOOST_TEST((want.compare(0, log.size(), log) == 0));
   // Settling reached the disk although it was full (the reserve paid for it).
-  auto meta = nlohmann::json::parse(read_file(env.job_dir(big->task_id) + "/meta.json"), nullptr,
-                                    false);
+  auto meta =
+      nlohmann::json::parse(read_file(env.job_dir(big->task_id) + "/meta.json"), nullptr, false);
   BOOST_REQUIRE(meta.is_object());
   BOOST_TEST(meta.value("state", "") == "failed");
   BOOST_TEST(meta.value("error", "").find("ENOSPC") != std::string::npos);
