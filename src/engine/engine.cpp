@@ -64,16 +64,27 @@ using Clock = std::chrono::steady_clock;
 constexpr size_t kReadBuffer = 1 << 20;
 constexpr size_t kTailChars = 2000;
 constexpr std::chrono::milliseconds kDrainAfterInit{2000};
+// Room kept in `<state>/reserve` so that settling still works on a full disk: a meta write
+// that hits ENOSPC frees it and retries. A meta.json or artifact record takes one page; this
+// is enough for dozens of settles, and it is taken back as soon as space allows.
+constexpr off_t kReserveBytes = 256 << 10;
 
-std::string rfc3339_now() {
+std::string rfc3339_at(time_t seconds, long nanoseconds = 0) {
   struct timespec ts {};
-  ::clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_sec = seconds;
+  ts.tv_nsec = nanoseconds;
   struct tm tm {};
   ::gmtime_r(&ts.tv_sec, &tm);
   char buf[64];
   std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900,
                 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000);
   return buf;
+}
+
+std::string rfc3339_now() {
+  struct timespec ts {};
+  ::clock_gettime(CLOCK_REALTIME, &ts);
+  return rfc3339_at(ts.tv_sec, ts.tv_nsec);
 }
 
 std::string random_hex(size_t n) {
@@ -114,9 +125,15 @@ Result<void> atomic_write(const std::string& dir, const std::string& name,
     return sys_error("open `{}`", tmp);
   }
   UniqueFd guard(fd);
-  CORDON_CHECK_CTX(sys::write_all(fd, text.data(), text.size()), "write `{}`", tmp);
+  // A failed write leaves no half temp file behind holding a full disk's last pages.
+  if (auto w = sys::write_all(fd, text.data(), text.size()); !w) {
+    ::unlink(tmp.c_str());
+    return std::unexpected(std::move(w.error()).wrap("write `{}`", tmp));
+  }
   if (::fsync(fd) != 0) {
-    return sys_error("fsync `{}`", tmp);
+    int err = errno;
+    ::unlink(tmp.c_str());
+    return errno_error(err, "fsync `{}`", tmp);
   }
   guard.reset();
   std::string dst = dir + "/" + name;
@@ -238,6 +255,7 @@ struct Job {
   std::optional<Clock::time_point> deadline, kill_deadline, drain_deadline;
   uint64_t timeout_ms = 0, grace_ms = 5000, max_output = 0;
   bool timed_out = false, output_limit = false, io_failed = false, killed_by_caller = false;
+  std::string io_what;  // the failed write and its errno, for the settled error
   bool init_exited = false, have_exit = false, stdin_eof_pending = false;
   bool command_started = false;  // init reported the fork: its signal handlers are in place
   int pending_signal = 0;        // a kill that arrived before that
@@ -375,11 +393,48 @@ class Engine::Impl {
   std::map<std::string, uint64_t> running_per_session;
   uint64_t running_total = 0;
   uint64_t jobs_on_disk = 0;
+  // Settled jobs by end time (RFC 3339 UTC sorts as text), for the retention policy.
+  std::multimap<std::string, std::string> settled_by_end;
   std::vector<char> buffer = std::vector<char>(kReadBuffer);
 
   std::string jobs_dir() const { return opt.state_dir + "/jobs"; }
   std::string artifacts_dir() const { return opt.state_dir + "/artifacts"; }
   std::string sessions_dir() const { return opt.state_dir + "/sessions"; }
+  std::string reserve_path() const { return opt.state_dir + "/reserve"; }
+
+  // ---- disk-full reserve --------------------------------------------------------------------
+  // (Re)creates the reserve when it is missing or short; a disk too full for it is no error
+  // (the file is removed, not left half-allocated, and the next settle tries again).
+  void ensure_reserve() {
+    std::string path = reserve_path();
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0 && st.st_size >= kReserveBytes) {
+      return;
+    }
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) {
+      return;
+    }
+    int err = ::posix_fallocate(fd, 0, kReserveBytes);
+    ::close(fd);
+    if (err != 0) {
+      ::unlink(path.c_str());
+    }
+  }
+
+  // atomic_write(), and when the disk is full, once more after freeing the reserve: a job
+  // must settle (and its meta reach disk) even when its own output filled the disk.
+  Result<void> write_meta(const std::string& dir, const std::string& name,
+                          const std::string& text) {
+    auto r = atomic_write(dir, name, text);
+    if (r || (r.error().sys_errno() != ENOSPC && r.error().sys_errno() != EDQUOT)) {
+      return r;
+    }
+    if (::unlink(reserve_path().c_str()) != 0) {
+      return r;
+    }
+    return atomic_write(dir, name, text);
+  }
 
   // ---- lookup -------------------------------------------------------------------------------
   Job* find(const std::string& id) {
@@ -444,6 +499,91 @@ class Engine::Impl {
     return j;
   }
 
+  // ---- remove and retention -----------------------------------------------------------------
+  // Deletes a settled job's logs, artifacts, record and index entry. `j` is gone afterwards.
+  Result<void> remove_settled(Job& j) {
+    const std::string task_id = j.id, session = j.session, dir = j.dir;
+    for (const auto& a : {j.out_art, j.err_art}) {
+      if (a) {
+        ::unlink((artifacts_dir() + "/" + a->artifact_id).c_str());
+        ::unlink((artifacts_dir() + "/" + a->artifact_id + ".json").c_str());
+      }
+    }
+    if (!j.read) {
+      auto& c = counters[session];
+      if (c.finished > 0) {
+        --c.finished;
+      }
+    }
+    forget_settled(j.ended_at, task_id);
+    cache.remove_if([&](const std::unique_ptr<Job>& x) { return x->id == task_id; });
+    for (const char* f : {"/meta.json", "/stdout.log", "/stderr.log", "/pty.log"}) {
+      ::unlink((dir + f).c_str());
+    }
+    if (::rmdir(dir.c_str()) != 0 && errno != ENOENT) {
+      return sys_error("rmdir `{}`", dir);
+    }
+    if (jobs_on_disk > 0) {
+      --jobs_on_disk;
+    }
+    ensure_reserve();  // the space just freed may refill the reserve a full disk took
+    // Drop it from the session index.
+    auto ids = session_ids(session);
+    ids.erase(std::remove(ids.begin(), ids.end(), task_id), ids.end());
+    std::string text;
+    for (const auto& id : ids) {
+      text += id + "\n";
+    }
+    return write_meta(sessions_dir(), session + ".jobs", text);
+  }
+
+  void forget_settled(const std::string& ended_at, const std::string& id) {
+    auto [lo, hi] = settled_by_end.equal_range(ended_at);
+    for (auto it = lo; it != hi; ++it) {
+      if (it->second == id) {
+        settled_by_end.erase(it);
+        return;
+      }
+    }
+  }
+
+  // The optional retention policy, applied when a job settles: the oldest settled jobs go
+  // while there are more than maxJobs, and any that ended more than maxAgeSeconds ago. Running
+  // and queued jobs are never counted or removed, nor the job that just settled (its caller
+  // still holds it).
+  void apply_retention(const std::string& keep) {
+    if (!pol || (!pol->retention.max_jobs && !pol->retention.max_age_seconds)) {
+      return;
+    }
+    std::string cutoff;
+    if (pol->retention.max_age_seconds) {
+      struct timespec now {};
+      ::clock_gettime(CLOCK_REALTIME, &now);
+      cutoff = rfc3339_at(now.tv_sec - static_cast<time_t>(*pol->retention.max_age_seconds),
+                          now.tv_nsec);
+    }
+    size_t count = settled_by_end.size();
+    std::vector<std::string> victims;
+    for (const auto& [ended, id] : settled_by_end) {
+      if (id == keep) {
+        continue;
+      }
+      bool over = pol->retention.max_jobs && count > *pol->retention.max_jobs;
+      bool old = !cutoff.empty() && ended < cutoff;
+      if (!over && !old) {
+        break;  // ordered by end time: every later one is newer
+      }
+      victims.push_back(id);
+      --count;
+    }
+    for (const auto& id : victims) {
+      Job* v = find(id);
+      if (v != nullptr && v->settled()) {
+        (void)remove_settled(*v);
+      }
+    }
+  }
+
   // ---- status -------------------------------------------------------------------------------
   JobStatus status_of(Job& j) {
     JobStatus s;
@@ -502,7 +642,7 @@ class Engine::Impl {
       if (c.finished > 0) {
         --c.finished;
       }
-      (void)atomic_write(j.dir, "meta.json", meta_json(j).dump());
+      (void)write_meta(j.dir, "meta.json", meta_json(j).dump());
     }
   }
 
@@ -569,10 +709,7 @@ class Engine::Impl {
   void fail_io(Job& j, const std::string& what, int err) {
     if (!j.io_failed) {
       j.io_failed = true;
-      j.error = fmt::format(
-          "the engine could not keep the output: {}: {}; the command was "
-          "killed; what was written before is banked",
-          what, errno_name(err));
+      j.io_what = fmt::format("{}: {}", what, errno_name(err));
     }
     kill_all(j);
   }
@@ -595,9 +732,12 @@ class Engine::Impl {
           continue;
         }
         int err = errno;
+        // Failure fixed: the bytes of this chunk that did reach the log (earlier partial
+        // writes) were hashed but not counted, so stdoutBytes and the artifact's size fell
+        // short of the file on disk when ENOSPC struck mid-chunk.
+        s.written += done;
         s.lost += n - done;
         fail_io(j, fmt::format("write `{}`", s.path), err);
-        j.error += fmt::format(" ({} bytes lost)", s.lost);
         return;
       }
       s.sha.update(data + done, static_cast<size_t>(w));
@@ -770,6 +910,14 @@ class Engine::Impl {
       ::fsync(s.file.get());
       ::fchmod(s.file.get(), 0444);  // immutable from now on: never reopened for writing
       s.file.reset();
+    } else if (::access(s.path.c_str(), F_OK) != 0) {
+      // Failure fixed: a job that never got as far as its logs (missing executable, spawn
+      // error) banked nothing, and its artifact refs named files that did not exist. Its
+      // streams are empty; bank them as empty files so every ref can be retrieved.
+      int fd = ::open(s.path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444);
+      if (fd >= 0) {
+        ::close(fd);
+      }
     }
     std::string link = artifacts_dir() + "/" + a.artifact_id;
     ::unlink(link.c_str());
@@ -786,7 +934,7 @@ class Engine::Impl {
     json meta = {{"artifactId", a.artifact_id}, {"kind", a.kind},
                  {"taskId", a.task_id},         {"stream", stream},
                  {"sizeBytes", a.size_bytes},   {"sha256", a.sha256}};
-    (void)atomic_write(artifacts_dir(), a.artifact_id + ".json", meta.dump());
+    (void)write_meta(artifacts_dir(), a.artifact_id + ".json", meta.dump());
     return a;
   }
 
@@ -817,7 +965,14 @@ class Engine::Impl {
     j.pidfd.reset();
 
     if (j.io_failed) {
+      // Failure fixed: the error counted only the bytes of the first failed write ("(N bytes
+      // lost)"), not what the command printed after it until it died. Counted here, at the end.
       j.state = "failed";
+      j.error = fmt::format(
+          "the engine could not keep the output: {}; the command was killed; {} bytes of "
+          "stdout and {} bytes of stderr could not be kept; the {} + {} bytes written before "
+          "are banked",
+          j.io_what, j.out.lost, j.err.lost, j.out.written, j.err.written);
     } else if (j.output_limit) {
       j.state = "output-limit";
     } else if (j.timed_out) {
@@ -867,7 +1022,7 @@ class Engine::Impl {
     j.deadline.reset();
     j.kill_deadline.reset();
     j.drain_deadline.reset();
-    (void)atomic_write(j.dir, "meta.json", meta_json(j).dump());
+    (void)write_meta(j.dir, "meta.json", meta_json(j).dump());
 
     auto& c = counters[j.session];
     if (c.running > 0) {
@@ -892,6 +1047,9 @@ class Engine::Impl {
         cache.pop_back();
       }
     }
+    settled_by_end.emplace(j.ended_at, j.id);
+    apply_retention(j.id);
+    ensure_reserve();
     cv.notify_all();
     start_queued();
   }
@@ -935,7 +1093,7 @@ class Engine::Impl {
       settle_failed_start(j);
       return;
     }
-    (void)atomic_write(j.dir, "meta.json", meta_json(j).dump());
+    (void)write_meta(j.dir, "meta.json", meta_json(j).dump());
     if (j.timeout_ms > 0) {
       j.deadline = j.start_tp + std::chrono::milliseconds(j.timeout_ms);
       rearm_timer();
@@ -950,7 +1108,7 @@ class Engine::Impl {
     if (s != nullptr) {
       s->state = "failed";
       s->error = "could not start: " + why;
-      (void)atomic_write(s->dir, "meta.json", meta_json(*s).dump());
+      (void)write_meta(s->dir, "meta.json", meta_json(*s).dump());
     }
   }
 
@@ -958,6 +1116,8 @@ class Engine::Impl {
     const policy::CheckedStart& cs = *j.checked;
     sandbox::SandboxSpec spec = policy::to_sandbox_spec(cs);
     spec.tty = j.pty;
+    spec.tty_cols = j.cols;
+    spec.tty_rows = j.rows;
     if (j.pty) {
       bool has_term = false;
       for (auto& e : spec.env) {
@@ -1166,11 +1326,12 @@ class Engine::Impl {
         j->out_art = bank(*j, j->out, j->pty ? "pty" : "stdout");
         j->err_art = bank(*j, j->err, "stderr");
         j->ended_at = rfc3339_now();
-        CORDON_CHECK(atomic_write(dir, "meta.json", meta_json(*j).dump()));
+        CORDON_CHECK(write_meta(dir, "meta.json", meta_json(*j).dump()));
       }
       if (!j->read) {
         ++counters[j->session].finished;
       }
+      settled_by_end.emplace(j->ended_at, j->id);
     }
     return {};
   }
@@ -1239,6 +1400,7 @@ Result<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
         o.state_dir);
   }
 
+  impl->ensure_reserve();
   if (!o.policy_path.empty()) {
     auto guard = policy::HostPathGuard::from_system(
         {o.state_dir, o.spawner_path, o.init_path, o.default_seccomp_profile, bin_dir});
@@ -1287,7 +1449,14 @@ Result<JobStatus> Engine::start(const std::string& session, const StartOptions& 
   sr.cwd = options.cwd;
   sr.timeout_ms = options.timeout_ms;
   sr.env = options.env;
-  CORDON_TRY(checked, policy::check_start(m.pol ? &*m.pol : nullptr, sr));
+  auto checked_or = policy::check_start(m.pol ? &*m.pol : nullptr, sr);
+  // Failure fixed: a missing allowlisted executable came back from start() as an error with
+  // no taskId. check_start() reports it as kNotFound after every other check passed: the
+  // request was fine and the host is not, so it becomes a job that settles as `failed`.
+  bool missing_executable = !checked_or && checked_or.error().code() == ErrorCode::kNotFound;
+  if (!checked_or && !missing_executable) {
+    return std::unexpected(std::move(checked_or.error()));
+  }
   if (m.pol && m.jobs_on_disk >= m.pol->quotas.max_jobs) {
     return refusal("the job quota ({} jobs) is reached; remove settled jobs with command_remove",
                    m.pol->quotas.max_jobs);
@@ -1297,26 +1466,33 @@ Result<JobStatus> Engine::start(const std::string& session, const StartOptions& 
   j.id = new_task_id();
   j.session = session;
   j.label = options.label;
-  j.argv = checked.argv;
-  j.cwd = checked.cwd;
   j.pty = options.pty;
   j.stdin_mode = options.stdin_mode;
   j.cols = options.cols;
   j.rows = options.rows;
-  j.timeout_ms = checked.timeout_ms;
-  j.grace_ms = checked.kill_grace_ms;
-  j.max_output = checked.max_output_bytes;
+  if (missing_executable) {
+    j.argv = options.argv;
+    j.cwd = options.cwd.value_or(m.pol->root);
+  } else {
+    j.argv = checked_or->argv;
+    j.cwd = checked_or->cwd;
+    j.timeout_ms = checked_or->timeout_ms;
+    j.grace_ms = checked_or->kill_grace_ms;
+    j.max_output = checked_or->max_output_bytes;
+  }
   j.started_at = rfc3339_now();
   j.start_tp = Clock::now();
   j.dir = m.jobs_dir() + "/" + j.id;
   j.out.path = j.dir + (j.pty ? "/pty.log" : "/stdout.log");
   j.err.path = j.dir + "/stderr.log";
-  j.checked.emplace(std::move(checked));
+  if (!missing_executable) {
+    j.checked.emplace(std::move(*checked_or));
+  }
   if (::mkdir(j.dir.c_str(), 0700) != 0) {
     return sys_error("mkdir `{}`", j.dir);
   }
   // The job is on disk (meta first, then the session index) before anything runs.
-  CORDON_CHECK(atomic_write(j.dir, "meta.json", meta_json(j).dump()));
+  CORDON_CHECK(m.write_meta(j.dir, "meta.json", meta_json(j).dump()));
   {
     std::string idx = m.sessions_dir() + "/" + session + ".jobs";
     int fd = ::open(idx.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
@@ -1332,6 +1508,16 @@ Result<JobStatus> Engine::start(const std::string& session, const StartOptions& 
   ++m.counters[session].running;
   Job* raw = job.get();
   m.live.emplace(j.id, std::move(job));
+  if (missing_executable) {
+    ++m.running_total;
+    ++m.running_per_session[session];
+    raw->state = "running";  // settle() computes the final state
+    raw->init_exited = true;
+    raw->error = checked_or.error().message();
+    std::string id = raw->id;
+    m.settle_failed_start(*raw);
+    return m.status_of(*m.find(id));
+  }
   if (m.has_slot(session)) {
     m.launch(*raw);
   } else {
@@ -1470,7 +1656,7 @@ Result<JobStatus> Engine::kill(const std::string& session, const std::string& ta
     Job* s = m.find(id);
     s->state = "killed";
     s->signal = signal_name(signal);
-    (void)atomic_write(s->dir, "meta.json", meta_json(*s).dump());
+    (void)m.write_meta(s->dir, "meta.json", meta_json(*s).dump());
     return m.status_of(*s);
   }
   m.terminate(*j, signal);
@@ -1570,38 +1756,7 @@ Result<void> Engine::remove(const std::string& session, const std::string& task_
     return refusal("task `{}` is still {}; kill it first (command_kill), then remove it", task_id,
                    j->state);
   }
-  for (const auto& a : {j->out_art, j->err_art}) {
-    if (a) {
-      ::unlink((m.artifacts_dir() + "/" + a->artifact_id).c_str());
-      ::unlink((m.artifacts_dir() + "/" + a->artifact_id + ".json").c_str());
-    }
-  }
-  std::error_code ec;
-  std::string dir = j->dir;
-  if (!j->read) {
-    auto& c = m.counters[session];
-    if (c.finished > 0) {
-      --c.finished;
-    }
-  }
-  m.cache.remove_if([&](const std::unique_ptr<Job>& x) { return x->id == task_id; });
-  for (const char* f : {"/meta.json", "/stdout.log", "/stderr.log", "/pty.log"}) {
-    ::unlink((dir + f).c_str());
-  }
-  if (::rmdir(dir.c_str()) != 0 && errno != ENOENT) {
-    return sys_error("rmdir `{}`", dir);
-  }
-  if (m.jobs_on_disk > 0) {
-    --m.jobs_on_disk;
-  }
-  // Drop it from the session index.
-  auto ids = m.session_ids(session);
-  ids.erase(std::remove(ids.begin(), ids.end(), task_id), ids.end());
-  std::string text;
-  for (const auto& id : ids) {
-    text += id + "\n";
-  }
-  return atomic_write(m.sessions_dir(), session + ".jobs", text);
+  return m.remove_settled(*j);
 }
 
 Result<OutputPage> Engine::retrieve(const std::string& artifact_id, const OutputRequest& request) {

@@ -320,7 +320,7 @@ void loopback_up() {
 }
 
 // Opens the pty inside the sandbox's own devpts and sends the master to the supervisor.
-int open_pty() {
+int open_pty(uint16_t cols, uint16_t rows) {
   int master = ::open("/dev/pts/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC);
   if (master < 0) {
     fail(SetupStep::kPty);
@@ -331,6 +331,14 @@ int open_pty() {
   }
   int slave = ::ioctl(master, TIOCGPTPEER, O_RDWR | O_NOCTTY);
   if (slave < 0) {
+    fail(SetupStep::kPty);
+  }
+  // Sized here, not by the engine after it receives the master: that raced the command,
+  // which could read 0x0 first (`stty size` printed "0 0").
+  struct winsize ws {};
+  ws.ws_col = cols;
+  ws.ws_row = rows;
+  if (::ioctl(master, TIOCSWINSZ, &ws) != 0) {
     fail(SetupStep::kPty);
   }
   StatusRecord rec{};
@@ -632,7 +640,7 @@ void child_main(const ChildPlan& plan) {
   }
 
   // 5. The pty, then the cwd checked against what the parent checked.
-  int pty_slave = plan.tty ? open_pty() : -1;
+  int pty_slave = plan.tty ? open_pty(plan.tty_cols, plan.tty_rows) : -1;
   enter_cwd(plan);
   int ll_cmd = build_landlock(plan, false);
   int ll_init = build_landlock(plan, true);

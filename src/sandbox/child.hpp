@@ -82,6 +82,7 @@ struct ChildPlan {
   const Rlimit* rlimits = nullptr;
   size_t n_rlimits = 0;
   bool tty = false;
+  uint16_t tty_cols = 120, tty_rows = 30;
 
   int landlock_abi = 0;
   uint64_t landlock_handled = 0;

@@ -195,6 +195,8 @@ Result<std::unique_ptr<PreparedSandbox>> PreparedSandbox::prepare(const SandboxS
   plan.rlimits = p->rlimits_.data();
   plan.n_rlimits = p->rlimits_.size();
   plan.tty = spec.tty;
+  plan.tty_cols = spec.tty_cols;
+  plan.tty_rows = spec.tty_rows;
   plan.uid = spec.inside_uid;
   plan.gid = spec.inside_gid;
   auto last_cap = read_small_file("/proc/sys/kernel/cap_last_cap");

@@ -52,6 +52,9 @@ struct SandboxSpec {
   uid_t inside_uid = 1000;
   gid_t inside_gid = 1000;
   bool tty = false;
+  // The pty's size from its birth: set on the master before the command can exist, so a
+  // program that asks at once (stty size, curses) never sees 0x0.
+  uint16_t tty_cols = 120, tty_rows = 30;
   std::string hostname = "cordon";
   uint64_t tmp_size_bytes = 1ULL << 30;  // /tmp and /dev/shm tmpfs size each
   uint64_t inotify_instances = 32;       // per-sandbox quota (user.max_inotify_instances)

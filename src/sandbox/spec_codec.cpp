@@ -187,6 +187,8 @@ void encode_spec(Writer& w, const SandboxSpec& s) {
   w.u32(s.inside_uid);
   w.u32(s.inside_gid);
   w.boolean(s.tty);
+  w.u32(s.tty_cols);
+  w.u32(s.tty_rows);
   w.str(s.hostname, "hostname");
   w.u64(s.tmp_size_bytes);
   w.u64(s.inotify_instances);
@@ -219,15 +221,21 @@ bool decode_spec(Reader& r, SandboxSpec& s) {
       return r.fail("network", "is not a known network mode");
   }
   static_assert(sizeof(uid_t) == sizeof(uint32_t) && sizeof(gid_t) == sizeof(uint32_t));
+  uint32_t cols = 0, rows = 0;
   ok = r.u32(s.inside_uid, "inside_uid") && r.u32(s.inside_gid, "inside_gid") &&
-       r.boolean(s.tty, "tty") && r.str(s.hostname, "hostname") &&
-       r.u64(s.tmp_size_bytes, "tmp_size_bytes") &&
+       r.boolean(s.tty, "tty") && r.u32(cols, "tty_cols") && r.u32(rows, "tty_rows") &&
+       r.str(s.hostname, "hostname") && r.u64(s.tmp_size_bytes, "tmp_size_bytes") &&
        r.u64(s.inotify_instances, "inotify_instances") &&
        r.u64(s.inotify_watches, "inotify_watches") &&
        r.count(n_rlimits, sizeof(int32_t) + 2 * sizeof(uint64_t), "rlimits");
   if (!ok) {
     return false;
   }
+  if (cols > 0xFFFF || rows > 0xFFFF) {
+    return r.fail("tty_cols", "is larger than a terminal size can be");
+  }
+  s.tty_cols = static_cast<uint16_t>(cols);
+  s.tty_rows = static_cast<uint16_t>(rows);
   s.rlimits.clear();
   s.rlimits.reserve(n_rlimits);
   for (uint32_t i = 0; i < n_rlimits; ++i) {

@@ -1,16 +1,27 @@
 #pragma once
 
-// An Engine on a fresh state dir with a policy whose cwdRoot is a fresh working root.
+// An Engine on a fresh state dir with a policy whose cwdRoot is a fresh working root, plus
+// the checks the engine behaviour tests share: decode byte pages, hash files, find processes
+// of the job's host uids, wait on a condition with a deadline.
 
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <stdexcept>
 #include <string>
+#include <thread>
+#include <vector>
 
+#include "base/sha256.hpp"
 #include "cordon/engine.hpp"
 #include "helpers/cordon_fixture.hpp"
 
@@ -21,10 +32,20 @@ inline std::string build_dir() {
   return bin.substr(0, bin.rfind('/'));
 }
 
+// Host uids for one test's sandboxes: a private block outside the default range, so the
+// "no process of the job's uid is left" checks never see another run's sandboxes.
+inline uint32_t private_host_id_base() {
+  std::random_device rd;
+  return 0x72000000u + (rd() % 4096u) * 256u;
+}
+inline constexpr uint32_t kPrivateHostIdCount = 256;
+
 struct EngineEnv {
   Sandbox box;  // base/root and base/state
   std::string policy_path;
+  std::string state_dir;
   nlohmann::json policy;
+  uint32_t host_id_base = private_host_id_base();
 
   explicit EngineEnv(nlohmann::json extra = nlohmann::json::object()) {
     policy = {{"allowedExecutables",
@@ -34,20 +55,141 @@ struct EngineEnv {
               {"cwdRoot", box.root}};
     for (auto& [k, v] : extra.items()) policy[k] = v;
     policy_path = box.base + "/policy.json";
-    std::ofstream(policy_path) << policy.dump(2);
+    state_dir = box.state;
+    write_policy();
   }
 
-  Result<std::unique_ptr<Engine>> open() const {
+  void write_policy() const { std::ofstream(policy_path) << policy.dump(2); }
+
+  EngineOptions options() const {
     EngineOptions o;
-    o.state_dir = box.state;
+    o.state_dir = state_dir;
     o.policy_path = policy_path;
     o.spawner_path = build_dir() + "/cordon-spawner";
     o.init_path = build_dir() + "/cordon-init";
     o.default_seccomp_profile = build_dir() + "/seccomp/default.json";
-    return Engine::open(o);
+    o.host_id_base = host_id_base;
+    o.host_id_count = kPrivateHostIdCount;
+    return o;
+  }
+
+  Result<std::unique_ptr<Engine>> open() const { return Engine::open(options()); }
+
+  std::string job_dir(const std::string& id) const { return state_dir + "/jobs/" + id; }
+  std::string artifact_path(const std::string& artifact_id) const {
+    return state_dir + "/artifacts/" + artifact_id;
+  }
+
+  // Pids whose real, effective, saved or fs uid is one of this env's host uids.
+  std::vector<pid_t> sandbox_pids() const {
+    std::vector<pid_t> out;
+    DIR* d = ::opendir("/proc");
+    if (d == nullptr) return out;
+    while (struct dirent* e = ::readdir(d)) {
+      if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+      std::ifstream in(std::string("/proc/") + e->d_name + "/status");
+      std::string line;
+      while (std::getline(in, line)) {
+        if (line.rfind("Uid:", 0) != 0) continue;
+        std::istringstream ids(line.substr(4));
+        uint64_t id;
+        while (ids >> id) {
+          if (id >= host_id_base && id < host_id_base + kPrivateHostIdCount) {
+            out.push_back(static_cast<pid_t>(std::stol(e->d_name)));
+            break;
+          }
+        }
+        break;
+      }
+    }
+    ::closedir(d);
+    return out;
   }
 };
 
 inline std::string why(const Error& e) { return e.message(); }
+
+template <class T>
+std::string describe(const Result<T>& r) {
+  return r ? std::string("ok") : r.error().message();
+}
+
+inline std::unique_ptr<Engine> open_engine(const EngineEnv& env) {
+  auto e = env.open();
+  if (!e) {
+    throw std::runtime_error("Engine::open: " + e.error().message());
+  }
+  return std::move(*e);
+}
+
+// Polls `pred` until it holds or `timeout` passes; the engine offers no event for "output
+// grew", so a bounded poll is the honest way to observe a running job from outside.
+inline bool eventually(const std::function<bool()>& pred,
+                       std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+  auto until = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < until) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return pred();
+}
+
+inline std::string base64_decode(const std::string& in) {
+  auto val = [](char c) -> int {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+') return 62;
+    if (c == '/') return 63;
+    return -1;
+  };
+  std::string out;
+  uint32_t acc = 0;
+  int bits = 0;
+  for (char c : in) {
+    if (c == '=') break;
+    int v = val(c);
+    if (v < 0) throw std::runtime_error("bad base64");
+    acc = (acc << 6) | static_cast<uint32_t>(v);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out.push_back(static_cast<char>((acc >> bits) & 0xFF));
+    }
+  }
+  return out;
+}
+
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+inline std::string sha256_hex(const std::string& bytes) {
+  Sha256 h;
+  h.update(bytes);
+  return Sha256::hex(h.finish());
+}
+
+// Every byte of a stream, paged in `bytes` units and decoded, checking the page fields.
+inline std::string read_all_bytes(Engine& e, const std::string& session, const std::string& id,
+                                  const std::string& stream, uint64_t limit = 200000) {
+  std::string all;
+  uint64_t off = 0;
+  for (int guard = 0; guard < 100000; ++guard) {
+    auto p = e.output(
+        session, id, {.stream = stream, .offset = off, .limit = limit, .unit = OutputUnit::kBytes});
+    if (!p) throw std::runtime_error("output: " + p.error().message());
+    if (!p->base64 || p->offset != off) throw std::runtime_error("bad page header");
+    std::string bytes = base64_decode(p->content);
+    if (bytes.size() > limit || p->next_offset != off + bytes.size()) {
+      throw std::runtime_error("page size does not match its offsets");
+    }
+    all += bytes;
+    off = p->next_offset;
+    if (!p->has_more) break;
+  }
+  return all;
+}
 
 }  // namespace cordon::test

@@ -11,11 +11,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-template <class T>
-std::string describe(const Result<T>& r) {
-  return r ? std::string("ok") : r.error().message();
-}
-
 std::unique_ptr<Engine> open_or_fail(const EngineEnv& env) {
   auto e = env.open();
   BOOST_REQUIRE_MESSAGE(e.has_value(), describe(e));

@@ -32,6 +32,8 @@ SpawnRequestBody full_request() {
   s.inside_uid = 1234;
   s.inside_gid = 4321;
   s.tty = true;
+  s.tty_cols = 132;
+  s.tty_rows = 43;
   s.hostname = "box";
   s.tmp_size_bytes = 5ULL << 32;
   s.inotify_instances = 7;
@@ -59,6 +61,8 @@ void check_equal(const SpawnRequestBody& a, const SpawnRequestBody& b) {
   BOOST_TEST(a.spec.inside_uid == b.spec.inside_uid);
   BOOST_TEST(a.spec.inside_gid == b.spec.inside_gid);
   BOOST_TEST(a.spec.tty == b.spec.tty);
+  BOOST_TEST(a.spec.tty_cols == b.spec.tty_cols);
+  BOOST_TEST(a.spec.tty_rows == b.spec.tty_rows);
   BOOST_TEST(a.spec.hostname == b.spec.hostname);
   BOOST_TEST(a.spec.tmp_size_bytes == b.spec.tmp_size_bytes);
   BOOST_TEST(a.spec.inotify_instances == b.spec.inotify_instances);

@@ -1,0 +1,101 @@
+#define BOOST_TEST_MODULE engine_pty
+#include <boost/test/unit_test.hpp>
+
+#include "helpers/engine_fixture.hpp"
+
+// A real interactive program on the sandbox's pty: keys (including cursor keys in readline's
+// application mode), bracketed paste, submit, EOF, and resize.
+
+using namespace cordon;
+using namespace cordon::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::string pty_text(Engine& e, const std::string& id) {
+  auto p = e.output("s", id, {.stream = "pty", .limit = 200000});
+  return p ? p->content : std::string();
+}
+
+size_t count(const std::string& hay, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = hay.find(needle); at != std::string::npos; at = hay.find(needle, at + 1)) ++n;
+  return n;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(python_repl_takes_keys_paste_and_eof) {
+  EngineEnv env;
+  auto e = open_engine(env);
+  auto s = e->start("s", {.argv = {"/usr/bin/python3", "-q", "-i"}, .pty = true});
+  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+  const std::string id = s->task_id;
+  BOOST_REQUIRE_MESSAGE(
+      eventually([&] { return pty_text(*e, id).find(">>> ") != std::string::npos; }),
+      pty_text(*e, id));
+  // Typed out of order, fixed with a cursor key: "rint(40+2)", Home, "p", Enter.
+  BOOST_REQUIRE(e->write("s", id, {.data = "rint(40+2)"}).has_value());
+  BOOST_REQUIRE(e->write("s", id, {.keys = {"Home"}}).has_value());
+  BOOST_REQUIRE(e->write("s", id, {.data = "p", .keys = {"Enter"}}).has_value());
+  BOOST_REQUIRE_MESSAGE(
+      eventually([&] { return pty_text(*e, id).find("\r\n42\r\n") != std::string::npos; }),
+      pty_text(*e, id));
+  // A paste (bracketed: readline enables it), submitted with CR.
+  BOOST_REQUIRE(e->write("s", id, {.paste = "print(1000+234)", .submit = true}).has_value());
+  BOOST_REQUIRE_MESSAGE(eventually([&] { return count(pty_text(*e, id), "\r\n1234\r\n") == 1; }),
+                        pty_text(*e, id));
+  // History through the Up key (application cursor mode when readline asked for it).
+  BOOST_REQUIRE(e->write("s", id, {.keys = {"Up", "Enter"}}).has_value());
+  BOOST_REQUIRE_MESSAGE(eventually([&] { return count(pty_text(*e, id), "\r\n1234\r\n") == 2; }),
+                        pty_text(*e, id));
+  // C-u kills the typed line; Tab and BSpace edit; then the line runs.
+  BOOST_REQUIRE(e->write("s", id, {.data = "garbage", .keys = {"C-u"}}).has_value());
+  BOOST_REQUIRE(
+      e->write("s", id, {.data = "print('t'+'ab')x", .keys = {"BSpace", "Enter"}}).has_value());
+  BOOST_REQUIRE_MESSAGE(
+      eventually([&] { return pty_text(*e, id).find("\r\ntab\r\n") != std::string::npos; }),
+      pty_text(*e, id));
+  // EOF on an empty line ends the REPL with status 0.
+  BOOST_REQUIRE(e->write("s", id, {.eof = true}).has_value());
+  auto st = e->status("s", id, 20s);
+  BOOST_REQUIRE(st.has_value());
+  BOOST_TEST(st->state == "exited", st->error);
+  BOOST_TEST(st->exit_code.value_or(-1) == 0);
+  BOOST_TEST(st->pty);
+  BOOST_REQUIRE(st->stdout_artifact.has_value());
+  BOOST_TEST(st->stdout_artifact->stream == "pty");
+  BOOST_TEST(st->tail_preview.find("1234") != std::string::npos, st->tail_preview);
+  // A settled pty job takes no more input.
+  BOOST_TEST(!e->write("s", id, {.data = "x"}).has_value());
+}
+
+BOOST_AUTO_TEST_CASE(resize_reaches_the_program) {
+  EngineEnv env;
+  auto e = open_engine(env);
+  auto s =
+      e->start("s", {.argv = {"/bin/sh", "-c", "stty size; read x; stty size; echo TERM=$TERM"},
+                     .pty = true,
+                     .cols = 100,
+                     .rows = 40});
+  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+  const std::string id = s->task_id;
+  BOOST_REQUIRE_MESSAGE(
+      eventually([&] { return pty_text(*e, id).find("40 100") != std::string::npos; }),
+      pty_text(*e, id));
+  BOOST_REQUIRE(eventually([&] { return e->resize("s", id, 132, 43).has_value(); }));
+  BOOST_REQUIRE(e->write("s", id, {.submit = true}).has_value());
+  auto st = e->status("s", id, 20s);
+  BOOST_REQUIRE(st.has_value());
+  BOOST_TEST(st->state == "exited");
+  std::string out = pty_text(*e, id);
+  BOOST_TEST(out.find("43 132") != std::string::npos, out);
+  BOOST_TEST(out.find("TERM=xterm-256color") != std::string::npos, out);
+  // Resizing a settled job or a pipe job is refused.
+  BOOST_TEST(!e->resize("s", id, 80, 24).has_value());
+  auto p = e->start("s", {.argv = {"/bin/true"}});
+  BOOST_REQUIRE(p.has_value());
+  auto r = e->resize("s", p->task_id, 80, 24);
+  BOOST_REQUIRE(!r.has_value());
+  BOOST_TEST(r.error().message().find("no terminal") != std::string::npos);
+}

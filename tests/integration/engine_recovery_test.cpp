@@ -1,0 +1,289 @@
+#define BOOST_TEST_MODULE engine_recovery
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <boost/test/unit_test.hpp>
+#include <filesystem>
+
+#include "helpers/engine_fixture.hpp"
+
+// Durability: an engine process SIGKILLed while its jobs write, a second engine on a live
+// state dir, and a state dir on a full disk.
+
+using namespace cordon;
+using namespace cordon::test;
+using namespace std::chrono_literals;
+
+namespace fs = std::filesystem;
+
+extern char** environ;
+
+namespace {
+
+// engine_host (tests/helpers/engine_host.cpp) in its own process, driven line by line.
+struct EngineHost {
+  pid_t pid = -1;
+  FILE* to = nullptr;
+  FILE* from = nullptr;
+
+  explicit EngineHost(const EngineEnv& env) {
+    int in[2], out[2];
+    if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0) {
+      throw std::runtime_error("pipe2");
+    }
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+    EngineOptions o = env.options();
+    std::string host = env_or("CORDON_ENGINE_HOST", "build/tests/engine_host");
+    std::vector<std::string> args = {host,
+                                     o.state_dir,
+                                     o.policy_path,
+                                     o.spawner_path,
+                                     o.init_path,
+                                     o.default_seccomp_profile,
+                                     std::to_string(o.host_id_base),
+                                     std::to_string(o.host_id_count)};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    int rc = ::posix_spawn(&pid, host.c_str(), &fa, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    ::close(in[0]);
+    ::close(out[1]);
+    if (rc != 0) {
+      throw std::runtime_error("posix_spawn engine_host: " + std::string(strerror(rc)));
+    }
+    to = ::fdopen(in[1], "w");
+    from = ::fdopen(out[0], "r");
+  }
+  ~EngineHost() {
+    if (pid > 0) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+    if (to) ::fclose(to);
+    if (from) ::fclose(from);
+  }
+  std::string line() {
+    char buf[4096];
+    if (::fgets(buf, sizeof buf, from) == nullptr) return "EOF";
+    std::string s(buf);
+    if (!s.empty() && s.back() == '\n') s.pop_back();
+    return s;
+  }
+  std::string ask(const std::string& cmd) {
+    std::fputs((cmd + "\n").c_str(), to);
+    std::fflush(to);
+    return line();
+  }
+  void sigkill() {
+    ::kill(pid, SIGKILL);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    pid = -1;
+  }
+};
+
+uint64_t file_size(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+}
+
+std::vector<std::string> record_paths(const EngineEnv& env, const std::string& id) {
+  std::vector<std::string> out;
+  std::istringstream in(read_file(env.state_dir + "/cgroups/" + id + ".cgroups"));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty()) out.push_back(line);
+  }
+  return out;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(restart_after_sigkill_of_the_engine_process_answers_for_every_job) {
+  EngineEnv env;
+  EngineHost host(env);
+  BOOST_REQUIRE_EQUAL(host.line(), "ready");
+  std::string done = host.ask("start echo kept; echo kept-err >&2");
+  BOOST_REQUIRE_MESSAGE(done.rfind("t", 0) == 0, done);
+  BOOST_REQUIRE_EQUAL(host.ask("wait " + done), "exited");
+  std::string writer =
+      host.ask("start i=0; while :; do echo \"line $i\"; echo \"err $i\" >&2; i=$((i+1)); done");
+  BOOST_REQUIRE_MESSAGE(writer.rfind("t", 0) == 0, writer);
+  std::string quiet = host.ask("start echo before >&2; exec sleep 1000");
+  BOOST_REQUIRE_MESSAGE(quiet.rfind("t", 0) == 0, quiet);
+  BOOST_REQUIRE(eventually([&] {
+    return file_size(env.job_dir(writer) + "/stdout.log") > 200000 &&
+           file_size(env.job_dir(quiet) + "/stderr.log") == 7;
+  }));
+  // The jobs' cgroups, as their records name them, exist now.
+  std::vector<std::string> cgroups;
+  for (const auto& id : {writer, quiet}) {
+    auto paths = record_paths(env, id);
+    BOOST_REQUIRE_MESSAGE(!paths.empty(), "no cgroup record for " << id);
+    for (const auto& p : paths) {
+      BOOST_TEST(fs::exists(p), p);
+      cgroups.push_back(p);
+    }
+  }
+  BOOST_TEST(!env.sandbox_pids().empty());
+
+  // A second engine on the live state dir is refused and touches nothing.
+  {
+    auto second = env.open();
+    BOOST_REQUIRE(!second.has_value());
+    BOOST_TEST(second.error().message().find("another cordon engine") != std::string::npos,
+               second.error().message());
+    uint64_t before = file_size(env.job_dir(writer) + "/stdout.log");
+    BOOST_REQUIRE(eventually(
+        [&] { return file_size(env.job_dir(writer) + "/stdout.log") > before + 10000; }));
+  }
+
+  host.sigkill();  // while the writer writes
+  auto e = open_engine(env);
+  // Nothing of the sandboxes is left: no process of their host uids, no cgroup.
+  auto left = env.sandbox_pids();
+  BOOST_TEST(left.empty(), left.size() << " processes left");
+  for (const auto& p : cgroups) {
+    BOOST_TEST(!fs::exists(p), p);
+  }
+
+  auto d = e->status("s", done);
+  BOOST_REQUIRE_MESSAGE(d.has_value(), describe(d));
+  BOOST_TEST(d->state == "exited");
+  auto dout = e->output("s", done, {});
+  BOOST_REQUIRE(dout.has_value());
+  BOOST_TEST(dout->content == "kept\n");
+
+  for (const auto& id : {writer, quiet}) {
+    BOOST_TEST_CONTEXT(id) {
+      auto st = e->status("s", id);
+      BOOST_REQUIRE_MESSAGE(st.has_value(), describe(st));
+      BOOST_TEST(st->state == "abandoned");
+      BOOST_TEST(st->error.find("restarted") != std::string::npos, st->error);
+      BOOST_TEST(!st->ended_at.empty());
+      for (auto [art, stream] :
+           {std::pair{st->stdout_artifact, "stdout"}, std::pair{st->stderr_artifact, "stderr"}}) {
+        // Every byte that reached the log is banked, and the digest is of those bytes.
+        std::string log = read_file(env.job_dir(id) + "/" + stream + ".log");
+        BOOST_REQUIRE(art.has_value());
+        BOOST_TEST(art->size_bytes == log.size());
+        BOOST_TEST(art->sha256 == sha256_hex(log));
+        BOOST_TEST((read_file(env.artifact_path(art->artifact_id)) == log));
+        BOOST_TEST((read_all_bytes(*e, "s", id, stream) == log));
+      }
+    }
+  }
+  // The writer's stdout is the exact sequence it printed, cut at most inside its last line.
+  std::string log = read_file(env.job_dir(writer) + "/stdout.log");
+  std::string want;
+  for (int i = 0; want.size() < log.size(); ++i) want += "line " + std::to_string(i) + "\n";
+  BOOST_TEST((want.compare(0, log.size(), log) == 0));
+  BOOST_TEST(read_file(env.job_dir(quiet) + "/stderr.log") == "before\n");
+  // A third engine finds the same answers (recovery is not repeated destructively).
+  auto first = e->status("s", writer);
+  e.reset();
+  auto e3 = open_engine(env);
+  auto again = e3->status("s", writer);
+  BOOST_REQUIRE(again.has_value());
+  BOOST_TEST(again->state == "abandoned");
+  BOOST_TEST(again->stdout_artifact->sha256 == first->stdout_artifact->sha256);
+  BOOST_TEST(again->ended_at == first->ended_at);
+}
+
+namespace {
+
+// A small tmpfs, unmounted (lazily) when the test ends.
+struct SmallDisk {
+  std::string path;
+  explicit SmallDisk(std::string p, const char* size) : path(std::move(p)) {
+    fs::create_directories(path);
+    if (::mount("cordon-test", path.c_str(), "tmpfs", MS_NOSUID | MS_NODEV,
+                (std::string("mode=0700,size=") + size).c_str()) != 0) {
+      throw std::runtime_error("mount tmpfs: " + std::string(strerror(errno)));
+    }
+  }
+  ~SmallDisk() { ::umount2(path.c_str(), MNT_DETACH); }
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_full_disk_fails_the_writer_and_settling_still_works) {
+  EngineEnv env;
+  SmallDisk disk(env.box.base + "/small", "6m");
+  env.state_dir = disk.path + "/state";
+  env.box.write("gen.py", "import sys\nsys.stdout.buffer.write(bytes(range(256)) * 4096)\n");
+  auto e = open_engine(env);
+  BOOST_TEST(file_size(env.state_dir + "/reserve") >= 64u * 1024);
+
+  // Banked before the disk fills: 1 MiB.
+  auto banked = e->start("s", {.argv = {"/usr/bin/python3", "gen.py"}});
+  BOOST_REQUIRE_MESSAGE(banked.has_value(), describe(banked));
+  auto b = e->status("s", banked->task_id, 30s);
+  BOOST_REQUIRE(b.has_value());
+  BOOST_REQUIRE_MESSAGE(b->state == "exited", b->error);
+  const std::string banked_bytes = read_file(env.artifact_path(b->stdout_artifact->artifact_id));
+  BOOST_REQUIRE(banked_bytes.size() == 1u << 20);
+
+  auto other = e->start("s", {.argv = {"/bin/cat"}, .stdin_mode = StdinMode::kPipe});
+  BOOST_REQUIRE_MESSAGE(other.has_value(), describe(other));
+  BOOST_REQUIRE(e->write("s", other->task_id, {.data = "early\n"}).has_value());
+  BOOST_REQUIRE(eventually([&] {
+    auto st = e->status("s", other->task_id);
+    return st && st->stdout_bytes == 6;
+  }));
+
+  // More than fits (5 MB free at most, far below the 10 MiB cap).
+  auto big = e->start("s", {.argv = {"/usr/bin/yes", "fill"}});
+  BOOST_REQUIRE_MESSAGE(big.has_value(), describe(big));
+  auto st = e->status("s", big->task_id, 30s);
+  BOOST_REQUIRE(st.has_value());
+  BOOST_TEST(st->state == "failed");
+  BOOST_TEST(st->error.find("ENOSPC") != std::string::npos, st->error);
+  BOOST_TEST(st->error.find("could not be kept") != std::string::npos, st->error);
+  BOOST_TEST(st->error.find(" 0 bytes of stdout could not") == std::string::npos, st->error);
+  // What was kept is consistent: the log, the artifact, its size and digest agree.
+  std::string log = read_file(env.job_dir(big->task_id) + "/stdout.log");
+  BOOST_TEST(log.size() > 1000000u);
+  BOOST_TEST(st->stdout_bytes == log.size());
+  BOOST_TEST(st->stdout_artifact->sha256 == sha256_hex(log));
+  std::string want;
+  while (want.size() < log.size()) want += "fill\n";
+  BOOST_TEST((want.compare(0, log.size(), log) == 0));
+  // Settling reached the disk although it was full (the reserve paid for it).
+  auto meta =
+      nlohmann::json::parse(read_file(env.job_dir(big->task_id) + "/meta.json"), nullptr, false);
+  BOOST_REQUIRE(meta.is_object());
+  BOOST_TEST(meta.value("state", "") == "failed");
+  BOOST_TEST(meta.value("error", "").find("ENOSPC") != std::string::npos);
+
+  // The other job goes on; what was banked before is intact.
+  auto o = e->status("s", other->task_id);
+  BOOST_REQUIRE(o.has_value());
+  BOOST_TEST(o->state == "running");
+  BOOST_TEST((read_file(env.artifact_path(b->stdout_artifact->artifact_id)) == banked_bytes));
+  BOOST_TEST(sha256_hex(banked_bytes) == b->stdout_artifact->sha256);
+
+  // Removing the failed job frees the disk; the other job then prints and settles normally.
+  auto rm = e->remove("s", big->task_id);
+  BOOST_REQUIRE_MESSAGE(rm.has_value(), describe(rm));
+  BOOST_TEST(file_size(env.state_dir + "/reserve") >= 64u * 1024);  // taken back
+  BOOST_REQUIRE(e->write("s", other->task_id, {.data = "late\n", .eof = true}).has_value());
+  auto od = e->status("s", other->task_id, 20s);
+  BOOST_REQUIRE(od.has_value());
+  BOOST_TEST(od->state == "exited");
+  BOOST_TEST(read_file(env.artifact_path(od->stdout_artifact->artifact_id)) == "early\nlate\n");
+  e.reset();
+  // A restarted engine reads the same.
+  auto e2 = open_engine(env);
+  auto b2 = e2->status("s", banked->task_id);
+  BOOST_REQUIRE(b2.has_value());
+  BOOST_TEST(b2->stdout_artifact->sha256 == b->stdout_artifact->sha256);
+}

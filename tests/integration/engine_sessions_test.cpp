@@ -1,0 +1,243 @@
+#define BOOST_TEST_MODULE engine_sessions
+#include <boost/test/unit_test.hpp>
+#include <filesystem>
+
+#include "helpers/engine_fixture.hpp"
+
+// Counters, session scoping, queueing over the concurrency limits, and remove.
+
+using namespace cordon;
+using namespace cordon::test;
+using namespace std::chrono_literals;
+
+namespace fs = std::filesystem;
+
+BOOST_AUTO_TEST_CASE(counters_clear_on_status_and_output_but_not_on_list) {
+  EngineEnv env;
+  auto e = open_engine(env);
+  auto cat = e->start("a", {.argv = {"/bin/cat"}, .stdin_mode = StdinMode::kPipe});
+  BOOST_REQUIRE_MESSAGE(cat.has_value(), describe(cat));
+  auto echo = e->start("a", {.argv = {"/bin/echo", "hi"}});
+  BOOST_REQUIRE_MESSAGE(echo.has_value(), describe(echo));
+  BOOST_TEST(e->counters("a").running >= 1u);
+  BOOST_REQUIRE(eventually([&] { return e->counters("a").finished == 1; }));
+  BOOST_TEST(e->counters("a").running == 1u);  // cat still runs
+  auto l = e->list("a", std::nullopt);
+  BOOST_REQUIRE(l.has_value());
+  BOOST_TEST(l->size() == 2u);
+  auto settled = e->list("a", std::string("exited"));
+  BOOST_REQUIRE(settled.has_value());
+  BOOST_TEST(settled->size() == 1u);
+  BOOST_TEST(e->counters("a").finished == 1u);  // listing does not mark it read
+  BOOST_REQUIRE(e->status("a", echo->task_id).has_value());
+  BOOST_TEST(e->counters("a").finished == 0u);  // reading its status does
+  BOOST_REQUIRE(e->status("a", echo->task_id).has_value());
+  BOOST_TEST(e->counters("a").finished == 0u);  // only once
+
+  BOOST_REQUIRE(e->write("a", cat->task_id, {.eof = true}).has_value());
+  BOOST_REQUIRE(eventually([&] { return e->counters("a").finished == 1; }));
+  BOOST_TEST(e->counters("a").running == 0u);
+  BOOST_REQUIRE(e->output("a", cat->task_id, {}).has_value());
+  BOOST_TEST(e->counters("a").finished == 0u);  // reading its output does
+  BOOST_TEST(e->counters("b").running == 0u);
+  BOOST_TEST(e->counters("b").finished == 0u);
+
+  // The counters survive a restart: an unread settled job still counts as finished.
+  auto third = e->start("a", {.argv = {"/bin/true"}});
+  BOOST_REQUIRE(third.has_value());
+  BOOST_REQUIRE(eventually([&] { return e->counters("a").finished == 1; }));
+  e.reset();
+  auto e2 = open_engine(env);
+  BOOST_TEST(e2->counters("a").finished == 1u);
+  BOOST_REQUIRE(e2->status("a", third->task_id).has_value());
+  BOOST_TEST(e2->counters("a").finished == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(a_session_sees_only_its_own_jobs) {
+  EngineEnv env;
+  auto e = open_engine(env);
+  auto a = e->start("a", {.argv = {"/bin/cat"}, .stdin_mode = StdinMode::kPipe});
+  BOOST_REQUIRE_MESSAGE(a.has_value(), describe(a));
+  const std::string id = a->task_id;
+  auto not_found = [&](const auto& r, const char* what) {
+    BOOST_TEST_CONTEXT(what) {
+      BOOST_REQUIRE(!r.has_value());
+      BOOST_TEST((r.error().code() == ErrorCode::kNotFound), r.error().message());
+      BOOST_TEST(r.error().message().find("started no commands") != std::string::npos,
+                 r.error().message());
+    }
+  };
+  not_found(e->status("b", id), "status");
+  not_found(e->output("b", id, {}), "output");
+  not_found(e->kill("b", id), "kill");
+  not_found(e->write("b", id, {.data = "x"}), "write");
+  not_found(e->remove("b", id), "remove");
+  not_found(e->resize("b", id, 80, 24), "resize");
+  not_found(e->wait("b", {id}, 10ms, false), "wait");
+  auto lb = e->list("b", std::nullopt);
+  BOOST_REQUIRE(lb.has_value());
+  BOOST_TEST(lb->empty());
+  BOOST_TEST(e->known_ids("b").empty());
+  BOOST_TEST(e->counters("b").running == 0u);
+  // Once b has its own job, the refusal lists b's ids and never a's.
+  auto b = e->start("b", {.argv = {"/bin/true"}});
+  BOOST_REQUIRE(b.has_value());
+  auto r = e->status("b", id);
+  BOOST_REQUIRE(!r.has_value());
+  BOOST_TEST(r.error().message().find(b->task_id) != std::string::npos, r.error().message());
+  BOOST_TEST(r.error().message().find(id) == r.error().message().find("`" + id) + 1);
+  // a's job was not touched by any of it.
+  auto st = e->status("a", id);
+  BOOST_REQUIRE(st.has_value());
+  BOOST_TEST(st->state == "running");
+  BOOST_REQUIRE(e->write("a", id, {.data = "mine\n", .eof = true}).has_value());
+  auto done = e->status("a", id, 20s);
+  BOOST_REQUIRE(done.has_value());
+  BOOST_TEST(done->state == "exited");
+  BOOST_TEST(read_file(env.artifact_path(done->stdout_artifact->artifact_id)) == "mine\n");
+}
+
+BOOST_AUTO_TEST_CASE(a_start_over_the_per_session_limit_is_queued_until_a_slot_frees) {
+  EngineEnv env(nlohmann::json{{"concurrency", {{"perSession", 1}, {"total", 2}}}});
+  auto e = open_engine(env);
+  auto first = e->start("a", {.argv = {"/bin/cat"}, .stdin_mode = StdinMode::kPipe});
+  BOOST_REQUIRE_MESSAGE(first.has_value(), describe(first));
+  BOOST_TEST(first->state == "running");
+  auto second = e->start("a", {.argv = {"/bin/echo", "second"}});
+  BOOST_REQUIRE_MESSAGE(second.has_value(), describe(second));
+  BOOST_TEST(second->state == "queued");
+  BOOST_TEST(!second->task_id.empty());
+  auto third = e->start("a", {.argv = {"/bin/echo", "third"}});
+  BOOST_REQUIRE(third.has_value());
+  BOOST_TEST(third->state == "queued");
+  BOOST_TEST(e->counters("a").running == 3u);  // queued jobs count as running
+  // A queued job can be killed before it runs; it never starts.
+  auto k = e->kill("a", third->task_id);
+  BOOST_REQUIRE_MESSAGE(k.has_value(), describe(k));
+  BOOST_TEST(k->state == "killed");
+  // Another session has its own slot, up to the total.
+  auto other = e->start("b", {.argv = {"/bin/cat"}, .stdin_mode = StdinMode::kPipe});
+  BOOST_REQUIRE(other.has_value());
+  BOOST_TEST(other->state == "running");
+  auto over_total = e->start("c", {.argv = {"/bin/echo", "c"}});
+  BOOST_REQUIRE(over_total.has_value());
+  BOOST_TEST(over_total->state == "queued");
+  // Still queued while the first runs (bounded wait: it must not settle).
+  auto still = e->status("a", second->task_id, 300ms);
+  BOOST_REQUIRE(still.has_value());
+  BOOST_TEST(still->state == "queued");
+  BOOST_TEST(still->stdout_bytes == 0u);
+
+  BOOST_REQUIRE(e->write("a", first->task_id, {.eof = true}).has_value());
+  auto ran = e->status("a", second->task_id, 20s);
+  BOOST_REQUIRE(ran.has_value());
+  BOOST_TEST(ran->state == "exited");
+  BOOST_TEST(read_file(env.artifact_path(ran->stdout_artifact->artifact_id)) == "second\n");
+  auto never = e->status("a", third->task_id);
+  BOOST_REQUIRE(never.has_value());
+  BOOST_TEST(never->state == "killed");
+  BOOST_TEST(never->stdout_bytes == 0u);
+  // Session a's slot freed a total slot too: c runs.
+  auto c = e->status("c", over_total->task_id, 20s);
+  BOOST_REQUIRE(c.has_value());
+  BOOST_TEST(c->state == "exited");
+  BOOST_REQUIRE(e->kill("b", other->task_id).has_value());
+  BOOST_REQUIRE(e->status("b", other->task_id, 20s).has_value());
+  BOOST_TEST(e->counters("a").running == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(remove_deletes_logs_and_artifacts_and_is_refused_while_running) {
+  EngineEnv env;
+  auto e = open_engine(env);
+  auto s = e->start("s", {.argv = {"/bin/sh", "-c", "echo out; echo err >&2; exec sleep 1000"}});
+  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+  auto r = e->remove("s", s->task_id);
+  BOOST_REQUIRE(!r.has_value());
+  BOOST_TEST((r.error().code() == ErrorCode::kRefused));
+  BOOST_TEST(r.error().message().find("kill it first") != std::string::npos, r.error().message());
+  BOOST_TEST(fs::exists(env.job_dir(s->task_id) + "/meta.json"));
+  BOOST_REQUIRE(e->kill("s", s->task_id).has_value());
+  auto st = e->status("s", s->task_id, 20s);
+  BOOST_REQUIRE(st.has_value());
+  BOOST_REQUIRE(st->settled());
+  std::string out_art = env.artifact_path(st->stdout_artifact->artifact_id);
+  std::string err_art = env.artifact_path(st->stderr_artifact->artifact_id);
+  BOOST_TEST(fs::exists(out_art));
+  BOOST_TEST(fs::exists(err_art));
+  // A second, unread job shows the finished counter drop on remove.
+  auto t = e->start("s", {.argv = {"/bin/true"}});
+  BOOST_REQUIRE(t.has_value());
+  BOOST_REQUIRE(eventually([&] { return e->counters("s").finished == 1; }));
+  BOOST_REQUIRE(e->remove("s", t->task_id).has_value());
+  BOOST_TEST(e->counters("s").finished == 0u);
+
+  auto ok = e->remove("s", s->task_id);
+  BOOST_REQUIRE_MESSAGE(ok.has_value(), describe(ok));
+  BOOST_TEST(!fs::exists(env.job_dir(s->task_id)));
+  BOOST_TEST(!fs::exists(out_art));
+  BOOST_TEST(!fs::exists(err_art));
+  BOOST_TEST(!fs::exists(out_art + ".json"));
+  auto gone = e->status("s", s->task_id);
+  BOOST_REQUIRE(!gone.has_value());
+  BOOST_TEST((gone.error().code() == ErrorCode::kNotFound));
+  BOOST_TEST(!e->retrieve(st->stdout_artifact->artifact_id, {}).has_value());
+  BOOST_TEST(e->known_ids("s").empty());
+  auto l = e->list("s", std::nullopt);
+  BOOST_REQUIRE(l.has_value());
+  BOOST_TEST(l->empty());
+  // And it stays gone after a restart.
+  e.reset();
+  auto e2 = open_engine(env);
+  BOOST_TEST(!e2->status("s", s->task_id).has_value());
+}
+
+BOOST_AUTO_TEST_CASE(retention_max_jobs_removes_the_oldest_settled_jobs_at_settle_time) {
+  EngineEnv env(nlohmann::json{{"retention", {{"maxJobs", 2}}}});
+  auto e = open_engine(env);
+  auto running = e->start("s", {.argv = {"/bin/cat"}, .stdin_mode = StdinMode::kPipe});
+  BOOST_REQUIRE(running.has_value());
+  std::vector<JobStatus> done;
+  for (const char* word : {"one", "two", "three"}) {
+    auto s = e->start("s", {.argv = {"/bin/echo", word}});
+    BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+    auto st = e->status("s", s->task_id, 20s);
+    BOOST_REQUIRE(st.has_value());
+    BOOST_REQUIRE(st->state == "exited");
+    done.push_back(*st);
+  }
+  // "one" went when "three" settled; the running job is neither counted nor touched.
+  BOOST_TEST(!e->status("s", done[0].task_id).has_value());
+  BOOST_TEST(!fs::exists(env.job_dir(done[0].task_id)));
+  BOOST_TEST(!fs::exists(env.artifact_path(done[0].stdout_artifact->artifact_id)));
+  BOOST_TEST(e->status("s", done[1].task_id).has_value());
+  BOOST_TEST(e->status("s", done[2].task_id).has_value());
+  auto r = e->status("s", running->task_id);
+  BOOST_REQUIRE(r.has_value());
+  BOOST_TEST(r->state == "running");
+  auto l = e->list("s", std::nullopt);
+  BOOST_REQUIRE(l.has_value());
+  BOOST_TEST(l->size() == 3u);
+  // When the running job settles it counts: "two" goes, the job that just settled stays.
+  BOOST_REQUIRE(e->write("s", running->task_id, {.eof = true}).has_value());
+  BOOST_REQUIRE(e->status("s", running->task_id, 20s).has_value());
+  BOOST_TEST(!e->status("s", done[1].task_id).has_value());
+  BOOST_TEST(e->status("s", done[2].task_id).has_value());
+  BOOST_TEST(e->status("s", running->task_id).has_value());
+}
+
+BOOST_AUTO_TEST_CASE(retention_max_age_removes_jobs_that_ended_too_long_ago) {
+  EngineEnv env(nlohmann::json{{"retention", {{"maxAgeSeconds", 1}}}});
+  auto e = open_engine(env);
+  auto old = e->start("s", {.argv = {"/bin/echo", "old"}});
+  BOOST_REQUIRE(old.has_value());
+  BOOST_REQUIRE(e->status("s", old->task_id, 20s).has_value());
+  // A job that itself runs past the age limit: when it settles, "old" is over a second old.
+  auto slow = e->start("s", {.argv = {"/bin/sleep", "1.5"}});
+  BOOST_REQUIRE(slow.has_value());
+  auto st = e->status("s", slow->task_id, 20s);
+  BOOST_REQUIRE(st.has_value());
+  BOOST_TEST(st->state == "exited");
+  BOOST_TEST(!e->status("s", old->task_id).has_value());
+  BOOST_TEST(!fs::exists(env.job_dir(old->task_id)));
+  BOOST_TEST(e->status("s", slow->task_id).has_value());
+}
