@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "api/doctor.hpp"
+#include "api/mcp.hpp"
 #include "base/strings.hpp"
 #include "engine/oneshot.hpp"
 #include "policy/host_paths.hpp"
@@ -29,6 +30,7 @@ using json = nlohmann::json;
 
 constexpr const char* kUsage = R"(usage: cordon run [options] -- PROGRAM [ARGS...]
        cordon doctor [--state-dir DIR]
+       cordon mcp --policy FILE [--state-dir DIR] [--session NAME]
        cordon --version
 
 Runs PROGRAM once inside a kernel-enforced sandbox (no shell, ever) and exits with its exit
@@ -53,6 +55,10 @@ code (128+N when killed by signal N). Options of `run`:
   --state-dir DIR     cordon's state directory (default /var/lib/cordon as root)
   --host-ids START:COUNT  the reserved host uid/gid range, one id per concurrent sandbox
                       (default 1879048192:65536; `cordon doctor` checks it is unused)
+
+`cordon mcp` serves the agent tools (docs/tools.md) as an MCP server on stdin/stdout; it ends,
+and its running commands with it, when stdin closes. Jobs are kept in the state dir under the
+session (default `default`), so a restarted server answers for them.
 
 Exit codes besides the command's own: 122 OOM-killed, 123 output cap, 124 timeout,
 125 refused or could not set up, 126 cannot execute, 127 program not found.
@@ -623,6 +629,73 @@ int parse_run(int argc, char** argv) {
   return run_main(a);
 }
 
+int mcp_command(int argc, char** argv) {
+  std::optional<std::string> policy, state_dir;
+  std::string session = "default";
+  for (int i = 2; i < argc; ++i) {
+    std::string opt = argv[i];
+    if ((opt == "--policy" || opt == "--state-dir" || opt == "--session") && i + 1 >= argc) {
+      return refuse(fmt::format("mcp: {} needs a value", opt), 2);
+    }
+    if (opt == "--policy") {
+      policy = argv[++i];
+    } else if (opt == "--state-dir") {
+      state_dir = argv[++i];
+    } else if (opt == "--session") {
+      session = argv[++i];
+    } else if (opt == "-h" || opt == "--help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else {
+      return refuse(fmt::format("mcp: unknown argument `{}` (see `cordon --help`)", opt), 2);
+    }
+  }
+  if (!policy) {
+    return refuse(
+        "mcp: --policy FILE is required: it lists the executables and the working root the "
+        "agent may use (docs/policy.md)",
+        2);
+  }
+  char cwdbuf[PATH_MAX];
+  if (::getcwd(cwdbuf, sizeof cwdbuf) == nullptr) {
+    return refuse(fmt::format("getcwd: {}", errno_name(errno)));
+  }
+  auto absolute = [&](const std::string& p) {
+    return p[0] == '/' ? normalize_path(p) : normalize_path(std::string(cwdbuf) + "/" + p);
+  };
+  McpOptions o;
+  o.session = session;
+  o.engine.policy_path = absolute(*policy);
+  o.engine.state_dir = absolute(state_dir.value_or(default_state_dir()));
+  std::string bin_dir = exe_dir();
+  o.engine.spawner_path =
+      first_existing({bin_dir + "/cordon-spawner", bin_dir + "/../libexec/cordon/cordon-spawner"});
+  o.engine.init_path =
+      first_existing({bin_dir + "/cordon-init", bin_dir + "/../libexec/cordon/cordon-init"});
+  o.engine.default_seccomp_profile = first_existing(
+      {bin_dir + "/seccomp/default.json", bin_dir + "/../share/cordon/seccomp/default.json"});
+  if (::mkdir(o.engine.state_dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return refuse(
+        fmt::format("create the state dir `{}`: {}", o.engine.state_dir, errno_name(errno)));
+  }
+  // The protocol gets private copies of stdin and stdout; fd 0 becomes /dev/null and fd 1 a
+  // copy of stderr, so nothing else in this process or a helper it starts (the spawner) can
+  // read a request or write a stray byte into the protocol stream.
+  int in = ::fcntl(STDIN_FILENO, F_DUPFD_CLOEXEC, 3);
+  int out = ::fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
+  if (in < 0 || out < 0) {
+    return refuse(fmt::format("fcntl F_DUPFD_CLOEXEC stdin/stdout: {}", errno_name(errno)));
+  }
+  int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (null < 0 || ::dup2(null, STDIN_FILENO) < 0 || ::dup2(STDERR_FILENO, STDOUT_FILENO) < 0) {
+    return refuse(fmt::format("redirect stdin/stdout: {}", errno_name(errno)));
+  }
+  ::close(null);
+  o.in_fd = in;
+  o.out_fd = out;
+  return run_mcp_server(o);
+}
+
 }  // namespace
 
 int cli_main(int argc, char** argv) {
@@ -635,6 +708,9 @@ int cli_main(int argc, char** argv) {
   std::string cmd = argv[1];
   if (cmd == "run") {
     return parse_run(argc, argv);
+  }
+  if (cmd == "mcp") {
+    return mcp_command(argc, argv);
   }
   if (cmd == "doctor") {
     std::optional<std::string> state_dir;

@@ -1,0 +1,201 @@
+#include "api/jsonrpc.hpp"
+
+#include <fmt/format.h>
+
+namespace cordon::api::jsonrpc {
+
+json make_error(const json& id, int code, const std::string& message, const json& data) {
+  json err = {{"code", code}, {"message", message}};
+  if (!data.is_null()) {
+    err["data"] = data;
+  }
+  return {{"jsonrpc", "2.0"}, {"id", id}, {"error", std::move(err)}};
+}
+
+json make_result(const json& id, json result) {
+  return {{"jsonrpc", "2.0"}, {"id", id}, {"result", std::move(result)}};
+}
+
+json make_notification(const std::string& method, json params) {
+  json n = {{"jsonrpc", "2.0"}, {"method", method}};
+  if (!params.is_null()) {
+    n["params"] = std::move(params);
+  }
+  return n;
+}
+
+std::vector<LineSplitter::Line> LineSplitter::feed(std::string_view bytes) {
+  std::vector<Line> out;
+  while (!bytes.empty()) {
+    size_t nl = bytes.find('\n');
+    std::string_view part = bytes.substr(0, nl);
+    if (skipping_) {
+      // Inside an overlong line: drop bytes until its newline.
+    } else if (buf_.size() + part.size() > max_) {
+      skipping_ = true;
+      buf_.clear();
+      buf_.shrink_to_fit();
+      out.push_back({"", true});
+    } else {
+      buf_.append(part);
+    }
+    if (nl == std::string_view::npos) {
+      break;
+    }
+    if (!skipping_) {
+      if (!buf_.empty() && buf_.back() == '\r') {
+        buf_.pop_back();
+      }
+      out.push_back({std::move(buf_), false});
+      buf_.clear();
+    }
+    skipping_ = false;
+    bytes.remove_prefix(nl + 1);
+  }
+  return out;
+}
+
+std::vector<LineSplitter::Line> LineSplitter::finish() {
+  std::vector<Line> out;
+  if (!skipping_ && !buf_.empty()) {
+    out.push_back({std::move(buf_), false});
+  }
+  buf_.clear();
+  skipping_ = false;
+  return out;
+}
+
+Checked check_message(const json& msg) {
+  if (!msg.is_object()) {
+    return {std::nullopt, make_error(nullptr, kInvalidRequest,
+                                     "Invalid Request: a message must be a JSON object")};
+  }
+  json id = msg.contains("id") ? msg["id"] : json();
+  bool has_id = msg.contains("id");
+  // An id we cannot echo back is answered with a null id, as JSON-RPC 2.0 says.
+  bool id_ok = !has_id || id.is_string() || id.is_number_integer();
+  json reply_id = id_ok ? id : json();
+  if (!msg.contains("method") && (msg.contains("result") || msg.contains("error"))) {
+    return {std::nullopt, nullptr};  // a response to a request of ours: we send none
+  }
+  auto jv = msg.find("jsonrpc");
+  if (jv == msg.end() || *jv != "2.0") {
+    return {std::nullopt,
+            make_error(reply_id, kInvalidRequest, "Invalid Request: `jsonrpc` must be \"2.0\"")};
+  }
+  auto m = msg.find("method");
+  if (m == msg.end() || !m->is_string()) {
+    return {std::nullopt,
+            make_error(reply_id, kInvalidRequest, "Invalid Request: `method` must be a string")};
+  }
+  if (!id_ok) {
+    // MCP forbids null ids, and JSON-RPC ids are strings or integers.
+    return {std::nullopt, make_error(nullptr, kInvalidRequest,
+                                     "Invalid Request: `id` must be a string or an integer")};
+  }
+  auto p = msg.find("params");
+  if (p != msg.end() && !p->is_object() && !p->is_array()) {
+    if (!has_id) {
+      return {std::nullopt, nullptr};  // a notification is never answered, even when bad
+    }
+    return {std::nullopt, make_error(reply_id, kInvalidRequest,
+                                     "Invalid Request: `params` must be an object or an array")};
+  }
+  Request r;
+  r.id = id;
+  r.notification = !has_id;
+  r.method = m->get<std::string>();
+  r.params = p != msg.end() ? *p : json();
+  return {std::move(r), nullptr};
+}
+
+void Dispatcher::run(const json& msg, const Reply& reply, const std::function<void()>& no_reply) {
+  Checked c = check_message(msg);
+  if (!c.request) {
+    if (c.error.is_null()) {
+      no_reply();
+    } else {
+      reply(std::move(c.error));
+    }
+    return;
+  }
+  const Request& r = *c.request;
+  if (r.notification) {
+    if (auto n = notifications_.find(r.method); n != notifications_.end()) {
+      n->second(r);
+    }
+    no_reply();  // unknown notifications are ignored, as JSON-RPC says
+    return;
+  }
+  auto m = methods_.find(r.method);
+  if (m == methods_.end()) {
+    reply(make_error(r.id, kMethodNotFound, fmt::format("Method not found: `{}`", r.method)));
+    return;
+  }
+  m->second(r, reply);
+}
+
+void Dispatcher::handle_line(std::string_view line) {
+  size_t b = line.find_first_not_of(" \t\r");
+  if (b == std::string_view::npos) {
+    return;  // blank lines between messages are tolerated
+  }
+  json msg = json::parse(line, nullptr, false);
+  if (msg.is_discarded()) {
+    send_(make_error(nullptr, kParseError,
+                     "Parse error: the line is not valid JSON (one JSON-RPC message per line)"));
+    return;
+  }
+  if (!msg.is_array()) {
+    run(msg, send_, [] {});
+    return;
+  }
+  if (!allow_batch_) {
+    send_(make_error(nullptr, kInvalidRequest,
+                     "Invalid Request: JSON-RPC batches are not supported by the negotiated MCP "
+                     "version (removed in 2025-06-18); send one message per line"));
+    return;
+  }
+  if (msg.empty()) {
+    send_(make_error(nullptr, kInvalidRequest, "Invalid Request: an empty batch"));
+    return;
+  }
+  // The batch's responses go out together once every member answered (or needs no answer).
+  struct Batch {
+    std::mutex mu;
+    size_t pending;
+    json responses = json::array();
+    Send send;
+  };
+  auto batch = std::make_shared<Batch>();
+  batch->pending = msg.size() + 1;  // +1: the loop below holds one until it is done
+  batch->send = send_;
+  auto done_one = [batch](std::optional<json> response) {
+    json out;
+    {
+      std::lock_guard<std::mutex> lock(batch->mu);
+      if (response) {
+        batch->responses.push_back(std::move(*response));
+      }
+      if (--batch->pending != 0 || batch->responses.empty()) {
+        return;
+      }
+      out = std::move(batch->responses);
+    }
+    batch->send(out);
+  };
+  for (const auto& m : msg) {
+    run(
+        m, [done_one](json r) { done_one(std::move(r)); }, [done_one] { done_one(std::nullopt); });
+  }
+  done_one(std::nullopt);
+}
+
+void Dispatcher::handle_overlong(size_t max_bytes) {
+  send_(make_error(nullptr, kInvalidRequest,
+                   fmt::format("Invalid Request: the line is longer than {} bytes and was "
+                               "discarded; send smaller messages (page large data)",
+                               max_bytes)));
+}
+
+}  // namespace cordon::api::jsonrpc

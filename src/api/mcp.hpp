@@ -1,0 +1,32 @@
+#pragma once
+
+// The MCP server over stdio: newline-delimited JSON-RPC 2.0 on a pair of descriptors,
+// dispatching tools/call through the tool table. Tool calls run on their own threads (at most
+// McpOptions::max_calls at once) so a long wait never holds up the reading of the next
+// message, a cancel included; every write to the output is one serialized line.
+
+#include <cstddef>
+#include <string>
+
+#include "cordon/engine.hpp"
+
+namespace cordon::api {
+
+/// The protocol versions spoken, newest first. The first two have structuredContent and
+/// outputSchema; the older two get the same tools without them.
+inline constexpr const char* kMcpVersions[] = {"2025-11-25", "2025-06-18", "2025-03-26",
+                                               "2024-11-05"};
+
+struct McpOptions {
+  EngineOptions engine;
+  std::string session = "default";
+  int in_fd = 0;   // read until EOF; then the server ends and its running commands with it
+  int out_fd = 1;  // protocol messages only
+  size_t max_calls = 32;
+};
+
+/// Serves until EOF on in_fd. Returns a process exit code: 0 after a clean EOF, 1 when the
+/// engine could not be opened (the reason is logged on stderr).
+int run_mcp_server(const McpOptions& options);
+
+}  // namespace cordon::api

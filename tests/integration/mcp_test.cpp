@@ -1,0 +1,389 @@
+#define BOOST_TEST_MODULE mcp
+#include <boost/test/unit_test.hpp>
+
+#include <dirent.h>
+
+#include <fstream>
+#include <map>
+
+#include "api/schema.hpp"
+#include "helpers/engine_fixture.hpp"
+#include "helpers/mcp_client.hpp"
+
+using namespace cordon;
+using namespace cordon::test;
+using namespace std::chrono_literals;
+using json = nlohmann::json;
+
+namespace {
+
+// A `cordon mcp` on the fixture's policy and state dir, initialized with `version`.
+struct Server {
+  const EngineEnv& env;
+  McpProcess proc;
+  json init;
+  std::map<std::string, json> output_schemas;
+
+  explicit Server(const EngineEnv& e, const std::string& version = "2025-11-25",
+                  const std::string& session = "default")
+      : env(e),
+        proc({cordon_bin(), "mcp", "--policy", e.policy_path, "--state-dir", e.box.state,
+              "--session", session},
+             e.box.base + "/mcp.stderr") {
+    BOOST_REQUIRE(proc.started());
+    auto r = proc.request("initialize", {{"protocolVersion", version},
+                                         {"capabilities", json::object()},
+                                         {"clientInfo", {{"name", "mcp_test"}, {"version", "1"}}}});
+    BOOST_REQUIRE_MESSAGE(r.has_value(), "no answer to initialize; stderr: " + proc.stderr_text());
+    init = *r;
+    proc.send({{"jsonrpc", "2.0"}, {"method", "notifications/initialized"}});
+    auto tools = proc.request("tools/list");
+    BOOST_REQUIRE(tools.has_value());
+    for (const auto& t : (*tools)["result"]["tools"]) {
+      if (t.contains("outputSchema")) {
+        output_schemas[t["name"]] = t["outputSchema"];
+      }
+    }
+  }
+
+  // tools/call; the result's structuredContent is validated against the tool's outputSchema,
+  // error results included.
+  json call(const std::string& tool, const json& args, const json& meta = nullptr) {
+    json params = {{"name", tool}, {"arguments", args}};
+    if (!meta.is_null()) params["_meta"] = meta;
+    auto r = proc.request("tools/call", params, 60s);
+    BOOST_REQUIRE_MESSAGE(r.has_value(), "no answer to " + tool);
+    BOOST_REQUIRE_MESSAGE(r->contains("result"), r->dump());
+    const json& res = (*r)["result"];
+    if (res.contains("structuredContent")) {
+      auto issues = api::validate_schema(output_schemas.at(tool), res["structuredContent"]);
+      BOOST_TEST(issues.empty(),
+                 tool << " result does not validate: " << api::describe_issues(issues) << "\n"
+                      << res["structuredContent"].dump());
+      // The same JSON as a text block.
+      json last = json::parse(res["content"].back()["text"].get<std::string>());
+      BOOST_TEST(last == res["structuredContent"]);
+    }
+    return res;
+  }
+  json sc(const std::string& tool, const json& args) {
+    return call(tool, args)["structuredContent"];
+  }
+};
+
+// Host processes whose command line is exactly `argv` (the sandbox's processes are visible).
+int count_processes(const std::vector<std::string>& argv) {
+  std::string want;
+  for (const auto& a : argv) want += a + std::string(1, '\0');
+  int n = 0;
+  DIR* d = ::opendir("/proc");
+  while (struct dirent* e = ::readdir(d)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    std::ifstream f(std::string("/proc/") + e->d_name + "/cmdline");
+    std::string cmd((std::istreambuf_iterator<char>(f)), {});
+    if (cmd == want) ++n;
+  }
+  ::closedir(d);
+  return n;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(initialize_negotiates_each_supported_version) {
+  EngineEnv env;
+  for (std::string v : {"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"}) {
+    Server s(env, v);
+    BOOST_TEST(s.init["result"]["protocolVersion"] == v);
+    const json& caps = s.init["result"]["capabilities"];
+    BOOST_TEST(caps.contains("tools"));
+    BOOST_TEST(caps.contains("logging"));
+    BOOST_TEST(caps["resources"]["subscribe"] == true);
+    bool structured = v >= "2025-06-18";
+    BOOST_TEST(s.output_schemas.size() == (structured ? 10u : 0u), v);
+    json r = s.call("run_command", {{"argv", {"/bin/echo", "v"}}});
+    BOOST_TEST(r.contains("structuredContent") == structured, v);
+    json text = json::parse(r["content"].back()["text"].get<std::string>());
+    BOOST_TEST(text["output"]["stdout"]["content"] == "v\n");
+  }
+  // An unknown version gets the newest.
+  Server s(env, "1999-01-01");
+  BOOST_TEST(s.init["result"]["protocolVersion"] == "2025-11-25");
+}
+
+BOOST_AUTO_TEST_CASE(every_tool_has_input_and_output_schemas) {
+  EngineEnv env;
+  Server s(env);
+  auto r = s.proc.request("tools/list");
+  BOOST_REQUIRE(r.has_value());
+  const json& tools = (*r)["result"]["tools"];
+  BOOST_TEST(tools.size() == 10u);
+  for (const auto& t : tools) {
+    BOOST_TEST(t["inputSchema"]["type"] == "object", t["name"]);
+    BOOST_TEST(t["outputSchema"]["type"] == "object", t["name"]);
+    BOOST_TEST(!t["description"].get<std::string>().empty());
+  }
+}
+
+BOOST_AUTO_TEST_CASE(run_command_returns_status_and_inline_output) {
+  EngineEnv env;
+  Server s(env);
+  json r = s.call("run_command", {{"argv", {"/bin/echo", "hello"}}});
+  BOOST_TEST(r["isError"] == false);
+  const json& sc = r["structuredContent"];
+  BOOST_TEST(sc["state"] == "exited");
+  BOOST_TEST(sc["exitCode"] == 0);
+  BOOST_TEST(sc["output"]["stdout"]["content"] == "hello\n");
+  BOOST_TEST(sc["running"] == 0);
+  // A non-zero exit is a result, not an error; a command that outlives yieldMs is handed back.
+  json f = s.call("run_command", {{"argv", {"/bin/sh", "-c", "echo bad >&2; exit 4"}}});
+  BOOST_TEST(f["isError"] == false);
+  BOOST_TEST(f["structuredContent"]["exitCode"] == 4);
+  BOOST_TEST(f["structuredContent"]["output"]["stderr"]["content"] == "bad\n");
+  json y = s.sc("run_command", {{"argv", {"/bin/sleep", "30"}}, {"yieldMs", 300}});
+  BOOST_TEST(y["state"] == "running");
+  BOOST_TEST(y["running"] == 1);
+  BOOST_TEST(y["hint"].get<std::string>().find("command_wait") != std::string::npos);
+  json k = s.sc("command_kill", {{"taskId", y["taskId"]}});
+  BOOST_TEST(k["state"] == "killed");
+}
+
+BOOST_AUTO_TEST_CASE(background_command_wait_output_and_settle_notification) {
+  EngineEnv env;
+  Server s(env);
+  json bg = s.sc("run_command_bg",
+                 {{"argv", {"/bin/sh", "-c", "read x; echo out:$x; echo err >&2; exit 3"}},
+                  {"stdin", "pipe"}});
+  BOOST_REQUIRE(bg.contains("taskId"));
+  std::string id = bg["taskId"];
+  BOOST_TEST(bg["state"] == "running");
+  BOOST_TEST(bg["running"] == 1);
+  json w0 = s.sc("command_wait", {{"taskIds", {id}}, {"timeoutMs", 200}});
+  BOOST_TEST(w0["done"] == false);
+  BOOST_TEST(w0["pendingIds"] == json::array({id}));
+  json wr = s.sc("command_write", {{"taskId", id}, {"data", "abc\n"}, {"eof", true}});
+  BOOST_TEST(wr["accepted"] == true);
+  json w = s.sc("command_wait", {{"taskIds", {id}}, {"timeoutMs", 20000}, {"mode", "all"}});
+  BOOST_TEST(w["done"] == true);
+  BOOST_TEST(w["settledIds"] == json::array({id}));
+  BOOST_TEST(w["jobs"][0]["exitCode"] == 3);
+  json out = s.sc("command_output", {{"taskId", id}});
+  BOOST_TEST(out["content"] == "out:abc\n");
+  BOOST_TEST(out["complete"] == true);
+  json err = s.sc("command_output", {{"taskId", id}, {"stream", "stderr"}, {"unit", "bytes"}});
+  BOOST_TEST(err["encoding"] == "base64");
+  BOOST_TEST(err["content"] == "ZXJyCg==");  // "err\n"
+  // The settle is announced on the logging channel.
+  auto note = s.proc.notification([&](const json& m) {
+    return m.value("method", "") == "notifications/message" &&
+           m["params"]["data"].value("taskId", "") == id;
+  });
+  BOOST_REQUIRE(note.has_value());
+  BOOST_TEST((*note)["params"]["data"]["state"] == "exited");
+  BOOST_TEST((*note)["params"]["data"]["exitCode"] == 3);
+  // The artifact pages back the same bytes.
+  std::string art = w["jobs"][0]["stdoutArtifact"]["artifactId"];
+  json a = s.sc("retrieve_context", {{"artifactId", art}});
+  BOOST_TEST(a["content"] == "out:abc\n");
+  json l = s.sc("command_list", json::object());
+  BOOST_TEST(l["count"] == 1);
+  json rm = s.sc("command_remove", {{"taskId", id}});
+  BOOST_TEST(rm["removed"] == true);
+  BOOST_TEST(s.sc("command_list", json::object())["count"] == 0);
+}
+
+BOOST_AUTO_TEST_CASE(unknown_task_id_is_an_in_band_refusal) {
+  EngineEnv env;
+  Server s(env);
+  json r = s.call("command_status", {{"taskId", "t-nope"}});
+  BOOST_TEST(r["isError"] == true);
+  std::string text = r["content"][0]["text"];
+  BOOST_TEST(text.find("run_command_bg") != std::string::npos, text);
+  BOOST_TEST(r["structuredContent"]["error"]["code"] == "not-found");
+  BOOST_TEST(r["structuredContent"]["error"]["knownTaskIds"].empty());
+  json started = s.sc("run_command", {{"argv", {"/bin/echo", "x"}}});
+  json r2 = s.call("command_output", {{"taskId", "t-nope"}});
+  BOOST_TEST(r2["isError"] == true);
+  BOOST_TEST(r2["structuredContent"]["error"]["knownTaskIds"] == json::array({started["taskId"]}));
+  BOOST_TEST(r2["content"][0]["text"].get<std::string>().find(
+                 started["taskId"].get<std::string>()) != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(refusals_and_bad_arguments_are_in_band_and_validate) {
+  EngineEnv env;
+  Server s(env);
+  json shell = s.call("run_command", {{"argv", {"/bin/echo hi | cat"}}});
+  BOOST_TEST(shell["isError"] == true);
+  BOOST_TEST(shell["content"][0]["text"].get<std::string>().find("NO shell") != std::string::npos,
+             shell.dump());
+  json notallowed = s.call("run_command_bg", {{"argv", {"/usr/bin/wget"}}});
+  BOOST_TEST(notallowed["isError"] == true);
+  BOOST_TEST(notallowed["structuredContent"]["error"]["code"] == "refused");
+  json bad = s.call("run_command", {{"argv", {"/bin/echo", 5}}, {"yieldMs", 99999}});
+  BOOST_TEST(bad["isError"] == true);
+  std::string msg = bad["content"][0]["text"];
+  BOOST_TEST(msg.find("/argv/1") != std::string::npos, msg);
+  BOOST_TEST(msg.find("/yieldMs") != std::string::npos, msg);
+  json extra = s.call("command_list", {{"sate", "running"}});
+  BOOST_TEST(extra["isError"] == true);
+  BOOST_TEST(extra["content"][0]["text"].get<std::string>().find("/sate") != std::string::npos);
+  json nothing = s.call("retrieve_context", {{"artifactId", "a-none"}});
+  BOOST_TEST(nothing["isError"] == true);
+}
+
+BOOST_AUTO_TEST_CASE(protocol_errors_are_json_rpc_errors_and_the_server_keeps_serving) {
+  EngineEnv env;
+  Server s(env);
+  s.proc.send_raw("{this is not json\n");
+  auto pe = s.proc.next(10s);
+  BOOST_REQUIRE(pe.has_value());
+  BOOST_TEST((*pe)["error"]["code"] == -32700);
+  BOOST_TEST((*pe)["id"].is_null());
+  auto unknown_tool =
+      s.proc.request("tools/call", {{"name", "bash"}, {"arguments", json::object()}});
+  BOOST_REQUIRE(unknown_tool.has_value());
+  BOOST_TEST((*unknown_tool)["error"]["code"] == -32602);
+  BOOST_TEST((*unknown_tool)["error"]["message"].get<std::string>().find("run_command") !=
+             std::string::npos);
+  auto unknown_method = s.proc.request("nope/nope");
+  BOOST_REQUIRE(unknown_method.has_value());
+  BOOST_TEST((*unknown_method)["error"]["code"] == -32601);
+  auto bad_params = s.proc.request("tools/call", {{"arguments", json::object()}});
+  BOOST_TEST((*bad_params)["error"]["code"] == -32602);
+  // Batches were removed in 2025-06-18.
+  s.proc.send_raw(R"([{"jsonrpc":"2.0","id":900,"method":"ping"}])"
+                  "\n");
+  auto batch = s.proc.next(10s);
+  BOOST_REQUIRE(batch.has_value());
+  BOOST_TEST((*batch)["error"]["code"] == -32600);
+  // A line over the 16 MiB bound is discarded with an error; the next one is served.
+  std::string big = R"({"jsonrpc":"2.0","id":901,"method":"ping","params":{"pad":")";
+  big.append(size_t{17} << 20, 'x');
+  big += "\"}}\n";
+  BOOST_REQUIRE(s.proc.send_raw(big));
+  auto over = s.proc.next(30s);
+  BOOST_REQUIRE(over.has_value());
+  BOOST_TEST((*over)["error"]["code"] == -32600);
+  BOOST_TEST((*over)["error"]["message"].get<std::string>().find("16777216") != std::string::npos);
+  auto ping = s.proc.request("ping");
+  BOOST_REQUIRE(ping.has_value());
+  BOOST_TEST((*ping)["result"] == json::object());
+}
+
+BOOST_AUTO_TEST_CASE(older_protocols_accept_batches) {
+  EngineEnv env;
+  Server s(env, "2025-03-26");
+  s.proc.send_raw(
+      R"([{"jsonrpc":"2.0","id":"a","method":"ping"},{"jsonrpc":"2.0","method":"notifications/x"},)"
+      R"({"jsonrpc":"2.0","id":"b","method":"tools/call","params":{"name":"command_list"}}])"
+      "\n");
+  auto r = s.proc.next(20s);
+  BOOST_REQUIRE(r.has_value());
+  BOOST_REQUIRE(r->is_array());
+  BOOST_TEST(r->size() == 2u);
+}
+
+BOOST_AUTO_TEST_CASE(cancel_ends_a_wait_but_not_the_command) {
+  EngineEnv env;
+  Server s(env);
+  std::string id = s.sc("run_command_bg", {{"argv", {"/bin/sleep", "300"}}})["taskId"];
+  int wait_id = s.proc.allocate_id();
+  s.proc.send(
+      {{"jsonrpc", "2.0"},
+       {"id", wait_id},
+       {"method", "tools/call"},
+       {"params",
+        {{"name", "command_wait"}, {"arguments", {{"taskIds", {id}}, {"timeoutMs", 120000}}}}}});
+  // Another call is answered while the wait is pending (the reader is not blocked).
+  json st = s.sc("command_status", {{"taskId", id}});
+  BOOST_TEST(st["state"] == "running");
+  s.proc.send({{"jsonrpc", "2.0"},
+               {"method", "notifications/cancelled"},
+               {"params", {{"requestId", wait_id}, {"reason", "test"}}}});
+  // The wait ends (logged on stderr) and no response is sent for it.
+  auto t0 = std::chrono::steady_clock::now();
+  bool ended = false;
+  while (!ended && std::chrono::steady_clock::now() - t0 < 20s) {
+    auto ping = s.proc.request("ping");
+    BOOST_REQUIRE(ping.has_value());
+    ended = s.proc.stderr_text().find(
+                fmt::format("request {} cancelled: its wait ended", wait_id)) != std::string::npos;
+  }
+  BOOST_TEST(ended, s.proc.stderr_text());
+  for (const auto& m : s.proc.seen()) {
+    BOOST_TEST(!(m.contains("id") && m["id"] == wait_id), m.dump());
+  }
+  BOOST_TEST(s.sc("command_status", {{"taskId", id}})["state"] == "running");
+}
+
+BOOST_AUTO_TEST_CASE(progress_notifications_during_a_long_wait) {
+  EngineEnv env;
+  Server s(env);
+  std::string id = s.sc("run_command_bg", {{"argv", {"/bin/sleep", "300"}}})["taskId"];
+  json r =
+      s.call("command_status", {{"taskId", id}, {"waitMs", 2500}}, {{"progressToken", "tok-1"}});
+  BOOST_TEST(r["structuredContent"]["state"] == "running");
+  auto p = s.proc.notification(
+      [](const json& m) {
+        return m.value("method", "") == "notifications/progress" &&
+               m["params"]["progressToken"] == "tok-1";
+      },
+      1s);
+  BOOST_REQUIRE(p.has_value());
+  BOOST_TEST((*p)["params"]["total"] == 2500);
+}
+
+BOOST_AUTO_TEST_CASE(jobs_are_resources_with_update_notifications) {
+  EngineEnv env;
+  Server s(env);
+  std::string id = s.sc("run_command_bg", {{"argv", {"/bin/cat"}}, {"stdin", "pipe"}})["taskId"];
+  std::string uri = "cordon://jobs/" + id;
+  auto list = s.proc.request("resources/list");
+  BOOST_REQUIRE(list.has_value());
+  BOOST_TEST((*list)["result"]["resources"][0]["uri"] == uri);
+  auto sub = s.proc.request("resources/subscribe", {{"uri", uri}});
+  BOOST_TEST((*sub)["result"] == json::object());
+  s.sc("command_write", {{"taskId", id}, {"data", "x"}, {"eof", true}});
+  auto upd = s.proc.notification([&](const json& m) {
+    return m.value("method", "") == "notifications/resources/updated" && m["params"]["uri"] == uri;
+  });
+  BOOST_REQUIRE(upd.has_value());
+  auto read = s.proc.request("resources/read", {{"uri", uri}});
+  BOOST_REQUIRE(read.has_value());
+  json body = json::parse((*read)["result"]["contents"][0]["text"].get<std::string>());
+  BOOST_TEST(body["taskId"] == id);
+  BOOST_TEST(body["state"] == "exited");
+  auto missing = s.proc.request("resources/read", {{"uri", "cordon://jobs/t-none"}});
+  BOOST_TEST((*missing)["error"]["code"] == -32002);
+}
+
+BOOST_AUTO_TEST_CASE(a_restarted_server_answers_for_the_previous_jobs) {
+  EngineEnv env;
+  std::string done_id, running_id;
+  {
+    Server s(env, "2025-11-25", "agent-1");
+    done_id = s.sc("run_command", {{"argv", {"/bin/echo", "kept"}}})["taskId"];
+    running_id = s.sc("run_command_bg",
+                      {{"argv", {"/bin/sh", "-c", "echo up; exec /bin/sleep 31337"}}})["taskId"];
+    // Once it printed, the sleep has replaced the shell (the control: it is visible).
+    for (int i = 0; i < 2000; ++i) {
+      if (s.sc("command_output", {{"taskId", running_id}})["content"] == "up\n") break;
+    }
+    BOOST_TEST(count_processes({"/bin/sleep", "31337"}) == 1);
+    s.proc.close_stdin();
+    BOOST_REQUIRE_MESSAGE(s.proc.wait_exit(20s), "the server did not end at EOF");
+    BOOST_TEST(WIFEXITED(s.proc.exit_status()));
+    BOOST_TEST(WEXITSTATUS(s.proc.exit_status()) == 0);
+    // EOF ended the sandbox with the server.
+    BOOST_TEST(count_processes({"/bin/sleep", "31337"}) == 0);
+  }
+  Server s(env, "2025-11-25", "agent-1");
+  json d = s.sc("command_status", {{"taskId", done_id}});
+  BOOST_TEST(d["state"] == "exited");
+  BOOST_TEST(s.sc("command_output", {{"taskId", done_id}})["content"] == "kept\n");
+  BOOST_TEST(s.sc("command_status", {{"taskId", running_id}})["state"] == "abandoned");
+  // Another session (after this server ended: one engine per state dir) does not see them.
+  s.proc.close_stdin();
+  BOOST_REQUIRE(s.proc.wait_exit(20s));
+  Server other(env, "2025-11-25", "agent-2");
+  BOOST_TEST(other.call("command_status", {{"taskId", done_id}})["isError"] == true);
+}

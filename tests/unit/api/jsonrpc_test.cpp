@@ -1,0 +1,157 @@
+#define BOOST_TEST_MODULE api_jsonrpc
+#include <boost/test/unit_test.hpp>
+
+#include <vector>
+
+#include "api/jsonrpc.hpp"
+
+using namespace cordon::api::jsonrpc;
+
+namespace {
+
+struct Harness {
+  std::vector<json> sent;
+  std::vector<Reply> pending;  // replies a test answers later (asynchronous methods)
+  Dispatcher d{[this](const json& m) { sent.push_back(m); }};
+  Harness() {
+    d.on("echo", [](const Request& r, Reply reply) { reply(make_result(r.id, r.params)); });
+    d.on("later", [this](const Request&, Reply reply) { pending.push_back(reply); });
+  }
+};
+
+int error_code(const json& m) { return m.at("error").at("code").get<int>(); }
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(splits_lines_and_drops_carriage_returns) {
+  LineSplitter s(100);
+  auto a = s.feed("{\"a\":1}\r\n{\"b\"");
+  BOOST_REQUIRE_EQUAL(a.size(), 1u);
+  BOOST_TEST(a[0].text == "{\"a\":1}");
+  auto b = s.feed(":2}\n");
+  BOOST_REQUIRE_EQUAL(b.size(), 1u);
+  BOOST_TEST(b[0].text == "{\"b\":2}");
+  BOOST_TEST(s.feed("tail").empty());
+  auto c = s.finish();
+  BOOST_REQUIRE_EQUAL(c.size(), 1u);
+  BOOST_TEST(c[0].text == "tail");
+}
+
+BOOST_AUTO_TEST_CASE(overlong_line_is_reported_once_and_the_next_line_survives) {
+  LineSplitter s(10);
+  std::vector<LineSplitter::Line> all;
+  for (const char* chunk : {"0123456", "789abcdef", "ghij", "klm\n{\"ok\":1}\n"}) {
+    for (auto& l : s.feed(chunk)) all.push_back(l);
+  }
+  BOOST_REQUIRE_EQUAL(all.size(), 2u);
+  BOOST_TEST(all[0].overlong);
+  BOOST_TEST(all[1].text == "{\"ok\":1}");
+  // Exactly at the bound is fine.
+  auto ok = s.feed("0123456789\n");
+  BOOST_REQUIRE_EQUAL(ok.size(), 1u);
+  BOOST_TEST(!ok[0].overlong);
+}
+
+BOOST_AUTO_TEST_CASE(parse_error_has_code_32700_and_a_null_id) {
+  Harness h;
+  h.d.handle_line("{\"jsonrpc\": \"2.0\", \"id\": 1, \"method\": ");
+  BOOST_REQUIRE_EQUAL(h.sent.size(), 1u);
+  BOOST_TEST(error_code(h.sent[0]) == kParseError);
+  BOOST_TEST(h.sent[0]["id"].is_null());
+}
+
+BOOST_AUTO_TEST_CASE(invalid_requests_get_32600) {
+  Harness h;
+  h.d.handle_line("42");
+  h.d.handle_line(R"({"id": 1, "method": "echo"})");                       // no jsonrpc
+  h.d.handle_line(R"({"jsonrpc": "1.0", "id": 2, "method": "echo"})");     // wrong version
+  h.d.handle_line(R"({"jsonrpc": "2.0", "id": 3, "method": 7})");          // method not a string
+  h.d.handle_line(R"({"jsonrpc": "2.0", "id": null, "method": "echo"})");  // MCP: no null ids
+  h.d.handle_line(R"({"jsonrpc": "2.0", "id": {"x": 1}, "method": "echo"})");
+  h.d.handle_line(R"({"jsonrpc": "2.0", "id": 4, "method": "echo", "params": 5})");
+  BOOST_REQUIRE_EQUAL(h.sent.size(), 7u);
+  for (const auto& m : h.sent) {
+    BOOST_TEST(error_code(m) == kInvalidRequest, m.dump());
+  }
+  BOOST_TEST(h.sent[1]["id"] == 1);
+  BOOST_TEST(h.sent[2]["id"] == 2);
+  BOOST_TEST(h.sent[5]["id"].is_null());  // an id we cannot echo is answered with null
+}
+
+BOOST_AUTO_TEST_CASE(unknown_method_is_32601_and_unknown_notification_is_silent) {
+  Harness h;
+  h.d.handle_line(R"({"jsonrpc": "2.0", "id": "a", "method": "nope"})");
+  h.d.handle_line(R"({"jsonrpc": "2.0", "method": "notifications/nope"})");
+  h.d.handle_line(R"({"jsonrpc": "2.0", "method": "echo", "params": {"x": 1}})");  // no id
+  BOOST_REQUIRE_EQUAL(h.sent.size(), 1u);
+  BOOST_TEST(error_code(h.sent[0]) == kMethodNotFound);
+  BOOST_TEST(h.sent[0]["id"] == "a");
+}
+
+BOOST_AUTO_TEST_CASE(responses_from_the_client_are_ignored_and_blank_lines_too) {
+  Harness h;
+  h.d.handle_line(R"({"jsonrpc": "2.0", "id": 9, "result": {}})");
+  h.d.handle_line("   ");
+  BOOST_TEST(h.sent.empty());
+}
+
+BOOST_AUTO_TEST_CASE(a_request_is_answered_with_its_own_id) {
+  Harness h;
+  h.d.handle_line(R"({"jsonrpc": "2.0", "id": 12, "method": "echo", "params": {"v": [1, 2]}})");
+  BOOST_REQUIRE_EQUAL(h.sent.size(), 1u);
+  BOOST_TEST(h.sent[0]["id"] == 12);
+  BOOST_TEST(h.sent[0]["jsonrpc"] == "2.0");
+  BOOST_TEST(h.sent[0]["result"] == (json{{"v", {1, 2}}}));
+}
+
+BOOST_AUTO_TEST_CASE(batches_are_refused_unless_allowed) {
+  Harness h;
+  h.d.handle_line(R"([{"jsonrpc": "2.0", "id": 1, "method": "echo"}])");
+  BOOST_REQUIRE_EQUAL(h.sent.size(), 1u);
+  BOOST_TEST(error_code(h.sent[0]) == kInvalidRequest);
+  BOOST_TEST(h.sent[0]["error"]["message"].get<std::string>().find("2025-06-18") !=
+             std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(a_batch_is_answered_as_one_array_after_its_last_member) {
+  Harness h;
+  h.d.set_allow_batch(true);
+  h.d.handle_line(
+      R"([{"jsonrpc": "2.0", "id": 1, "method": "echo", "params": [1]},
+          {"jsonrpc": "2.0", "method": "echo"},
+          {"jsonrpc": "2.0", "id": 2, "method": "later"},
+          {"jsonrpc": "2.0", "id": 3, "method": "missing"},
+          17])");
+  BOOST_TEST(h.sent.empty());  // `later` has not answered yet
+  BOOST_REQUIRE_EQUAL(h.pending.size(), 1u);
+  h.pending[0](make_result(2, "done"));
+  BOOST_REQUIRE_EQUAL(h.sent.size(), 1u);
+  const json& arr = h.sent[0];
+  BOOST_REQUIRE(arr.is_array());
+  BOOST_REQUIRE_EQUAL(arr.size(), 4u);  // the notification gets nothing
+  int results = 0, errors = 0;
+  for (const auto& m : arr) {
+    (m.contains("result") ? results : errors)++;
+  }
+  BOOST_TEST(results == 2);
+  BOOST_TEST(errors == 2);
+}
+
+BOOST_AUTO_TEST_CASE(empty_batch_and_notification_only_batch) {
+  Harness h;
+  h.d.set_allow_batch(true);
+  h.d.handle_line("[]");
+  BOOST_REQUIRE_EQUAL(h.sent.size(), 1u);
+  BOOST_TEST(error_code(h.sent[0]) == kInvalidRequest);
+  h.d.handle_line(R"([{"jsonrpc": "2.0", "method": "echo"}])");
+  BOOST_TEST(h.sent.size() == 1u);  // nothing more
+}
+
+BOOST_AUTO_TEST_CASE(overlong_line_error_names_the_bound) {
+  Harness h;
+  h.d.handle_overlong(kMaxLineBytes);
+  BOOST_REQUIRE_EQUAL(h.sent.size(), 1u);
+  BOOST_TEST(error_code(h.sent[0]) == kInvalidRequest);
+  BOOST_TEST(h.sent[0]["error"]["message"].get<std::string>().find("16777216") !=
+             std::string::npos);
+}
