@@ -20,6 +20,18 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
+# The e2e suite's real MCP client (the official TypeScript SDK) runs on Node.js (>= 18, as
+# Debian 12 ships). A node from another source is used as it is.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "setup: Node.js and npm are missing; run this as root" >&2
+    exit 1
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm
+fi
+if [ ! -d tests/e2e/node_modules/@modelcontextprotocol/sdk ]; then
+  (cd tests/e2e && npm ci --no-audit --no-fund --loglevel=error)
+fi
 [ "${1:-}" = "--deps" ] && exit 0
 
 [ -d build ] || meson setup build --buildtype=debugoptimized
