@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "api/daemon.hpp"
 #include "api/doctor.hpp"
 #include "api/mcp.hpp"
 #include "base/strings.hpp"
@@ -31,6 +32,8 @@ using json = nlohmann::json;
 constexpr const char* kUsage = R"(usage: cordon run [options] -- PROGRAM [ARGS...]
        cordon doctor [--state-dir DIR]
        cordon mcp --policy FILE [--state-dir DIR] [--session NAME]
+       cordon mcp --connect SOCKET [--session NAME]
+       cordon daemon --policy FILE [--state-dir DIR] [--socket PATH] [--allow-uid UID]...
        cordon --version
 
 Runs PROGRAM once inside a kernel-enforced sandbox (no shell, ever) and exits with its exit
@@ -59,6 +62,11 @@ code (128+N when killed by signal N). Options of `run`:
 `cordon mcp` serves the agent tools (docs/tools.md) as an MCP server on stdin/stdout; it ends,
 and its running commands with it, when stdin closes. Jobs are kept in the state dir under the
 session (default `default`), so a restarted server answers for them.
+
+`cordon daemon` serves the same tools on a unix socket (default <state-dir>/daemon.sock) to
+root, its own uid and each --allow-uid; sessions are per peer uid and outlive connections.
+`cordon mcp --connect SOCKET` is a thin MCP front on stdio for it, so long jobs survive the
+agent's restarts.
 
 Exit codes besides the command's own: 122 OOM-killed, 123 output cap, 124 timeout,
 125 refused or could not set up, 126 cannot execute, 127 program not found.
@@ -629,54 +637,96 @@ int parse_run(int argc, char** argv) {
   return run_main(a);
 }
 
-int mcp_command(int argc, char** argv) {
-  std::optional<std::string> policy, state_dir;
+// Options shared by `cordon mcp` and `cordon daemon`.
+struct ServerArgs {
+  std::optional<std::string> policy, state_dir, connect, socket;
   std::string session = "default";
+  std::vector<uid_t> allow_uids;
+};
+
+std::optional<int> parse_server_args(int argc, char** argv, const char* cmd, bool daemon,
+                                     ServerArgs& a) {
   for (int i = 2; i < argc; ++i) {
     std::string opt = argv[i];
-    if ((opt == "--policy" || opt == "--state-dir" || opt == "--session") && i + 1 >= argc) {
-      return refuse(fmt::format("mcp: {} needs a value", opt), 2);
+    bool takes_value = opt == "--policy" || opt == "--state-dir" ||
+                       (!daemon && (opt == "--session" || opt == "--connect")) ||
+                       (daemon && (opt == "--socket" || opt == "--allow-uid"));
+    if (takes_value && i + 1 >= argc) {
+      return refuse(fmt::format("{}: {} needs a value", cmd, opt), 2);
     }
-    if (opt == "--policy") {
-      policy = argv[++i];
-    } else if (opt == "--state-dir") {
-      state_dir = argv[++i];
-    } else if (opt == "--session") {
-      session = argv[++i];
-    } else if (opt == "-h" || opt == "--help") {
+    if (opt == "-h" || opt == "--help") {
       std::fputs(kUsage, stdout);
       return 0;
-    } else {
-      return refuse(fmt::format("mcp: unknown argument `{}` (see `cordon --help`)", opt), 2);
+    }
+    if (!takes_value) {
+      return refuse(fmt::format("{}: unknown argument `{}` (see `cordon --help`)", cmd, opt), 2);
+    }
+    std::string v = argv[++i];
+    if (opt == "--policy") {
+      a.policy = v;
+    } else if (opt == "--state-dir") {
+      a.state_dir = v;
+    } else if (opt == "--session") {
+      a.session = v;
+    } else if (opt == "--connect") {
+      a.connect = v;
+    } else if (opt == "--socket") {
+      a.socket = v;
+    } else if (opt == "--allow-uid") {
+      auto uid = parse_uint(v);
+      if (!uid || *uid >= 0xFFFFFFFFULL) {
+        return refuse(fmt::format("{}: --allow-uid `{}` is not a uid", cmd, v), 2);
+      }
+      a.allow_uids.push_back(static_cast<uid_t>(*uid));
     }
   }
-  if (!policy) {
-    return refuse(
-        "mcp: --policy FILE is required: it lists the executables and the working root the "
-        "agent may use (docs/policy.md)",
-        2);
-  }
+  return std::nullopt;
+}
+
+std::string absolute_path(const std::string& p) {
   char cwdbuf[PATH_MAX];
-  if (::getcwd(cwdbuf, sizeof cwdbuf) == nullptr) {
-    return refuse(fmt::format("getcwd: {}", errno_name(errno)));
+  if (p.empty() || p[0] == '/' || ::getcwd(cwdbuf, sizeof cwdbuf) == nullptr) {
+    return normalize_path(p);
   }
-  auto absolute = [&](const std::string& p) {
-    return p[0] == '/' ? normalize_path(p) : normalize_path(std::string(cwdbuf) + "/" + p);
-  };
-  McpOptions o;
-  o.session = session;
-  o.engine.policy_path = absolute(*policy);
-  o.engine.state_dir = absolute(state_dir.value_or(default_state_dir()));
+  return normalize_path(std::string(cwdbuf) + "/" + p);
+}
+
+// The engine's files next to this binary (build tree) or in the installed layout.
+std::optional<int> engine_options(const ServerArgs& a, const char* cmd, EngineOptions& e) {
+  if (!a.policy) {
+    return refuse(fmt::format("{}: --policy FILE is required: it lists the executables and the "
+                              "working root the agent may use (docs/policy.md)",
+                              cmd),
+                  2);
+  }
+  e.policy_path = absolute_path(*a.policy);
+  e.state_dir = absolute_path(a.state_dir.value_or(default_state_dir()));
   std::string bin_dir = exe_dir();
-  o.engine.spawner_path =
+  e.spawner_path =
       first_existing({bin_dir + "/cordon-spawner", bin_dir + "/../libexec/cordon/cordon-spawner"});
-  o.engine.init_path =
+  e.init_path =
       first_existing({bin_dir + "/cordon-init", bin_dir + "/../libexec/cordon/cordon-init"});
-  o.engine.default_seccomp_profile = first_existing(
+  e.default_seccomp_profile = first_existing(
       {bin_dir + "/seccomp/default.json", bin_dir + "/../share/cordon/seccomp/default.json"});
-  if (::mkdir(o.engine.state_dir.c_str(), 0700) != 0 && errno != EEXIST) {
-    return refuse(
-        fmt::format("create the state dir `{}`: {}", o.engine.state_dir, errno_name(errno)));
+  if (::mkdir(e.state_dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return refuse(fmt::format("create the state dir `{}`: {}", e.state_dir, errno_name(errno)));
+  }
+  return std::nullopt;
+}
+
+int mcp_command(int argc, char** argv) {
+  ServerArgs a;
+  if (auto code = parse_server_args(argc, argv, "mcp", false, a)) {
+    return *code;
+  }
+  if (a.connect) {
+    // A thin front for a running daemon: its jobs outlive this process and the agent's.
+    return run_mcp_connect(*a.connect, a.session);
+  }
+  McpOptions o;
+  o.session = a.session;
+  if (auto code = engine_options(a, "mcp", o.engine)) {
+    return *code;
   }
   // The protocol gets private copies of stdin and stdout; fd 0 becomes /dev/null and fd 1 a
   // copy of stderr, so nothing else in this process or a helper it starts (the spawner) can
@@ -696,6 +746,20 @@ int mcp_command(int argc, char** argv) {
   return run_mcp_server(o);
 }
 
+int daemon_command(int argc, char** argv) {
+  ServerArgs a;
+  if (auto code = parse_server_args(argc, argv, "daemon", true, a)) {
+    return *code;
+  }
+  DaemonOptions o;
+  if (auto code = engine_options(a, "daemon", o.engine)) {
+    return *code;
+  }
+  o.socket_path = a.socket ? absolute_path(*a.socket) : "";
+  o.allowed_uids = a.allow_uids;
+  return run_daemon(o);
+}
+
 }  // namespace
 
 int cli_main(int argc, char** argv) {
@@ -711,6 +775,9 @@ int cli_main(int argc, char** argv) {
   }
   if (cmd == "mcp") {
     return mcp_command(argc, argv);
+  }
+  if (cmd == "daemon") {
+    return daemon_command(argc, argv);
   }
   if (cmd == "doctor") {
     std::optional<std::string> state_dir;

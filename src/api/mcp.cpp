@@ -52,7 +52,7 @@ std::string tail_chars(const std::string& s, size_t n) {
 
 class Server {
  public:
-  Server(std::unique_ptr<Engine> engine, const McpOptions& o, std::shared_ptr<spdlog::logger> log)
+  Server(std::shared_ptr<Engine> engine, const McpOptions& o, std::shared_ptr<spdlog::logger> log)
       : engine_(std::move(engine)),
         session_(o.session),
         out_fd_(o.out_fd),
@@ -91,7 +91,7 @@ class Server {
       }
       reap_calls(false);
     }
-    log_->info("stdin closed: ending the server and its running commands");
+    log_->info("input closed: ending this server (and, standalone, its running commands)");
     shutdown();
     return 0;
   }
@@ -532,7 +532,9 @@ class Server {
     engine_.reset();  // kills every running sandbox
   }
 
-  std::unique_ptr<Engine> engine_;
+  // Shared with the daemon, which serves every connection on one engine; standalone, this
+  // is the only owner and its reset() at EOF kills every running sandbox.
+  std::shared_ptr<Engine> engine_;
   std::string session_;
   int out_fd_;
   size_t max_calls_;
@@ -570,8 +572,23 @@ int run_mcp_server(const McpOptions& options) {
   }
   log->info("serving MCP on stdio; session `{}`, state dir `{}`", options.session,
             options.engine.state_dir);
-  Server server(std::move(*engine), options, log);
+  Server server(std::shared_ptr<Engine>(std::move(*engine)), options, log);
   return server.serve(options.in_fd);
+}
+
+int serve_mcp_connection(std::shared_ptr<Engine> engine, const std::string& session, int in_fd,
+                         int out_fd, size_t max_calls) {
+  auto log = spdlog::get("mcp");
+  if (!log) {
+    log = spdlog::stderr_logger_mt("mcp");
+  }
+  McpOptions o;
+  o.session = session;
+  o.in_fd = in_fd;
+  o.out_fd = out_fd;
+  o.max_calls = max_calls;
+  Server server(std::move(engine), o, log);
+  return server.serve(in_fd);
 }
 
 }  // namespace cordon::api

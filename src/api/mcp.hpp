@@ -6,6 +6,7 @@
 // message, a cancel included; every write to the output is one serialized line.
 
 #include <cstddef>
+#include <memory>
 #include <string>
 
 #include "cordon/engine.hpp"
@@ -24,6 +25,11 @@ struct McpOptions {
   int out_fd = 1;  // protocol messages only
   size_t max_calls = 32;
 };
+
+/// One MCP session on a connection of the daemon: like run_mcp_server, on a shared engine that
+/// outlives the connection (its jobs keep running when the client goes away).
+int serve_mcp_connection(std::shared_ptr<Engine> engine, const std::string& session, int in_fd,
+                         int out_fd, size_t max_calls = 32);
 
 /// Serves until EOF on in_fd. Returns a process exit code: 0 after a clean EOF, 1 when the
 /// engine could not be opened (the reason is logged on stderr).

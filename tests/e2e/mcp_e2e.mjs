@@ -122,6 +122,50 @@ await test('a restarted server answers for the previous session\'s job', async (
 });
 
 await client.close();
+
+// The daemon: one engine on a socket; `cordon mcp --connect` fronts it, and jobs outlive the
+// connection (an agent restart), scoped to the peer's uid and session name.
+const { spawn } = await import('node:child_process');
+const sock = path.join(work, 'daemon.sock');
+const daemon = spawn(cordon, ['daemon', '--policy', policy, '--state-dir', path.join(work, 'dstate'),
+                              '--socket', sock], { stdio: ['ignore', 'ignore', 'pipe'] });
+let daemonLog = '';
+daemon.stderr.on('data', (d) => { daemonLog += d; });
+for (let i = 0; i < 200 && !fs.existsSync(sock); i++) await new Promise((r) => setTimeout(r, 25));
+async function connectDaemon(session) {
+  const transport = new StdioClientTransport({ command: cordon, args: ['mcp', '--connect', sock, '--session', session], stderr: 'pipe' });
+  const c = new Client({ name: 'cordon-e2e-daemon', version: '1.0.0' });
+  await c.connect(transport);
+  return c;
+}
+let longTask;
+await test('daemon: a job started through --connect outlives the connection', async () => {
+  assert.ok(fs.existsSync(sock), `daemon socket exists (${daemonLog})`);
+  const c1 = await connectDaemon('agent');
+  const st = await c1.callTool({ name: 'run_command_bg', arguments: { argv: ['/bin/sh', '-c', 'sleep 1; echo survived'] } });
+  assert.ok(!st.isError, text(st));
+  longTask = st.structuredContent.taskId;
+  await c1.close();  // the agent goes away while the job runs
+  const c2 = await connectDaemon('agent');
+  const w = await c2.callTool({ name: 'command_status', arguments: { taskId: longTask, waitMs: 20000 } });
+  assert.ok(!w.isError, text(w));
+  assert.equal(w.structuredContent.state, 'exited');
+  const out = await c2.callTool({ name: 'command_output', arguments: { taskId: longTask } });
+  assert.equal(out.structuredContent.content, 'survived\n');
+  await c2.close();
+});
+await test('daemon: another session name does not see the job', async () => {
+  const c3 = await connectDaemon('someone-else');
+  const r = await c3.callTool({ name: 'command_status', arguments: { taskId: longTask } });
+  assert.equal(r.isError, true);
+  await c3.close();
+});
+daemon.kill('SIGTERM');
+await new Promise((r) => daemon.on('exit', r));
+await test('daemon: stops on SIGTERM and removes its socket', async () => {
+  assert.equal(daemon.exitCode, 0, daemonLog);
+  assert.ok(!fs.existsSync(sock));
+});
 fs.rmSync(work, { recursive: true, force: true });
 
 const failed = results.filter((r) => !r.ok).length;
