@@ -432,14 +432,6 @@ int run_main(const RunArgs& a) {
   }
   req.max_output_bytes = a.max_output.value_or(1ULL << 30);
   spec.tmp_size_bytes = std::min<uint64_t>(req.memory_bytes, 1ULL << 30);
-  spec.rlimits = {
-      {RLIMIT_CORE, 0, 0},
-      {RLIMIT_NOFILE, 4096, 4096},
-      {RLIMIT_MEMLOCK, 64 << 10, 64 << 10},
-      {RLIMIT_MSGQUEUE, 800 << 10, 800 << 10},
-      {RLIMIT_NICE, 0, 0},
-      {RLIMIT_RTPRIO, 0, 0},
-  };
   if (a.host_ids) {
     auto parts = split(*a.host_ids, ':');
     auto start = parts.size() == 2 ? parse_uint(parts[0]) : std::nullopt;

@@ -1008,6 +1008,9 @@ sandbox::SandboxSpec to_sandbox_spec(const CheckedStart& s) {
   spec.network = s.network;
   spec.inside_uid = s.run_as_uid;
   spec.inside_gid = s.run_as_uid;
+  // The file that passed the identity check (owner, mode, sha256 pin) is the one that runs.
+  spec.exec_dev = s.executable_dev;
+  spec.exec_ino = s.executable_ino;
   return spec;
 }
 

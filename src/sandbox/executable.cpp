@@ -105,12 +105,25 @@ Result<std::pair<std::string, std::string>> read_shebang(int path_fd, const std:
 
 Result<ResolvedExecutable> resolve_executable(const std::vector<std::string>& argv,
                                               const std::string& root, int root_fd,
-                                              const std::vector<std::string>& visible) {
+                                              const std::vector<std::string>& visible,
+                                              uint64_t expected_dev, uint64_t expected_ino) {
   if (argv.empty() || argv[0].empty() || argv[0][0] != '/') {
     return refusal("the program must be an absolute path");
   }
   std::string path = normalize_path(argv[0]);
   CORDON_TRY(prog, open_program(path, root, root_fd));
+  if (expected_dev != 0 || expected_ino != 0) {
+    // The caller checked this path (owner, mode, a sha256 pin); a file swapped in since is
+    // refused rather than run.
+    CORDON_TRY(st, sys::fstat_fd(prog.fd.get()));
+    if (static_cast<uint64_t>(st.st_dev) != expected_dev ||
+        static_cast<uint64_t>(st.st_ino) != expected_ino) {
+      return refusal(
+          "`{}` changed after it was checked (another file is at that path now); "
+          "retry the start",
+          path);
+    }
+  }
   CORDON_TRY(shebang, read_shebang(prog.fd.get(), path));
 
   ResolvedExecutable out;

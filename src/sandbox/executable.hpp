@@ -23,8 +23,11 @@ struct ResolvedExecutable {
 /// root, so pinning its content would promise nothing). `#!` scripts: cordon reads the line
 /// itself and pins the interpreter; `visible` lists the host paths the sandbox can see, so an
 /// interpreter or script it cannot see is refused by name instead of failing with ENOENT.
-[[nodiscard]] Result<ResolvedExecutable> resolve_executable(
-    const std::vector<std::string>& argv, const std::string& root, int root_fd,
-    const std::vector<std::string>& visible);
+/// With expected_dev/ino (the identity a policy check saw), a different file is refused.
+[[nodiscard]] Result<ResolvedExecutable> resolve_executable(const std::vector<std::string>& argv,
+                                                            const std::string& root, int root_fd,
+                                                            const std::vector<std::string>& visible,
+                                                            uint64_t expected_dev = 0,
+                                                            uint64_t expected_ino = 0);
 
 }  // namespace cordon::sandbox

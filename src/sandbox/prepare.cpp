@@ -163,7 +163,8 @@ Result<std::unique_ptr<PreparedSandbox>> PreparedSandbox::prepare(const SandboxS
   CORDON_CHECK(p->prepare_mounts(spec, host_id));
 
   // The program: pinned when outside the root, by path inside it.
-  CORDON_TRY(exe, resolve_executable(spec.argv, p->root_, p->root_fd_.get(), p->visible_));
+  CORDON_TRY(exe, resolve_executable(spec.argv, p->root_, p->root_fd_.get(), p->visible_,
+                                     spec.exec_dev, spec.exec_ino));
   p->argv_ = exe.argv;
   p->applied_.pinned_executable = exe.pinned;
   p->applied_.interpreter = exe.interpreter;

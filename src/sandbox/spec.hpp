@@ -59,7 +59,19 @@ struct SandboxSpec {
   uint64_t tmp_size_bytes = 1ULL << 30;  // /tmp and /dev/shm tmpfs size each
   uint64_t inotify_instances = 32;       // per-sandbox quota (user.max_inotify_instances)
   uint64_t inotify_watches = 8192;
-  std::vector<Rlimit> rlimits;
+  // No core dumps (they would land in the root), bounded fds, locked memory, message queues,
+  // no raised priorities. RLIMIT_NPROC is per uid and left to the pids cgroup.
+  std::vector<Rlimit> rlimits = {
+      {RLIMIT_CORE, 0, 0},
+      {RLIMIT_NOFILE, 4096, 4096},
+      {RLIMIT_MEMLOCK, 64 << 10, 64 << 10},
+      {RLIMIT_MSGQUEUE, 800 << 10, 800 << 10},
+      {RLIMIT_NICE, 0, 0},
+      {RLIMIT_RTPRIO, 0, 0},
+  };
+  // The identity (device, inode) of argv[0] as the caller checked it (policy identity check,
+  // sha256 pin); the sandbox refuses a different file at that path. 0/0: not checked.
+  uint64_t exec_dev = 0, exec_ino = 0;
   bool allow_ptrace = false;    // documented opt-in for sanitizer builds
   uint32_t disabled_walls = 0;  // honoured only in the test-walls build (CORDON_TEST_WALLS)
 };

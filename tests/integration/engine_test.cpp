@@ -191,3 +191,27 @@ BOOST_AUTO_TEST_CASE(pty_job_runs_an_interactive_program) {
   BOOST_TEST(out->content.find("/dev/pts/0") != std::string::npos, out->content);
   BOOST_TEST(out->content.find("got:abc") != std::string::npos, out->content);
 }
+
+BOOST_AUTO_TEST_CASE(engine_jobs_get_the_sandbox_rlimits) {
+  // The rlimits are the sandbox's defaults, not something only `cordon run` sets.
+  EngineEnv env;
+  auto e = open_or_fail(env);
+  auto s = e->start("s", {.argv = {"/bin/cat", "/proc/self/limits"}});
+  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+  auto st = e->status("s", s->task_id, 20s);
+  BOOST_REQUIRE(st.has_value());
+  auto out = e->output("s", s->task_id, {});
+  BOOST_REQUIRE(out.has_value());
+  std::istringstream in(out->content);
+  bool core = false, files = false;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("Max core file size", 0) == 0) {
+      core = line.find(" 0 ") != std::string::npos;
+    }
+    if (line.rfind("Max open files", 0) == 0) {
+      files = line.find("4096") != std::string::npos;
+    }
+  }
+  BOOST_TEST(core, out->content);
+  BOOST_TEST(files, out->content);
+}

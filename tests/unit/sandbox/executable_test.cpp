@@ -116,3 +116,25 @@ BOOST_AUTO_TEST_CASE(not_executable_and_missing_are_distinct_errors) {
   auto rel = resolve_executable({"make"}, root.path, root.fd, root.visible());
   BOOST_TEST(!rel.has_value());
 }
+
+BOOST_AUTO_TEST_CASE(a_file_swapped_in_after_the_check_is_refused) {
+  Root root;
+  std::string p = root.write("tool",
+                             "\x7f"
+                             "ELF",
+                             0755);
+  struct stat st {};
+  BOOST_REQUIRE(::stat(p.c_str(), &st) == 0);
+  auto same = resolve_executable({p}, root.path, root.fd, root.visible(), st.st_dev, st.st_ino);
+  BOOST_TEST(same.has_value(), why(same));
+  // Replace it by another file at the same path: created while the old one still exists, so
+  // its inode differs, then renamed over it.
+  std::string other = root.write("tool.new",
+                                 "\x7f"
+                                 "ELF2",
+                                 0755);
+  BOOST_REQUIRE(::rename(other.c_str(), p.c_str()) == 0);
+  auto swapped = resolve_executable({p}, root.path, root.fd, root.visible(), st.st_dev, st.st_ino);
+  BOOST_REQUIRE(!swapped.has_value());
+  BOOST_TEST(swapped.error().message().find("changed after it was checked") != std::string::npos);
+}
