@@ -393,6 +393,7 @@ class Engine::Impl {
   std::map<std::string, uint64_t> running_per_session;
   uint64_t running_total = 0;
   uint64_t jobs_on_disk = 0;
+  uint64_t disk_bytes = 0;  // the logs of settled jobs (running ones: their streams' written)
   // Settled jobs by end time (RFC 3339 UTC sorts as text), for the retention policy.
   std::multimap<std::string, std::string> settled_by_end;
   std::vector<char> buffer = std::vector<char>(kReadBuffer);
@@ -503,6 +504,8 @@ class Engine::Impl {
   // Deletes a settled job's logs, artifacts, record and index entry. `j` is gone afterwards.
   Result<void> remove_settled(Job& j) {
     const std::string task_id = j.id, session = j.session, dir = j.dir;
+    uint64_t bytes = j.out_bytes + j.err_bytes;
+    disk_bytes -= std::min(disk_bytes, bytes);
     for (const auto& a : {j.out_art, j.err_art}) {
       if (a) {
         ::unlink((artifacts_dir() + "/" + a->artifact_id).c_str());
@@ -552,9 +555,11 @@ class Engine::Impl {
   // and queued jobs are never counted or removed, nor the job that just settled (its caller
   // still holds it).
   void apply_retention(const std::string& keep) {
-    if (!pol || (!pol->retention.max_jobs && !pol->retention.max_age_seconds)) {
+    if (!pol || (!pol->retention.max_jobs && !pol->retention.max_age_seconds &&
+                 !pol->retention.max_disk_bytes)) {
       return;
     }
+    uint64_t bytes = disk_bytes;
     std::string cutoff;
     if (pol->retention.max_age_seconds) {
       struct timespec now {};
@@ -570,11 +575,15 @@ class Engine::Impl {
       }
       bool over = pol->retention.max_jobs && count > *pol->retention.max_jobs;
       bool old = !cutoff.empty() && ended < cutoff;
-      if (!over && !old) {
+      bool heavy = pol->retention.max_disk_bytes && bytes > *pol->retention.max_disk_bytes;
+      if (!over && !old && !heavy) {
         break;  // ordered by end time: every later one is newer
       }
       victims.push_back(id);
       --count;
+      if (Job* v = find(id)) {
+        bytes -= std::min(bytes, v->out_bytes + v->err_bytes);
+      }
     }
     for (const auto& id : victims) {
       Job* v = find(id);
@@ -1014,6 +1023,7 @@ class Engine::Impl {
     }
     j.out_bytes = j.out.written;
     j.err_bytes = j.err.written;
+    disk_bytes += j.out_bytes + j.err_bytes;
     j.out_art = bank(j, j.out, j.pty ? "pty" : "stdout");
     j.err_art = bank(j, j.err, "stderr");
     j.ended_at = rfc3339_now();
@@ -1331,6 +1341,7 @@ class Engine::Impl {
       if (!j->read) {
         ++counters[j->session].finished;
       }
+      disk_bytes += j->out_bytes + j->err_bytes;
       settled_by_end.emplace(j->ended_at, j->id);
     }
     return {};
@@ -1460,6 +1471,18 @@ Result<JobStatus> Engine::start(const std::string& session, const StartOptions& 
   if (m.pol && m.jobs_on_disk >= m.pol->quotas.max_jobs) {
     return refusal("the job quota ({} jobs) is reached; remove settled jobs with command_remove",
                    m.pol->quotas.max_jobs);
+  }
+  if (m.pol) {
+    uint64_t used = m.disk_bytes;
+    for (const auto& [id, live] : m.live) {
+      used += live->out.written + live->err.written;
+    }
+    if (used >= m.pol->quotas.max_disk_bytes) {
+      return refusal(
+          "the disk quota ({} bytes of logs) is reached; remove settled jobs with "
+          "command_remove",
+          m.pol->quotas.max_disk_bytes);
+    }
   }
   auto job = std::make_unique<Job>();
   Job& j = *job;

@@ -53,9 +53,6 @@ int load_filter(const struct sock_filter* insns, uint32_t count) {
 
 [[noreturn]] void run_command(const PlanHeader* h, const char* base, char** argv, char** envp,
                               const char* exec_path) {
-  sigset_t none;
-  sigemptyset(&none);
-  ::sigprocmask(SIG_SETMASK, &none, nullptr);
   // Every disposition back to default: an ignored signal survives exec, and cordon (or
   // whoever started it) may ignore SIGPIPE or SIGINT — the command must not inherit that.
   // Raw rt_sigaction: glibc's wrapper refuses its internal signals (32, 33), which a caller
@@ -71,6 +68,11 @@ int load_filter(const struct sock_filter* insns, uint32_t count) {
       ::syscall(SYS_rt_sigaction, sig, &dfl, nullptr, sizeof dfl.mask);
     }
   }
+  // Only now unblock: a SIGTERM that arrived since the fork was held, and is delivered with
+  // its default action instead of init's forwarding handler (which would have swallowed it).
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
   // A session of its own (job control, and no way to reach a terminal it was not given).
   if (::setsid() < 0) {
     fail(SetupStep::kCommandSetsid, errno, 126);
@@ -170,6 +172,14 @@ int init_main() {
     ::sigaction(sig, &sa, nullptr);
   }
 
+  // Blocked across the fork: the child must not run init's handler for a termination request
+  // (it would forward it to nobody and survive); init itself gets it right after the fork.
+  sigset_t term, old;
+  sigemptyset(&term);
+  for (int sig : {SIGTERM, SIGINT, SIGHUP}) {
+    sigaddset(&term, sig);
+  }
+  ::sigprocmask(SIG_BLOCK, &term, &old);
   pid_t cmd = ::fork();
   if (cmd < 0) {
     fail(SetupStep::kInitFork, errno, 125);
@@ -177,6 +187,7 @@ int init_main() {
   if (cmd == 0) {
     run_command(h, base, argv, envp, exec_path);
   }
+  ::sigprocmask(SIG_SETMASK, &old, nullptr);
   StatusRecord started{};
   started.kind = RecordKind::kCommandStarted;
   started.pid = cmd;

@@ -215,3 +215,31 @@ BOOST_AUTO_TEST_CASE(engine_jobs_get_the_sandbox_rlimits) {
   BOOST_TEST(core, out->content);
   BOOST_TEST(files, out->content);
 }
+
+BOOST_AUTO_TEST_CASE(disk_quota_refuses_new_starts_until_jobs_are_removed) {
+  EngineEnv env(nlohmann::json{{"quotas", {{"maxDiskBytes", 1 << 20}}}});
+  auto e = open_or_fail(env);
+  auto big = e->start("s", {.argv = {"/usr/bin/head", "-c", "1500000", "/dev/zero"}});
+  BOOST_REQUIRE_MESSAGE(big.has_value(), describe(big));
+  BOOST_REQUIRE(e->status("s", big->task_id, 20s).has_value());
+  auto refused = e->start("s", {.argv = {"/bin/true"}});
+  BOOST_REQUIRE(!refused.has_value());
+  BOOST_TEST(refused.error().message().find("disk quota") != std::string::npos,
+             refused.error().message());
+  BOOST_REQUIRE(e->remove("s", big->task_id).has_value());
+  auto ok = e->start("s", {.argv = {"/bin/true"}});
+  BOOST_TEST(ok.has_value(), describe(ok));
+}
+
+BOOST_AUTO_TEST_CASE(retention_by_disk_bytes_removes_the_oldest_settled_jobs) {
+  EngineEnv env(nlohmann::json{{"retention", {{"maxDiskBytes", 1 << 20}}}});
+  auto e = open_or_fail(env);
+  auto first = e->start("s", {.argv = {"/usr/bin/head", "-c", "700000", "/dev/zero"}});
+  BOOST_REQUIRE(first.has_value());
+  BOOST_REQUIRE(e->status("s", first->task_id, 20s).has_value());
+  auto second = e->start("s", {.argv = {"/usr/bin/head", "-c", "700000", "/dev/zero"}});
+  BOOST_REQUIRE(second.has_value());
+  BOOST_REQUIRE(e->status("s", second->task_id, 20s).has_value());
+  BOOST_TEST(!e->status("s", first->task_id).has_value());  // retired to stay under 1 MiB
+  BOOST_TEST(e->status("s", second->task_id).has_value());
+}
