@@ -33,7 +33,7 @@ constexpr const char* kUsage = R"(usage: cordon run [options] -- PROGRAM [ARGS..
        cordon doctor [--state-dir DIR]
        cordon mcp --policy FILE [--state-dir DIR] [--session NAME]
        cordon mcp --connect SOCKET [--session NAME]
-       cordon daemon --policy FILE [--state-dir DIR] [--socket PATH] [--allow-uid UID]...
+       cordon serve --policy FILE [--state-dir DIR] [--socket PATH] [--allow-uid UID]...
        cordon --version
 
 Runs PROGRAM once inside a kernel-enforced sandbox (no shell, ever) and exits with its exit
@@ -63,7 +63,7 @@ code (128+N when killed by signal N). Options of `run`:
 and its running commands with it, when stdin closes. Jobs are kept in the state dir under the
 session (default `default`), so a restarted server answers for them.
 
-`cordon daemon` serves the same tools on a unix socket (default <state-dir>/daemon.sock) to
+`cordon serve` (alias `cordon daemon`) serves the same tools on a unix socket (default <state-dir>/daemon.sock) to
 root, its own uid and each --allow-uid; sessions are per peer uid and outlive connections.
 `cordon mcp --connect SOCKET` is a thin MCP front on stdio for it, so long jobs survive the
 agent's restarts.
@@ -768,7 +768,7 @@ int cli_main(int argc, char** argv) {
   if (cmd == "mcp") {
     return mcp_command(argc, argv);
   }
-  if (cmd == "daemon") {
+  if (cmd == "serve" || cmd == "daemon") {
     return daemon_command(argc, argv);
   }
   if (cmd == "doctor") {

@@ -127,7 +127,7 @@ await client.close();
 // connection (an agent restart), scoped to the peer's uid and session name.
 const { spawn } = await import('node:child_process');
 const sock = path.join(work, 'daemon.sock');
-const daemon = spawn(cordon, ['daemon', '--policy', policy, '--state-dir', path.join(work, 'dstate'),
+const daemon = spawn(cordon, ['serve', '--policy', policy, '--state-dir', path.join(work, 'dstate'),
                               '--socket', sock], { stdio: ['ignore', 'ignore', 'pipe'] });
 let daemonLog = '';
 daemon.stderr.on('data', (d) => { daemonLog += d; });
