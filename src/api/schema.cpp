@@ -5,23 +5,15 @@
 
 #include <fmt/format.h>
 
+#include "policy/json_pointer.hpp"
+
 namespace cordon::api {
 namespace {
 
 using json = nlohmann::json;
 
 std::string child(const std::string& base, const std::string& key) {
-  std::string out = base + "/";
-  for (char c : key) {
-    if (c == '~') {
-      out += "~0";
-    } else if (c == '/') {
-      out += "~1";
-    } else {
-      out += c;
-    }
-  }
-  return out;
+  return policy::json_pointer_key(base, key);
 }
 
 const char* type_name(const json& v) {
