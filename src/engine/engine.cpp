@@ -220,10 +220,14 @@ struct Stream {
 enum class WatchKind { kPidfd, kStatus, kStdout, kStderr, kPty, kStdin };
 
 struct Job;
+// What an epoll event refers to. Events carry a watch id, never a pointer: an event already
+// returned by epoll_wait for a job that settles earlier in the same batch (or whose Job was
+// freed since) finds no entry and is skipped instead of touching freed memory.
 struct Watch {
   Job* job;
   WatchKind kind;
 };
+constexpr uint64_t kTimerWatch = 1, kWakeWatch = 2, kFirstJobWatch = 16;
 
 struct Job {
   // Persisted.
@@ -264,7 +268,7 @@ struct Job {
   int setup_errno = 0;
   std::string pending_stdin;
   engine::ModeTracker modes;
-  std::vector<std::unique_ptr<Watch>> watches;
+  std::vector<uint64_t> watch_ids;  // keys into Impl::watches, dropped when the job settles
 
   bool settled() const { return state != "queued" && state != "running"; }
 };
@@ -392,6 +396,8 @@ class Engine::Impl {
   std::map<std::string, Counters> counters;
   std::map<std::string, uint64_t> running_per_session;
   uint64_t running_total = 0;
+  std::unordered_map<uint64_t, Watch> watches;  // epoll watch id → job and kind
+  uint64_t next_watch = kFirstJobWatch;
   uint64_t jobs_on_disk = 0;
   uint64_t disk_bytes = 0;  // the logs of settled jobs (running ones: their streams' written)
   // Settled jobs by end time (RFC 3339 UTC sorts as text), for the retention policy.
@@ -657,11 +663,19 @@ class Engine::Impl {
 
   // ---- epoll --------------------------------------------------------------------------------
   void watch(Job& j, int fd, WatchKind kind, uint32_t events) {
-    j.watches.push_back(std::make_unique<Watch>(Watch{&j, kind}));
+    uint64_t id = next_watch++;
+    watches.emplace(id, Watch{&j, kind});
+    j.watch_ids.push_back(id);
     struct epoll_event ev {};
     ev.events = events;
-    ev.data.ptr = j.watches.back().get();
+    ev.data.u64 = id;
     ::epoll_ctl(epfd.get(), EPOLL_CTL_ADD, fd, &ev);
+  }
+  void drop_watches(Job& j) {
+    for (uint64_t id : j.watch_ids) {
+      watches.erase(id);
+    }
+    j.watch_ids.clear();
   }
   void unwatch(int fd) {
     if (fd >= 0) {
@@ -1050,7 +1064,7 @@ class Engine::Impl {
     if (it != live.end()) {
       std::unique_ptr<Job> owned = std::move(it->second);
       live.erase(it);
-      owned->watches.clear();
+      drop_watches(*owned);
       owned->checked.reset();
       cache.push_front(std::move(owned));
       while (cache.size() > opt.settled_cache) {
@@ -1242,22 +1256,26 @@ class Engine::Impl {
         return;
       }
       for (int i = 0; i < n; ++i) {
-        void* ptr = events[i].data.ptr;
-        if (ptr == &timerfd) {
+        uint64_t wid = events[i].data.u64;
+        if (wid == kTimerWatch) {
           on_timer();
           continue;
         }
-        if (ptr == &wakefd) {
+        if (wid == kWakeWatch) {
           uint64_t v;
           (void)::read(wakefd.get(), &v, sizeof v);
           continue;
         }
-        auto* w = static_cast<Watch*>(ptr);
-        Job& j = *w->job;
+        auto found = watches.find(wid);
+        if (found == watches.end()) {
+          continue;  // its job settled since epoll_wait returned
+        }
+        Watch w = found->second;
+        Job& j = *w.job;
         if (j.settled()) {
           continue;
         }
-        switch (w->kind) {
+        switch (w.kind) {
           case WatchKind::kPidfd:
             j.init_exited = true;
             unwatch(j.pidfd.get());
@@ -1278,11 +1296,6 @@ class Engine::Impl {
           case WatchKind::kStdin:
             flush_stdin(j);
             break;
-        }
-        // A settled job may have been moved; later events for it in this batch are skipped
-        // through j.settled() only while it is alive, so stop processing this batch.
-        if (j.settled()) {
-          break;
         }
       }
     }
@@ -1436,11 +1449,12 @@ Result<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
   if (!impl->epfd || !impl->timerfd || !impl->wakefd) {
     return sys_error("epoll_create1/timerfd_create/eventfd");
   }
-  for (auto* fd : {&impl->timerfd, &impl->wakefd}) {
+  for (auto [fd, id] :
+       {std::pair{impl->timerfd.get(), kTimerWatch}, std::pair{impl->wakefd.get(), kWakeWatch}}) {
     struct epoll_event ev {};
     ev.events = EPOLLIN;
-    ev.data.ptr = fd;
-    if (::epoll_ctl(impl->epfd.get(), EPOLL_CTL_ADD, fd->get(), &ev) != 0) {
+    ev.data.u64 = id;
+    if (::epoll_ctl(impl->epfd.get(), EPOLL_CTL_ADD, fd, &ev) != 0) {
       return sys_error("epoll_ctl");
     }
   }

@@ -34,11 +34,11 @@ inline std::string build_dir() {
 
 // Host uids for one test's sandboxes: a private block outside the default range, so the
 // "no process of the job's uid is left" checks never see another run's sandboxes.
+inline constexpr uint32_t kPrivateHostIdBlock = 4096;  // ids a test may lease at most
 inline uint32_t private_host_id_base() {
   std::random_device rd;
-  return 0x72000000u + (rd() % 4096u) * 256u;
+  return 0x72000000u + (rd() % 1024u) * kPrivateHostIdBlock;
 }
-inline constexpr uint32_t kPrivateHostIdCount = 256;
 
 struct EngineEnv {
   Sandbox box;  // base/root and base/state
@@ -46,6 +46,7 @@ struct EngineEnv {
   std::string state_dir;
   nlohmann::json policy;
   uint32_t host_id_base = private_host_id_base();
+  uint32_t host_id_count = 256;  // up to kPrivateHostIdBlock
 
   explicit EngineEnv(nlohmann::json extra = nlohmann::json::object()) {
     policy = {{"allowedExecutables",
@@ -69,7 +70,7 @@ struct EngineEnv {
     o.init_path = build_dir() + "/cordon-init";
     o.default_seccomp_profile = build_dir() + "/seccomp/default.json";
     o.host_id_base = host_id_base;
-    o.host_id_count = kPrivateHostIdCount;
+    o.host_id_count = host_id_count;
     return o;
   }
 
@@ -94,7 +95,7 @@ struct EngineEnv {
         std::istringstream ids(line.substr(4));
         uint64_t id;
         while (ids >> id) {
-          if (id >= host_id_base && id < host_id_base + kPrivateHostIdCount) {
+          if (id >= host_id_base && id < host_id_base + host_id_count) {
             out.push_back(static_cast<pid_t>(std::stol(e->d_name)));
             break;
           }
