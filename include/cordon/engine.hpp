@@ -133,7 +133,9 @@ class Engine {
                                                     const std::optional<std::string>& state);
   /// Deletes a settled job's logs and artifacts.
   [[nodiscard]] Result<void> remove(const std::string& session, const std::string& task_id);
-  [[nodiscard]] Result<OutputPage> retrieve(const std::string& artifact_id,
+  /// Pages an artifact of one of the session's jobs (another session's is unknown to it).
+  [[nodiscard]] Result<OutputPage> retrieve(const std::string& session,
+                                            const std::string& artifact_id,
                                             const OutputRequest& request);
   [[nodiscard]] Counters counters(const std::string& session);
   /// The task ids a session knows (for refusals that list them).

@@ -548,7 +548,7 @@ json command_remove(Engine& engine, const std::string& session, const json& args
 json retrieve_context(Engine& engine, const std::string& session, const json& args,
                       const CallContext&) {
   std::string id = args["artifactId"].get<std::string>();
-  auto p = engine.retrieve(id, page_request(args));
+  auto p = engine.retrieve(session, id, page_request(args));
   if (!p) {
     json e = error_with_ids(engine, session, p.error());
     e["error"].erase("knownTaskIds");

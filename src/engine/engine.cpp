@@ -396,7 +396,8 @@ class Engine::Impl {
   std::map<std::string, Counters> counters;
   std::map<std::string, uint64_t> running_per_session;
   uint64_t running_total = 0;
-  std::unordered_map<uint64_t, Watch> watches;  // epoll watch id → job and kind
+  std::map<std::string, policy::Policy> session_policies;  // rootPerSession: root per session
+  std::unordered_map<uint64_t, Watch> watches;             // epoll watch id → job and kind
   uint64_t next_watch = kFirstJobWatch;
   uint64_t jobs_on_disk = 0;
   uint64_t disk_bytes = 0;  // the logs of settled jobs (running ones: their streams' written)
@@ -504,6 +505,40 @@ class Engine::Impl {
           fmt::format("unknown taskId `{}`; this session's tasks: {}", id, fmt::join(ids, ", "))));
     }
     return j;
+  }
+
+  // The policy a session's starts are checked against: with rootPerSession, a copy whose
+  // working root is cwdRoot/<session>, created on first use (owned like cwdRoot) and opened
+  // beneath cwdRoot without following symlinks.
+  Result<const policy::Policy*> policy_for(const std::string& session) {
+    if (!pol) {
+      return nullptr;
+    }
+    if (!pol->root_per_session) {
+      return &*pol;
+    }
+    if (auto it = session_policies.find(session); it != session_policies.end()) {
+      return &it->second;
+    }
+    int rootfd = pol->root_fd->get();
+    if (::mkdirat(rootfd, session.c_str(), 0755) == 0) {
+      struct stat st {};
+      if (::fstat(rootfd, &st) == 0) {
+        (void)::fchownat(rootfd, session.c_str(), st.st_uid, st.st_gid, AT_SYMLINK_NOFOLLOW);
+      }
+    } else if (errno != EEXIST) {
+      return sys_error("mkdir `{}/{}`", pol->root, session);
+    }
+    CORDON_TRY_CTX(fd,
+                   sys::openat2_fd(rootfd, session, O_PATH | O_DIRECTORY,
+                                   RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS),
+                   "open the session's working root");
+    policy::Policy copy = *pol;
+    copy.root = pol->root + "/" + session;
+    copy.cwd_root = pol->cwd_root + "/" + session;  // relative cwds and refusals name it
+    copy.root_fd = std::make_shared<const UniqueFd>(std::move(fd));
+    auto [it, inserted] = session_policies.emplace(session, std::move(copy));
+    return &it->second;
   }
 
   // ---- remove and retention -----------------------------------------------------------------
@@ -1474,7 +1509,8 @@ Result<JobStatus> Engine::start(const std::string& session, const StartOptions& 
   sr.cwd = options.cwd;
   sr.timeout_ms = options.timeout_ms;
   sr.env = options.env;
-  auto checked_or = policy::check_start(m.pol ? &*m.pol : nullptr, sr);
+  CORDON_TRY(session_policy, m.policy_for(session));
+  auto checked_or = policy::check_start(session_policy, sr);
   // Failure fixed: a missing allowlisted executable came back from start() as an error with
   // no taskId. check_start() reports it as kNotFound after every other check passed: the
   // request was fine and the host is not, so it becomes a job that settles as `failed`.
@@ -1796,11 +1832,25 @@ Result<void> Engine::remove(const std::string& session, const std::string& task_
   return m.remove_settled(*j);
 }
 
-Result<OutputPage> Engine::retrieve(const std::string& artifact_id, const OutputRequest& request) {
+Result<OutputPage> Engine::retrieve(const std::string& session, const std::string& artifact_id,
+                                    const OutputRequest& request) {
   auto& m = *impl_;
-  if (!valid_name(artifact_id)) {
+  auto unknown = [&] {
     return std::unexpected(
         Error(ErrorCode::kNotFound, 0, fmt::format("unknown artifactId `{}`", artifact_id)));
+  };
+  // Artifacts are `a<task id without its t>-<stream>`: a session reads only its own jobs'
+  // artifacts (ids are time-based, so they must not be a capability).
+  size_t dash = artifact_id.rfind('-');
+  if (!valid_name(artifact_id) || artifact_id[0] != 'a' || dash == std::string::npos || dash < 2) {
+    return unknown();
+  }
+  {
+    std::unique_lock<std::mutex> lock(m.mu);
+    Job* j = m.find("t" + artifact_id.substr(1, dash - 1));
+    if (j == nullptr || j->session != session) {
+      return unknown();
+    }
   }
   std::string path = m.artifacts_dir() + "/" + artifact_id;
   if (::access(path.c_str(), F_OK) != 0) {

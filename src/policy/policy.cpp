@@ -55,6 +55,7 @@ const std::vector<std::string> kTopKeys = {
     "seccompProfile", "runAsUid",
     "concurrency",    "quotas",
     "retention",      "rules",
+    "rootPerSession",
 };
 
 template <class... Args>
@@ -798,6 +799,12 @@ Result<Policy> parse_policy(std::string_view json_text) {
   }
   CORDON_TRY(root, get_abs_path(j["cwdRoot"], "/cwdRoot"));
   p.cwd_root = root;
+  if (j.contains("rootPerSession")) {
+    if (!j["rootPerSession"].is_boolean()) {
+      return bad("/rootPerSession", "must be true or false");
+    }
+    p.root_per_session = j["rootPerSession"].get<bool>();
+  }
 
   if (j.contains("maxTimeoutMs")) {
     CORDON_TRY(v, get_uint(j["maxTimeoutMs"], "/maxTimeoutMs", 1, kMaxTimeoutBoundMs));

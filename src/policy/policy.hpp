@@ -68,6 +68,9 @@ struct Retention {
 struct Policy {
   std::vector<AllowedExecutable> allowed_executables;
   std::string cwd_root;  // as written (absolute, normalised)
+  // Each session works in cwdRoot/<session> (created on its first start): one session's job
+  // cannot leave a Makefile or a hook that another session's job runs.
+  bool root_per_session = false;
   uint64_t default_timeout_ms = 120000;
   uint64_t max_timeout_ms = 3600000;
   uint64_t kill_grace_ms = 5000;

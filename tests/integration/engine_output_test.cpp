@@ -145,7 +145,7 @@ BOOST_AUTO_TEST_CASE(three_megabytes_page_back_byte_exact) {
   std::string art;
   uint64_t off = 0;
   for (;;) {
-    auto p = e->retrieve(st->stdout_artifact->artifact_id,
+    auto p = e->retrieve(st->session, st->stdout_artifact->artifact_id,
                          {.offset = off, .limit = 200000, .unit = OutputUnit::kBytes});
     BOOST_REQUIRE_MESSAGE(p.has_value(), describe(p));
     BOOST_TEST(p->total_size == kSize);

@@ -181,7 +181,7 @@ BOOST_AUTO_TEST_CASE(a_missing_allowlisted_executable_settles_as_failed) {
   BOOST_TEST(p->content.empty());
   BOOST_TEST(p->complete);
   BOOST_REQUIRE(st->stdout_artifact.has_value());
-  auto a = e->retrieve(st->stdout_artifact->artifact_id, {});
+  auto a = e->retrieve(st->session, st->stdout_artifact->artifact_id, {});
   BOOST_TEST(a.has_value(), describe(a));
   BOOST_TEST(e->remove("s", s->task_id).has_value());
 }

@@ -180,7 +180,7 @@ BOOST_AUTO_TEST_CASE(remove_deletes_logs_and_artifacts_and_is_refused_while_runn
   auto gone = e->status("s", s->task_id);
   BOOST_REQUIRE(!gone.has_value());
   BOOST_TEST((gone.error().code() == ErrorCode::kNotFound));
-  BOOST_TEST(!e->retrieve(st->stdout_artifact->artifact_id, {}).has_value());
+  BOOST_TEST(!e->retrieve(st->session, st->stdout_artifact->artifact_id, {}).has_value());
   BOOST_TEST(e->known_ids("s").empty());
   auto l = e->list("s", std::nullopt);
   BOOST_REQUIRE(l.has_value());

@@ -69,8 +69,8 @@ BOOST_AUTO_TEST_CASE(both_streams_are_banked_byte_exact_with_a_nonzero_exit) {
     if (!p->has_more) break;
   }
   BOOST_TEST(off == 3000000u);
-  auto art =
-      e->retrieve(st->stdout_artifact->artifact_id, {.limit = 10, .unit = OutputUnit::kBytes});
+  auto art = e->retrieve(st->session, st->stdout_artifact->artifact_id,
+                         {.limit = 10, .unit = OutputUnit::kBytes});
   BOOST_REQUIRE(art.has_value());
   BOOST_TEST(art->total_size == 3000000u);
 }
@@ -242,4 +242,58 @@ BOOST_AUTO_TEST_CASE(retention_by_disk_bytes_removes_the_oldest_settled_jobs) {
   BOOST_REQUIRE(e->status("s", second->task_id, 20s).has_value());
   BOOST_TEST(!e->status("s", first->task_id).has_value());  // retired to stay under 1 MiB
   BOOST_TEST(e->status("s", second->task_id).has_value());
+}
+
+BOOST_AUTO_TEST_CASE(root_per_session_gives_each_session_its_own_working_root) {
+  EngineEnv env(nlohmann::json{{"rootPerSession", true}});
+  auto e = open_or_fail(env);
+  auto a = e->start("alpha", {.argv = {"/bin/sh", "-c", "pwd; echo made-by-alpha > mark"}});
+  BOOST_REQUIRE_MESSAGE(a.has_value(), describe(a));
+  auto sa = e->status("alpha", a->task_id, 20s);
+  BOOST_REQUIRE(sa.has_value());
+  BOOST_TEST(sa->state == "exited", sa->error);
+  auto out = e->output("alpha", a->task_id, {});
+  BOOST_REQUIRE(out.has_value());
+  BOOST_TEST(out->content == env.box.root + "/alpha\n");
+  BOOST_TEST(std::filesystem::exists(env.box.root + "/alpha/mark"));
+  // Another session neither sees alpha's files nor can reach them by path.
+  auto b = e->start(
+      "beta",
+      {.argv = {"/bin/sh", "-c", "ls; cat " + env.box.root + "/alpha/mark || echo unreachable"}});
+  BOOST_REQUIRE_MESSAGE(b.has_value(), describe(b));
+  BOOST_REQUIRE(e->status("beta", b->task_id, 20s).has_value());
+  auto bo = e->output("beta", b->task_id, {});
+  BOOST_REQUIRE(bo.has_value());
+  BOOST_TEST(bo->content == "unreachable\n", bo->content);
+  // A cwd naming the other session's root is outside this session's root.
+  auto escape = e->start("beta", {.argv = {"/bin/true"}, .cwd = env.box.root + "/alpha"});
+  BOOST_TEST(!escape.has_value());
+}
+
+BOOST_AUTO_TEST_CASE(root_per_session_resolves_relative_cwds_in_the_session_root) {
+  EngineEnv env(nlohmann::json{{"rootPerSession", true}});
+  std::filesystem::create_directories(env.box.root + "/gamma/sub");
+  auto e = open_or_fail(env);
+  auto s = e->start("gamma", {.argv = {"/bin/sh", "-c", "pwd"}, .cwd = "sub"});
+  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+  BOOST_REQUIRE(e->status("gamma", s->task_id, 20s).has_value());
+  auto out = e->output("gamma", s->task_id, {});
+  BOOST_REQUIRE(out.has_value());
+  BOOST_TEST(out->content == env.box.root + "/gamma/sub\n");
+}
+
+BOOST_AUTO_TEST_CASE(another_session_cannot_retrieve_an_artifact_by_its_id) {
+  EngineEnv env;
+  auto e = open_or_fail(env);
+  auto s = e->start("owner", {.argv = {"/bin/echo", "secret"}});
+  BOOST_REQUIRE(s.has_value());
+  auto st = e->status("owner", s->task_id, 20s);
+  BOOST_REQUIRE(st.has_value() && st->stdout_artifact.has_value());
+  const std::string id = st->stdout_artifact->artifact_id;
+  auto mine = e->retrieve("owner", id, {});
+  BOOST_REQUIRE(mine.has_value());
+  BOOST_TEST(mine->content == "secret\n");
+  auto theirs = e->retrieve("intruder", id, {});
+  BOOST_REQUIRE(!theirs.has_value());
+  BOOST_TEST(theirs.error().message().find("unknown artifactId") != std::string::npos);
 }
