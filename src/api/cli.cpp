@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -34,6 +35,7 @@ constexpr const char* kUsage = R"(usage: cordon run [options] -- PROGRAM [ARGS..
        cordon mcp --policy FILE [--state-dir DIR] [--session NAME]
        cordon mcp --connect SOCKET [--session NAME]
        cordon serve --policy FILE [--state-dir DIR] [--socket PATH] [--allow-uid UID]...
+       cordon start|status|wait|output|kill|write|list|rm [--socket PATH] [--session NAME] [--json] ...
        cordon --version
 
 Runs PROGRAM once inside a kernel-enforced sandbox (no shell, ever) and exits with its exit
@@ -752,6 +754,222 @@ int daemon_command(int argc, char** argv) {
   return run_daemon(o);
 }
 
+// `cordon start|status|wait|output|kill|write|list|rm`: one tool call each through a running
+// `cordon serve`. Human output by default, --json for scripts. Exit codes: 0 done, 1 the tool
+// refused or failed (its message on stderr), 2 usage, 3 the daemon could not be reached.
+int client_command(const std::string& cmd, int argc, char** argv) {
+  std::string socket = default_state_dir() + "/daemon.sock";
+  std::string session = "default";
+  bool as_json = false, follow = false;
+  json args = json::object();
+  std::vector<std::string> positional;
+  auto usage = [&](const std::string& why) {
+    return refuse(fmt::format("{}: {} (see docs/cli.md)", cmd, why), 2);
+  };
+  int i = 2;
+  for (; i < argc; ++i) {
+    std::string opt = argv[i];
+    auto value = [&]() -> std::optional<std::string> {
+      if (i + 1 >= argc) {
+        return std::nullopt;
+      }
+      return std::string(argv[++i]);
+    };
+    auto number = [&](const char* key) -> bool {
+      auto v = value();
+      auto n = v ? parse_uint(*v) : std::nullopt;
+      if (!n) {
+        return false;
+      }
+      args[key] = *n;
+      return true;
+    };
+    auto text = [&](const char* key) -> bool {
+      auto v = value();
+      if (!v) {
+        return false;
+      }
+      args[key] = *v;
+      return true;
+    };
+    bool ok = true;
+    if (opt == "--") {
+      ++i;
+      break;
+    } else if (opt == "--socket") {
+      auto v = value();
+      ok = v.has_value();
+      socket = v.value_or("");
+    } else if (opt == "--session") {
+      auto v = value();
+      ok = v.has_value();
+      session = v.value_or("");
+    } else if (opt == "--json") {
+      as_json = true;
+    } else if (opt == "-f" || opt == "--follow") {
+      follow = true;
+    } else if (opt == "--all") {
+      args["mode"] = "all";
+    } else if (opt == "--pty") {
+      args["pty"] = true;
+    } else if (opt == "--eof") {
+      args["eof"] = true;
+    } else if (opt == "--submit") {
+      args["submit"] = true;
+    } else if (opt == "--key") {
+      auto v = value();
+      ok = v.has_value();
+      args["keys"].push_back(v.value_or(""));
+    } else if (opt == "--cwd" || opt == "--label" || opt == "--stdin" || opt == "--stream" ||
+               opt == "--unit" || opt == "--state" || opt == "--data" || opt == "--signal") {
+      ok = text(opt.c_str() + 2);
+    } else if (opt == "--timeout-ms" || opt == "--wait-ms" || opt == "--offset" ||
+               opt == "--limit") {
+      static const std::map<std::string, const char*> kKeys = {{"--timeout-ms", "timeoutMs"},
+                                                               {"--wait-ms", "waitMs"},
+                                                               {"--offset", "offset"},
+                                                               {"--limit", "limit"}};
+      ok = number(kKeys.at(opt));
+    } else if (!opt.empty() && opt[0] == '-') {
+      return usage(fmt::format("unknown option `{}`", opt));
+    } else {
+      positional.push_back(opt);
+    }
+    if (!ok) {
+      return usage(fmt::format("{} needs a value", opt));
+    }
+  }
+  for (; i < argc; ++i) {
+    positional.emplace_back(argv[i]);
+  }
+  std::string tool;
+  if (cmd == "start") {
+    tool = "run_command_bg";
+    if (positional.empty()) {
+      return usage("give the program after `--`, e.g. `cordon start -- /usr/bin/make test`");
+    }
+    args["argv"] = positional;
+  } else {
+    static const std::map<std::string, std::string> kTools = {
+        {"status", "command_status"}, {"wait", "command_wait"},   {"output", "command_output"},
+        {"kill", "command_kill"},     {"write", "command_write"}, {"list", "command_list"},
+        {"rm", "command_remove"}};
+    tool = kTools.at(cmd);
+    if (cmd == "list") {
+      if (!positional.empty()) {
+        return usage("takes no task id");
+      }
+    } else if (cmd == "wait") {
+      if (positional.empty()) {
+        return usage("give one or more task ids");
+      }
+      args["taskIds"] = positional;
+      if (!args.contains("timeoutMs")) {
+        args["timeoutMs"] = 30000;
+      }
+    } else {
+      if (positional.size() != 1) {
+        return usage("give exactly one task id");
+      }
+      args["taskId"] = positional[0];
+    }
+  }
+  auto call = [&](const std::string& name, const json& a) -> std::optional<json> {
+    auto r = call_daemon_tool(socket, session, name, a);
+    if (!r) {
+      std::fprintf(stderr, "cordon: %s\n", r.error().message().c_str());
+      return std::nullopt;
+    }
+    return *r;
+  };
+  auto failed = [](const json& r) {
+    if (!r.value("isError", false)) {
+      return false;
+    }
+    std::string msg;
+    for (const auto& c : r.value("content", json::array())) {
+      msg += c.value("text", "");
+    }
+    const json& sc = r.value("structuredContent", json::object());
+    if (sc.contains("error") && sc["error"].is_object()) {
+      msg = sc["error"].value("message", msg);
+    }
+    std::fprintf(stderr, "cordon: %s\n", msg.c_str());
+    return true;
+  };
+  auto r = call(tool, args);
+  if (!r) {
+    return 3;
+  }
+  if (failed(*r)) {
+    return 1;
+  }
+  json sc = r->value("structuredContent", json::object());
+  if (cmd == "output" && follow) {
+    // Like tail -f: print what is there, then keep paging until the job settles.
+    for (;;) {
+      std::fwrite(sc.value("content", "").data(), 1, sc.value("content", "").size(), stdout);
+      std::fflush(stdout);
+      args["offset"] = sc.value("nextOffset", 0);
+      if (!sc.value("hasMore", false)) {
+        auto st = call("command_status", {{"taskId", args["taskId"]}, {"waitMs", 500}});
+        if (!st || failed(*st)) {
+          return st ? 1 : 3;
+        }
+        bool settled = st->value("structuredContent", json::object()).value("settled", false);
+        auto page = call(tool, args);
+        if (!page || failed(*page)) {
+          return page ? 1 : 3;
+        }
+        sc = page->value("structuredContent", json::object());
+        if (settled && !sc.value("hasMore", false) && sc.value("content", "").empty()) {
+          return 0;
+        }
+        continue;
+      }
+      auto page = call(tool, args);
+      if (!page || failed(*page)) {
+        return page ? 1 : 3;
+      }
+      sc = page->value("structuredContent", json::object());
+    }
+  }
+  if (as_json) {
+    std::printf("%s\n", sc.dump(2).c_str());
+  } else if (cmd == "output") {
+    std::string content = sc.value("content", "");
+    std::fwrite(content.data(), 1, content.size(), stdout);
+  } else {
+    auto line = [](const json& j) {
+      std::string out = j.value("taskId", "");
+      out += "  " + j.value("state", "");
+      if (j.contains("exitCode") && j["exitCode"].is_number()) {
+        out += fmt::format(" (exit {})", j["exitCode"].get<int>());
+      }
+      if (j.contains("signal") && j["signal"].is_string()) {
+        out += " (" + j["signal"].get<std::string>() + ")";
+      }
+      if (j.contains("argv") && j["argv"].is_array()) {
+        for (const auto& a : j["argv"]) {
+          out += " " + a.get<std::string>();
+        }
+      }
+      return out;
+    };
+    if (sc.contains("jobs")) {
+      for (const auto& j : sc["jobs"]) {
+        std::printf("%s\n", line(j).c_str());
+      }
+    } else if (sc.contains("taskId")) {
+      std::printf("%s\n", line(sc).c_str());
+      if (sc.contains("tailPreview") && sc["tailPreview"].is_string() && cmd != "start") {
+        std::printf("%s\n", sc["tailPreview"].get<std::string>().c_str());
+      }
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int cli_main(int argc, char** argv) {
@@ -770,6 +988,10 @@ int cli_main(int argc, char** argv) {
   }
   if (cmd == "serve" || cmd == "daemon") {
     return daemon_command(argc, argv);
+  }
+  if (cmd == "start" || cmd == "status" || cmd == "wait" || cmd == "output" || cmd == "kill" ||
+      cmd == "write" || cmd == "list" || cmd == "rm") {
+    return client_command(cmd, argc, argv);
   }
   if (cmd == "doctor") {
     std::optional<std::string> state_dir;

@@ -256,29 +256,36 @@ int run_daemon(const DaemonOptions& options) {
   return 0;
 }
 
-int run_mcp_connect(const std::string& socket_path, const std::string& session) {
-  auto addr = socket_address(socket_path);
-  if (!addr) {
-    std::fprintf(stderr, "cordon: %s\n", addr.error().message().c_str());
-    return 1;
-  }
+namespace {
+
+// Connects to the daemon and performs the handshake; the error says what to do.
+Result<UniqueFd> connect_session(const std::string& socket_path, const std::string& session) {
+  CORDON_TRY(addr, socket_address(socket_path));
   UniqueFd sock(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!sock || ::connect(sock.get(), reinterpret_cast<sockaddr*>(&*addr), sizeof *addr) != 0) {
-    std::fprintf(stderr, "cordon: connect `%s`: %s (is `cordon daemon` running?)\n",
-                 socket_path.c_str(), errno_name(errno).c_str());
-    return 1;
+  if (!sock || ::connect(sock.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    return sys_error("connect `{}` (is `cordon serve` running?)", socket_path);
   }
   if (!send_line(sock.get(), {{"cordon", "connect"}, {"session", session}})) {
-    std::fprintf(stderr, "cordon: send the handshake: %s\n", errno_name(errno).c_str());
-    return 1;
+    return sys_error("send the handshake");
   }
   auto reply = read_line(sock.get(), kMaxHandshake, kHandshakeTimeoutMs);
   json r = reply ? json::parse(*reply, nullptr, false) : json();
   if (!r.is_object() || !r.value("ok", false)) {
-    std::fprintf(stderr, "cordon: the daemon refused: %s\n",
-                 r.is_object() ? r.value("error", "no reason").c_str() : "no answer");
+    return refusal("the daemon refused: {}",
+                   r.is_object() ? r.value("error", "no reason") : "no answer");
+  }
+  return sock;
+}
+
+}  // namespace
+
+int run_mcp_connect(const std::string& socket_path, const std::string& session) {
+  auto connected = connect_session(socket_path, session);
+  if (!connected) {
+    std::fprintf(stderr, "cordon: %s\n", connected.error().message().c_str());
     return 1;
   }
+  UniqueFd sock = std::move(*connected);
   // Relay: stdin → socket, socket → stdout, until the daemon closes.
   bool stdin_open = true;
   char buf[65536];
@@ -319,6 +326,47 @@ int run_mcp_connect(const std::string& socket_path, const std::string& session) 
       }
     }
   }
+}
+
+}  // namespace cordon::api
+
+namespace cordon::api {
+
+Result<json> call_daemon_tool(const std::string& socket_path, const std::string& session,
+                              const std::string& tool, const json& arguments) {
+  CORDON_TRY(sock, connect_session(socket_path, session));
+  auto request = [&](int id, const std::string& method, json params) {
+    return send_line(sock.get(),
+                     {{"jsonrpc", "2.0"}, {"id", id}, {"method", method}, {"params", params}});
+  };
+  // The replies to id 1 and 2; notifications in between are skipped.
+  auto response = [&](int id) -> Result<json> {
+    for (;;) {
+      auto line = read_line(sock.get(), 64u << 20, 600000);
+      if (!line) {
+        return invalid("the daemon closed the connection without answering");
+      }
+      json m = json::parse(*line, nullptr, false);
+      if (m.is_object() && m.contains("id") && m["id"] == id) {
+        if (m.contains("error")) {
+          return invalid("{}", m["error"].value("message", "JSON-RPC error"));
+        }
+        return m.value("result", json::object());
+      }
+    }
+  };
+  if (!request(1, "initialize",
+               {{"protocolVersion", "2025-06-18"},
+                {"capabilities", json::object()},
+                {"clientInfo", {{"name", "cordon-cli"}, {"version", CORDON_VERSION}}}})) {
+    return sys_error("send initialize");
+  }
+  CORDON_CHECK(response(1));
+  send_line(sock.get(), {{"jsonrpc", "2.0"}, {"method", "notifications/initialized"}});
+  if (!request(2, "tools/call", {{"name", tool}, {"arguments", arguments}})) {
+    return sys_error("send tools/call");
+  }
+  return response(2);
 }
 
 }  // namespace cordon::api

@@ -14,6 +14,8 @@
 #include <sys/types.h>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "cordon/engine.hpp"
 
 namespace cordon::api {
@@ -31,5 +33,12 @@ int run_daemon(const DaemonOptions& options);
 /// `cordon mcp --connect SOCKET`: a thin MCP front on stdio for a running daemon. Relays bytes
 /// both ways after the handshake; ends when either side closes. Returns an exit code.
 int run_mcp_connect(const std::string& socket_path, const std::string& session);
+
+/// One tool call through a running daemon (the `cordon start|status|…` commands): connects,
+/// performs the handshake and MCP initialize, calls `tool`, returns the tools/call result.
+[[nodiscard]] Result<nlohmann::json> call_daemon_tool(const std::string& socket_path,
+                                                      const std::string& session,
+                                                      const std::string& tool,
+                                                      const nlohmann::json& arguments);
 
 }  // namespace cordon::api

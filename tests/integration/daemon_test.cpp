@@ -118,3 +118,40 @@ BOOST_AUTO_TEST_CASE(a_bad_session_name_is_refused_with_the_handshake_format) {
   BOOST_TEST(r.find("first line must be") != std::string::npos, r);
   ::close(fd);
 }
+
+BOOST_AUTO_TEST_CASE(cli_commands_drive_the_daemon) {
+  Daemon d;
+  auto cli = [&](std::vector<std::string> args) {
+    std::vector<std::string> a = {cordon_bin(), args[0], "--socket", d.sock, "--session", "cli"};
+    a.insert(a.end(), args.begin() + 1, args.end());
+    return run_process(a);
+  };
+  auto started = cli({"start", "--json", "--", "/bin/echo", "from the cli"});
+  BOOST_REQUIRE_MESSAGE(started.exit_code() == 0, started.err);
+  auto j = nlohmann::json::parse(started.out, nullptr, false);
+  BOOST_REQUIRE(j.is_object());
+  std::string id = j.value("taskId", "");
+  BOOST_REQUIRE(!id.empty());
+  auto followed = cli({"output", "-f", id});
+  BOOST_TEST(followed.exit_code() == 0, followed.err);
+  BOOST_TEST(followed.out == "from the cli\n");
+  auto status = cli({"status", id});
+  BOOST_TEST(status.exit_code() == 0);
+  BOOST_TEST(status.out.find(id + "  exited (exit 0)") == 0u, status.out);
+  auto unknown = cli({"status", "tnope"});
+  BOOST_TEST(unknown.exit_code() == 1);
+  BOOST_TEST(unknown.err.find(id) != std::string::npos, unknown.err);  // lists known ids
+  BOOST_TEST(cli({"rm", id}).exit_code() == 0);
+  auto listed = cli({"list", "--json"});
+  BOOST_TEST(listed.out.find(id) == std::string::npos);
+  auto refused = cli({"start", "--", "/usr/bin/wget"});
+  BOOST_TEST(refused.exit_code() == 1);
+  BOOST_TEST(refused.err.find("not allowed") != std::string::npos, refused.err);
+}
+
+BOOST_AUTO_TEST_CASE(cli_says_when_no_daemon_listens) {
+  Sandbox s;
+  auto r = run_process({cordon_bin(), "list", "--socket", s.base + "/none.sock"});
+  BOOST_TEST(r.exit_code() == 3);
+  BOOST_TEST(r.err.find("is `cordon serve` running?") != std::string::npos, r.err);
+}
