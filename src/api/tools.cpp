@@ -343,6 +343,21 @@ json run_command_bg(Engine& engine, const std::string& session, const json& args
   return status_json(*s);
 }
 
+// Waits (in cancellable slices) up to `wait` for one job to settle; `st` holds its latest
+// status. An Error is returned as the tool's in-band error result.
+std::optional<json> await_status(Engine& engine, const std::string& session, const std::string& id,
+                                 milliseconds wait, const CallContext& ctx, JobStatus& st) {
+  auto waited = wait_in_slices(ctx, wait, [&](milliseconds slice) -> Result<bool> {
+    CORDON_TRY(s, engine.status(session, id, slice));
+    st = std::move(s);
+    return st.settled();
+  });
+  if (!waited) {
+    return error_with_ids(engine, session, waited.error());
+  }
+  return std::nullopt;
+}
+
 json run_command(Engine& engine, const std::string& session, const json& args,
                  const CallContext& ctx) {
   auto opts = start_options(args);
@@ -353,13 +368,8 @@ json run_command(Engine& engine, const std::string& session, const json& args,
   std::string id = started->task_id;
   JobStatus st = *started;
   milliseconds yield(get_u64(args, "yieldMs", kDefaultYieldMs));
-  auto waited = wait_in_slices(ctx, yield, [&](milliseconds slice) -> Result<bool> {
-    CORDON_TRY(s, engine.status(session, id, slice));
-    st = std::move(s);
-    return st.settled();
-  });
-  if (!waited) {
-    return error_with_ids(engine, session, waited.error());
+  if (auto err = await_status(engine, session, id, yield, ctx, st)) {
+    return *err;
   }
   json out = status_json(st);
   if (!st.settled()) {
@@ -403,13 +413,8 @@ json command_status(Engine& engine, const std::string& session, const json& args
   std::string id = args["taskId"].get<std::string>();
   milliseconds wait(get_u64(args, "waitMs", 0));
   JobStatus st;
-  auto waited = wait_in_slices(ctx, wait, [&](milliseconds slice) -> Result<bool> {
-    CORDON_TRY(s, engine.status(session, id, slice));
-    st = std::move(s);
-    return st.settled();
-  });
-  if (!waited) {
-    return error_with_ids(engine, session, waited.error());
+  if (auto err = await_status(engine, session, id, wait, ctx, st)) {
+    return *err;
   }
   return status_json(st);
 }
@@ -480,13 +485,8 @@ json command_kill(Engine& engine, const std::string& session, const json& args,
   }
   JobStatus st = *k;
   // A short wait, so the usual answer is the final state rather than "running".
-  auto waited = wait_in_slices(ctx, milliseconds(2000), [&](milliseconds slice) -> Result<bool> {
-    CORDON_TRY(s, engine.status(session, id, slice));
-    st = std::move(s);
-    return st.settled();
-  });
-  if (!waited) {
-    return error_with_ids(engine, session, waited.error());
+  if (auto err = await_status(engine, session, id, milliseconds(2000), ctx, st)) {
+    return *err;
   }
   return status_json(st);
 }
