@@ -468,6 +468,12 @@ class Engine::Impl {
     if (!job || job->id != id) {
       return nullptr;
     }
+    if (!job->settled()) {
+      // Not ours (every job this engine runs is in `live`): a dead engine's job whose
+      // abandonment, or a settle of ours, could not be written on a full disk. Say the truth
+      // we know now and try to write it again.
+      (void)abandon(*job);
+    }
     cache.push_front(std::move(job));
     while (cache.size() > opt.settled_cache) {
       cache.pop_back();
@@ -1351,6 +1357,36 @@ class Engine::Impl {
   }
 
   // ---- recovery -----------------------------------------------------------------------------
+  // A job a previous engine left queued or running: its sandbox died with that engine (the
+  // spawner kills every sandbox when its engine goes away; the cgroup sweep kills any left).
+  // Banks what reached the logs and writes the meta; the job is `abandoned` even when that
+  // write fails (a full disk), and the next read or open tries again.
+  Result<void> abandon(Job& j) {
+    j.state = "abandoned";
+    j.error =
+        "the engine restarted while this command ran; it was killed, and the output "
+        "it wrote until then is banked";
+    for (auto* s : {&j.out, &j.err}) {
+      s->written = 0;
+      s->sha.reset();
+      struct stat st {};
+      if (::stat(s->path.c_str(), &st) == 0) {
+        s->written = static_cast<uint64_t>(st.st_size);
+        std::ifstream in(s->path, std::ios::binary);
+        std::vector<char> buf(1 << 16);
+        while (in.read(buf.data(), static_cast<std::streamsize>(buf.size())) || in.gcount() > 0) {
+          s->sha.update(buf.data(), static_cast<size_t>(in.gcount()));
+        }
+      }
+    }
+    j.out_bytes = j.out.written;
+    j.err_bytes = j.err.written;
+    j.out_art = bank(j, j.out, j.pty ? "pty" : "stdout");
+    j.err_art = bank(j, j.err, "stderr");
+    j.ended_at = rfc3339_now();
+    return write_meta(j.dir, "meta.json", meta_json(j).dump());
+  }
+
   Result<void> recover() {
     DIR* d = ::opendir(jobs_dir().c_str());
     if (d == nullptr) {
@@ -1375,30 +1411,11 @@ class Engine::Impl {
       }
       ++jobs_on_disk;
       if (j->state == "running" || j->state == "queued") {
-        // Its sandbox died with the previous engine (the spawner kills every sandbox when its
-        // engine goes away; the cgroup sweep kills any left). Bank what reached the logs.
-        j->state = "abandoned";
-        j->error =
-            "the engine restarted while this command ran; it was killed, and the output "
-            "it wrote until then is banked";
-        for (auto* s : {&j->out, &j->err}) {
-          struct stat st {};
-          if (::stat(s->path.c_str(), &st) == 0) {
-            s->written = static_cast<uint64_t>(st.st_size);
-            std::ifstream in(s->path, std::ios::binary);
-            std::vector<char> buf(1 << 16);
-            while (in.read(buf.data(), static_cast<std::streamsize>(buf.size())) ||
-                   in.gcount() > 0) {
-              s->sha.update(buf.data(), static_cast<size_t>(in.gcount()));
-            }
-          }
-        }
-        j->out_bytes = j->out.written;
-        j->err_bytes = j->err.written;
-        j->out_art = bank(*j, j->out, j->pty ? "pty" : "stdout");
-        j->err_art = bank(*j, j->err, "stderr");
-        j->ended_at = rfc3339_now();
-        CORDON_CHECK(write_meta(dir, "meta.json", meta_json(*j).dump()));
+        // Failure fixed: a meta write that failed here (ENOSPC on a disk that filled up while
+        // the previous engine ran, its reserve already spent) failed Engine::open, so the
+        // engine could not start at all on a full disk. The job is answered as abandoned
+        // either way (find() abandons a not-settled job it reads from disk again).
+        (void)abandon(*j);
       }
       if (!j->read) {
         ++counters[j->session].finished;

@@ -199,10 +199,12 @@ BOOST_AUTO_TEST_CASE(a_filling_state_dir_fails_the_writers_and_the_engine_keeps_
 
   // A start on the full disk either runs or is refused with the cause; never a hang or crash.
   auto late = e->start("s", {.argv = {"/bin/echo", "late"}});
+  BOOST_TEST_MESSAGE("a start on the full disk: " << (late ? late->state : late.error().message()));
   if (late.has_value()) {
     auto l = e->status("s", late->task_id, 20s);
     BOOST_REQUIRE(l.has_value());
     BOOST_TEST(l->settled());
+    BOOST_TEST_MESSAGE("it settled " << l->state << ": " << l->error);
     if (l->state == "failed") {
       BOOST_TEST(l->error.find("ENOSPC") != std::string::npos, l->error);
     } else {
@@ -229,6 +231,61 @@ BOOST_AUTO_TEST_CASE(a_filling_state_dir_fails_the_writers_and_the_engine_keeps_
   BOOST_REQUIRE(b2.has_value());
   BOOST_TEST(b2->stdout_artifact->sha256 == b->stdout_artifact->sha256);
   BOOST_TEST((read_all_bytes(*e2, "s", banked->task_id, "stdout") == banked_bytes));
+}
+
+// The disk fills up (a writer fails and spends the reserve), then the engine process is
+// SIGKILLed while another job runs. The next engine must still open on the full disk and
+// answer for both jobs: the running one `abandoned` with its bytes, the writer as it settled.
+BOOST_AUTO_TEST_CASE(an_engine_restarted_on_a_full_disk_opens_and_answers) {
+  EngineEnv env;
+  SmallDisk disk(env.box.base + "/small", "4m");
+  env.state_dir = disk.path + "/state";
+  std::string quiet, writer, second;
+  {
+    EngineHost host(env);
+    BOOST_REQUIRE_EQUAL(host.line(), "ready");
+    quiet = host.ask("start echo early; exec sleep 1000");
+    BOOST_REQUIRE_MESSAGE(quiet.rfind("t", 0) == 0, quiet);
+    BOOST_REQUIRE(eventually([&] { return file_size(env.job_dir(quiet) + "/stdout.log") == 6; }));
+    writer = host.ask("start exec yes fill");
+    BOOST_REQUIRE_MESSAGE(writer.rfind("t", 0) == 0, writer);
+    BOOST_REQUIRE_EQUAL(host.ask("wait " + writer), "failed");
+    BOOST_TEST(!fs::exists(env.state_dir + "/reserve"));  // spent, and no room to take back
+    // A second writer eats what the first one's settle left: the disk is now truly full.
+    second = host.ask("start exec yes more");
+    BOOST_REQUIRE_MESSAGE(second.rfind("t", 0) == 0, second);
+    BOOST_REQUIRE_EQUAL(host.ask("wait " + second), "failed");
+    host.sigkill();
+  }
+  auto e = env.open();
+  BOOST_REQUIRE_MESSAGE(e.has_value(), describe(e));
+  auto q = (*e)->status("s", quiet);
+  BOOST_REQUIRE_MESSAGE(q.has_value(), describe(q));
+  BOOST_TEST(q->state == "abandoned");
+  BOOST_TEST((read_all_bytes(**e, "s", quiet, "stdout") == "early\n"));
+  auto w = (*e)->status("s", writer);
+  BOOST_REQUIRE_MESSAGE(w.has_value(), describe(w));
+  BOOST_TEST(w->state == "failed");
+  BOOST_TEST(w->error.find("ENOSPC") != std::string::npos, w->error);
+  // The second writer's settle found no room at all (its meta still said running): it reads
+  // as abandoned, with every byte of its log banked.
+  auto w2 = (*e)->status("s", second);
+  BOOST_REQUIRE_MESSAGE(w2.has_value(), describe(w2));
+  BOOST_TEST_MESSAGE("second writer after the restart: " << w2->state << ": " << w2->error);
+  BOOST_TEST(w2->settled());
+  BOOST_TEST(w2->stdout_bytes == file_size(env.job_dir(second) + "/stdout.log"));
+  BOOST_TEST(env.sandbox_pids().empty());
+  BOOST_TEST(existing_job_cgroups(quiet).empty());
+  // Once there is room again, the abandonment reaches the disk.
+  auto rm = (*e)->remove("s", writer);
+  BOOST_REQUIRE_MESSAGE(rm.has_value(), describe(rm));
+  e->reset();
+  auto e2 = open_engine(env);
+  auto meta = nlohmann::json::parse(read_file(env.job_dir(quiet) + "/meta.json"), nullptr, false);
+  BOOST_TEST(meta.value("state", "") == "abandoned");
+  auto q2 = e2->status("s", quiet);
+  BOOST_REQUIRE(q2.has_value());
+  BOOST_TEST(q2->state == "abandoned");
 }
 
 namespace {
