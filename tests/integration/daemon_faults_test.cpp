@@ -133,6 +133,23 @@ struct Client {
     }
   }
 
+  // True when the daemon closes the connection (EOF) within `timeout`; what it sent is skipped.
+  bool closed_within(std::chrono::milliseconds timeout) {
+    auto until = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          until - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return false;
+      struct pollfd p {
+        fd, POLLIN, 0
+      };
+      if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+      char buf[4096];
+      ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) return true;
+    }
+  }
+
   // The response with this id (notifications skipped), or a null json.
   json response(int id, std::chrono::milliseconds timeout = kServed) {
     auto until = std::chrono::steady_clock::now() + timeout;
@@ -249,6 +266,8 @@ BOOST_AUTO_TEST_CASE(half_a_line_then_a_stall_blocks_only_that_connection) {
     if (t) BOOST_TEST(t->count() < 10000, t->count() << " ms");
   }
   BOOST_TEST(d.alive());
+  // The stalled handshake is dropped when its time runs out (10 s): closed, with an answer.
+  BOOST_TEST(pre.closed_within(20s), "the stalled handshake is still open after 20 s");
 }
 
 // A 100 MB line (no newline until the end): the daemon keeps serving others while it arrives,
