@@ -229,8 +229,11 @@ int run_daemon(const DaemonOptions& options) {
       int fd = raw->fd.get();
       auto line = read_line(fd, kMaxHandshake, kHandshakeTimeoutMs);
       json hello = line ? json::parse(*line, nullptr, false) : json();
-      std::string name = hello.is_object() && hello.value("cordon", "") == "connect" &&
-                                 hello.contains("session") && hello["session"].is_string()
+      // `== "connect"` on the json, not json::value(): that throws when "cordon" is not a
+      // string, and an exception here would end the whole daemon.
+      std::string name = hello.is_object() && hello.contains("cordon") &&
+                                 hello["cordon"] == "connect" && hello.contains("session") &&
+                                 hello["session"].is_string()
                              ? hello["session"].get<std::string>()
                              : "";
       if (!valid_session(name)) {
