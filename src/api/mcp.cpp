@@ -239,7 +239,11 @@ class Server {
       reply(rpc::make_result(r.id, json::object()));
     });
     rpc_.on("logging/setLevel", [this](const rpc::Request& r, rpc::Reply reply) {
-      std::string level = r.params.is_object() ? r.params.value("level", "") : "";
+      // json::value() throws on a type mismatch; a numeric level is a bad param, not a crash.
+      std::string level;
+      if (r.params.is_object() && r.params.contains("level") && r.params["level"].is_string()) {
+        level = r.params["level"].get<std::string>();
+      }
       for (size_t i = 0; i < kLogLevels.size(); ++i) {
         if (kLogLevels[i] == level) {
           min_level_ = i;
@@ -334,12 +338,15 @@ class Server {
         return;
       }
       json target = r.params["requestId"];
+      // Any JSON may come as the reason; json::value() would throw on a non-string one.
+      std::string reason = r.params.contains("reason") && r.params["reason"].is_string()
+                               ? r.params["reason"].get<std::string>()
+                               : std::string("no reason given");
       std::lock_guard<std::mutex> lock(mu_);
       for (auto& c : calls_) {
         if (c->id == target && !c->done) {
           c->cancelled = true;
-          log_->info("request {} ({}) cancelled by the client: {}", dump(target), c->tool,
-                     r.params.value("reason", std::string("no reason given")));
+          log_->info("request {} ({}) cancelled by the client: {}", dump(target), c->tool, reason);
         }
       }
     });
