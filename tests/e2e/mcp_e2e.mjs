@@ -481,6 +481,7 @@ daemon.stderr.on('data', (d) => { daemonLog += d; });
 for (let i = 0; i < 200 && !fs.existsSync(sock); i++) await new Promise((r) => setTimeout(r, 25));
 async function connectDaemon(session) {
   const transport = new StdioClientTransport({ command: cordon, args: ['mcp', '--connect', sock, '--session', session], stderr: 'pipe' });
+  transport.stderr?.resume();  // drained: an unread pipe would stall the front's logging
   const c = new Client({ name: 'cordon-e2e-daemon', version: '1.0.0' });
   await c.connect(transport);
   return c;
