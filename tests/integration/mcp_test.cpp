@@ -360,22 +360,25 @@ BOOST_AUTO_TEST_CASE(jobs_are_resources_with_update_notifications) {
 BOOST_AUTO_TEST_CASE(a_restarted_server_answers_for_the_previous_jobs) {
   EngineEnv env;
   std::string done_id, running_id;
+  // A sleep length of this test process's own, so a parallel run's sandbox is never counted.
+  std::string secs = std::to_string(31337 + ::getpid() % 100000);
   {
     Server s(env, "2025-11-25", "agent-1");
     done_id = s.sc("run_command", {{"argv", {"/bin/echo", "kept"}}})["taskId"];
     running_id = s.sc("run_command_bg",
-                      {{"argv", {"/bin/sh", "-c", "echo up; exec /bin/sleep 31337"}}})["taskId"];
-    // Once it printed, the sleep has replaced the shell (the control: it is visible).
-    for (int i = 0; i < 2000; ++i) {
-      if (s.sc("command_output", {{"taskId", running_id}})["content"] == "up\n") break;
+                      {{"argv", {"/bin/sh", "-c", "echo up; exec /bin/sleep " + secs}}})["taskId"];
+    // The control: the sleep is visible once the shell has exec'd it (after its echo, so the
+    // output alone does not say so; a ping round trip paces the bounded wait).
+    for (int i = 0; i < 2000 && count_processes({"/bin/sleep", secs}) == 0; ++i) {
+      BOOST_REQUIRE(s.proc.request("ping").has_value());
     }
-    BOOST_TEST(count_processes({"/bin/sleep", "31337"}) == 1);
+    BOOST_TEST(count_processes({"/bin/sleep", secs}) == 1);
     s.proc.close_stdin();
     BOOST_REQUIRE_MESSAGE(s.proc.wait_exit(20s), "the server did not end at EOF");
     BOOST_TEST(WIFEXITED(s.proc.exit_status()));
     BOOST_TEST(WEXITSTATUS(s.proc.exit_status()) == 0);
     // EOF ended the sandbox with the server.
-    BOOST_TEST(count_processes({"/bin/sleep", "31337"}) == 0);
+    BOOST_TEST(count_processes({"/bin/sleep", secs}) == 0);
   }
   Server s(env, "2025-11-25", "agent-1");
   json d = s.sc("command_status", {{"taskId", done_id}});
@@ -541,12 +544,13 @@ BOOST_AUTO_TEST_CASE(a_task_is_completed_whatever_the_exit_code_and_its_result_i
 BOOST_AUTO_TEST_CASE(tasks_cancel_kills_the_command_and_the_task_stays_cancelled) {
   EngineEnv env;
   Server s(env);
-  json created = task_call(s, "run_command_bg", {{"argv", {"/bin/sleep", "4242"}}}, json::object());
+  std::string secs = std::to_string(4242 + ::getpid() % 100000);  // this run's own sleep
+  json created = task_call(s, "run_command_bg", {{"argv", {"/bin/sleep", secs}}}, json::object());
   std::string id = created["result"]["task"]["taskId"];
-  for (int i = 0; i < 2000 && count_processes({"/bin/sleep", "4242"}) == 0; ++i) {
+  for (int i = 0; i < 2000 && count_processes({"/bin/sleep", secs}) == 0; ++i) {
     BOOST_REQUIRE(s.proc.request("ping").has_value());
   }
-  BOOST_REQUIRE(count_processes({"/bin/sleep", "4242"}) == 1);  // the control
+  BOOST_REQUIRE(count_processes({"/bin/sleep", secs}) == 1);  // the control
   json c = rpc(s, "tasks/cancel", {{"taskId", id}});
   BOOST_REQUIRE_MESSAGE(c.contains("result"), c.dump());
   BOOST_TEST(c["result"]["status"] == "cancelled");
@@ -556,7 +560,7 @@ BOOST_AUTO_TEST_CASE(tasks_cancel_kills_the_command_and_the_task_stays_cancelled
   check_tool_result(s, "run_command_bg", r["result"]);
   BOOST_TEST(r["result"]["structuredContent"]["state"] == "killed");
   BOOST_TEST(r["result"]["structuredContent"]["signal"] == "SIGTERM");
-  BOOST_TEST(count_processes({"/bin/sleep", "4242"}) == 0);
+  BOOST_TEST(count_processes({"/bin/sleep", secs}) == 0);
   BOOST_TEST(rpc(s, "tasks/get", {{"taskId", id}})["result"]["status"] == "cancelled");
   // A terminal task cannot be cancelled (-32602), nor can an unknown one.
   BOOST_TEST(rpc(s, "tasks/cancel", {{"taskId", id}})["error"]["code"] == -32602);
