@@ -3,7 +3,10 @@
 // with user/mount/pid/ipc/uts/net namespaces, bubblewrap with an equivalent isolation set,
 // `cordon run` with its full default sandbox, and the engine library (start → settle).
 //
-//   build/spawn_bench [--runs N] [--spacing-ms MS] [--json FILE]
+//   build/spawn_bench [--runs N] [--spacing-ms MS] [--json FILE] [--compare-pool]
+//
+// --compare-pool adds a second engine with EngineOptions::warm_pool off, interleaved like the
+// rest, so the warm pool's effect is measured in the same run.
 //
 // Each round runs every variant once, in a random order, with `spacing` between spawns (20 ms:
 // how agents use it; the v1 cgroup placement costs an RCU grace period at that spacing).
@@ -22,6 +25,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -72,6 +76,7 @@ int main(int argc, char** argv) {
   int runs = 500;
   int spacing_ms = 20;
   std::string json_out;
+  bool compare_pool = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--runs" && i + 1 < argc)
@@ -80,8 +85,12 @@ int main(int argc, char** argv) {
       spacing_ms = std::atoi(argv[++i]);
     else if (a == "--json" && i + 1 < argc)
       json_out = argv[++i];
+    else if (a == "--compare-pool")
+      compare_pool = true;
     else {
-      std::fprintf(stderr, "usage: spawn_bench [--runs N] [--spacing-ms MS] [--json FILE]\n");
+      std::fprintf(stderr,
+                   "usage: spawn_bench [--runs N] [--spacing-ms MS] [--json FILE] "
+                   "[--compare-pool]\n");
       return 2;
     }
   }
@@ -169,6 +178,34 @@ int main(int argc, char** argv) {
          return ms;
        }},
   };
+  std::unique_ptr<cordon::Engine> unpooled;
+  if (compare_pool) {
+    cordon::EngineOptions no_pool = eo;
+    no_pool.state_dir = work + "/state3";
+    no_pool.warm_pool = false;
+    auto e = cordon::Engine::open(no_pool);
+    if (!e) {
+      std::fprintf(stderr, "engine: %s\n", e.error().message().c_str());
+      return 1;
+    }
+    unpooled = std::move(*e);
+    variants["engine library start->settle, no warm pool"] = [&unpooled] {
+      auto t0 = Clock::now();
+      auto s = unpooled->start("bench", {.argv = {"/bin/true"}});
+      if (!s) {
+        std::fprintf(stderr, "start: %s\n", s.error().message().c_str());
+        std::exit(1);
+      }
+      auto st = unpooled->status("bench", s->task_id, std::chrono::seconds(30));
+      double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      if (!st || st->state != "exited") {
+        std::fprintf(stderr, "engine job did not exit cleanly\n");
+        std::exit(1);
+      }
+      (void)unpooled->remove("bench", s->task_id);
+      return ms;
+    };
+  }
   std::vector<std::string> names;
   for (auto& [k, v] : variants) names.push_back(k);
   std::map<std::string, std::vector<double>> samples;
@@ -205,6 +242,7 @@ int main(int argc, char** argv) {
   json += "}}\n";
   if (!json_out.empty()) std::ofstream(json_out) << json;
   engine->reset();
+  unpooled.reset();
   std::filesystem::remove_all(work);
   return 0;
 }
