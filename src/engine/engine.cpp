@@ -1016,6 +1016,11 @@ class Engine::Impl {
       j.cgroup.reset();
     }
     (void)j.record.remove();
+    if (pool) {
+      // Once the job's own cgroup work is done: a new placeholder's placement holds
+      // cgroup_mutex for a grace period, which would hold up this job's cgroup.kill and rmdir.
+      pool->refill_later();
+    }
     j.lease.reset();
     j.out.pipe.reset();
     j.err.pipe.reset();
@@ -1145,10 +1150,6 @@ class Engine::Impl {
     j.start_tp = Clock::now();
     j.started_at = rfc3339_now();
     auto r = spawn(j);
-    if (pool) {
-      // The sandbox is setting itself up meanwhile; a failed refill leaves spawns unpooled.
-      (void)pool->refill();
-    }
     if (!r) {
       j.init_exited = true;
       j.setup_step = sandbox::SetupStep::kNone;
@@ -1498,8 +1499,10 @@ Result<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
   if (o.warm_pool && o.warm_pool_size > 0) {
     impl->pool.emplace(impl->layout, *impl->records, *impl->spawner,
                        sandbox::WarmPoolOptions{o.warm_pool_size, o.default_seccomp_profile});
-    // Not fatal: without entries every spawn takes the unpooled path.
+    // Filled now (so open() returns with the pool's descriptors in place), then topped up by
+    // its own thread. When refills fail, spawns go unpooled.
     (void)impl->pool->refill();
+    impl->pool->start();
   }
 
   impl->epfd.reset(::epoll_create1(EPOLL_CLOEXEC));

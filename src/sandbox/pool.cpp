@@ -35,23 +35,91 @@ WarmPool::WarmPool(CgroupLayout layout, CgroupRecords& records, SpawnerClient& s
       spawner_(&spawner),
       options_(std::move(options)) {}
 
-WarmPool::~WarmPool() { (void)clear(); }
+WarmPool::~WarmPool() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) {
+    thread_.join();
+  }
+  (void)clear();
+}
+
+void WarmPool::start() {
+  if (thread_.joinable()) {
+    return;
+  }
+  {
+    std::lock_guard lock(mu_);
+    wanted_ = true;
+  }
+  thread_ = std::thread([this] { refill_loop(); });
+}
+
+void WarmPool::refill_loop() {
+  for (;;) {
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [this] { return wanted_ || stopping_; });
+      if (stopping_) {
+        return;
+      }
+      wanted_ = false;
+    }
+    // A failure (cgroups, spawner) leaves the pool short: spawns go unpooled until the next
+    // request succeeds.
+    (void)refill();
+  }
+}
 
 std::optional<WarmPool::Entry> WarmPool::take() {
-  if (entries_.empty()) {
-    return std::nullopt;
+  std::optional<Entry> e;
+  bool empty = false;
+  {
+    std::lock_guard lock(mu_);
+    if (!entries_.empty()) {
+      e.emplace(std::move(entries_.front()));
+      entries_.pop_front();
+    }
+    empty = entries_.empty();
   }
-  Entry e = std::move(entries_.front());
-  entries_.pop_front();
+  if (empty) {
+    refill_later();  // a burst: refill now rather than when a job settles
+  }
   return e;
 }
 
+void WarmPool::refill_later() {
+  {
+    std::lock_guard lock(mu_);
+    if (!thread_.joinable()) {
+      return;
+    }
+    wanted_ = true;
+  }
+  cv_.notify_all();
+}
+
+size_t WarmPool::available() const {
+  std::lock_guard lock(mu_);
+  return entries_.size();
+}
+
 Result<void> WarmPool::refill() {
-  while (entries_.size() < options_.size) {
+  for (;;) {
+    {
+      std::lock_guard lock(mu_);
+      if (stopping_ || entries_.size() >= options_.size) {
+        return {};
+      }
+    }
+    // Made without the lock: take() never waits for a mkdir or a fork.
     CORDON_TRY_CTX(e, make_entry(), "refill the warm pool");
+    std::lock_guard lock(mu_);
     entries_.push_back(std::move(e));
   }
-  return {};
 }
 
 Result<WarmPool::Entry> WarmPool::make_entry() {
@@ -80,10 +148,15 @@ Result<WarmPool::Entry> WarmPool::make_entry() {
 }
 
 Result<void> WarmPool::clear() {
+  std::deque<Entry> entries;
+  {
+    std::lock_guard lock(mu_);
+    entries.swap(entries_);
+  }
   std::optional<Error> first;
-  while (!entries_.empty()) {
-    Entry e = std::move(entries_.front());
-    entries_.pop_front();
+  while (!entries.empty()) {
+    Entry e = std::move(entries.front());
+    entries.pop_front();
     auto destroyed = e.cgroup.destroy();
     if (!destroyed) {
       // The record stays, so a later sweep retries.

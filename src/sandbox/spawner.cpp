@@ -452,7 +452,7 @@ class Server {
   }
 
   // Reads the request in `memfd` and spawns it. `pooled`: we are a placeholder already in
-  // the v1 cgroups (v1_fds is empty), the child is our sibling and the spawner sends its go.
+  // the job's cgroups (no fds), the child is our sibling and the spawner sends its go.
   Result<Spawned> spawn_body(int memfd, int v2_fd, const std::vector<int>& v1_fds, bool pooled) {
     CORDON_TRY_CTX(bytes, read_sealed_memfd(memfd, kMaxRequestBytes), "read the request");
     CORDON_TRY(req, decode_spawn_request(bytes));
@@ -590,17 +590,24 @@ class Server {
     (void)sys::close_range(next, ~0U, 0);
     sock_ = sock;
 
-    // "0" is the writer itself. This is the write that waits for an RCU grace period
-    // (~11 ms at one spawn per 20 ms): it happens here, ahead of time, off the spawn path.
+    // "0" is the writer itself. A migration waits for an RCU grace period (~11 ms at one
+    // spawn per 20 ms) while it holds cgroup_mutex: it happens here, ahead of time. The v2
+    // cgroup too: then the sandbox inherits all of them by fork and its clone3 needs no
+    // CLONE_INTO_CGROUP, which would take cgroup_mutex on the spawn path — and wait there
+    // for any other placement's grace period.
     PlaceholderReady ready;
     ready.ok = 1;
-    for (int fd : v1_fds) {
+    std::vector<int> dirs = v1_fds;
+    if (v2_fd >= 0) {
+      dirs.insert(dirs.begin(), v2_fd);
+    }
+    for (int fd : dirs) {
       auto placed = sys::write_file_at(fd, "cgroup.procs", "0");
       if (!placed) {
         ready.ok = 0;
         ready.sys_errno = placed.error().sys_errno();
         std::string m =
-            "the warm-pool placeholder could not enter its v1 cgroup: " + placed.error().message();
+            "the warm-pool placeholder could not enter its cgroup: " + placed.error().message();
         std::memcpy(ready.message, m.data(), std::min(m.size(), sizeof ready.message - 1));
         break;
       }
@@ -622,7 +629,8 @@ class Server {
     }
     std::memcpy(&h, d->bytes.data(), sizeof h);
     reply.request_id = h.request_id;
-    auto spawned = spawn_body(d->fds[0].get(), v2_fd, {}, true);
+    // Born in every job cgroup by inheritance: no cgroup fd, no CLONE_INTO_CGROUP.
+    auto spawned = spawn_body(d->fds[0].get(), -1, {}, true);
     if (!spawned) {
       (void)send_error(reply, spawned.error());
       ::_exit(1);

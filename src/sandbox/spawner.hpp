@@ -37,13 +37,13 @@
 //            (body_len ≤ kMaxPoolBody bytes; compiled now so the placeholder is born with it;
 //            kRequestAllowPtrace selects the variant), with SCM_RIGHTS: the v2 cgroup dirfd
 //            when kRequestHasCgroupV2, then the n_cgroup_v1 v1 dirfds of a fresh, unused
-//            cgroup set. The spawner forks a placeholder that moves ITSELF into the v1 cgroups
+//            cgroup set. The spawner forks a placeholder that moves ITSELF into all of them
 //            (the ~11 ms RCU grace period is spent there, in parallel, not on a spawn) and
 //            waits. The reply is SpawnerReplyHeader{kind = kPoolAdd, ok, pid = the
 //            placeholder}; the slot is named by the request_id of the pool-add.
 //   spawn from a slot: a spawn request with kRequestPooled and pool_slot = that id carries
 //            only the memfd. The placeholder prepares and clone3s the sandbox with
-//            CLONE_PARENT (born inside the v1 cgroups, the v2 one by CLONE_INTO_CGROUP, and
+//            CLONE_PARENT (born inside every job cgroup by inheritance, no CLONE_INTO_CGROUP, and
 //            the spawner's own child), hands the descriptors to the spawner and exits; the
 //            spawner reaps it, then sends the go byte and the usual spawn reply. A slot is
 //            used exactly once, and lives exactly as long as its placeholder: an unknown or
