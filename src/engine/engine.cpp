@@ -1497,8 +1497,12 @@ Result<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
                  o.spawner_path);
   impl->spawner.emplace(std::move(spawner));
   if (o.warm_pool && o.warm_pool_size > 0) {
+    // The profile the jobs will use, compiled before each placeholder forks (a placeholder
+    // asked for another one compiles it itself: correct, but slower).
+    std::string profile = impl->pol && impl->pol->seccomp_profile ? *impl->pol->seccomp_profile
+                                                                  : o.default_seccomp_profile;
     impl->pool.emplace(impl->layout, *impl->records, *impl->spawner,
-                       sandbox::WarmPoolOptions{o.warm_pool_size, o.default_seccomp_profile});
+                       sandbox::WarmPoolOptions{o.warm_pool_size, profile});
     // Filled now (so open() returns with the pool's descriptors in place), then topped up by
     // its own thread. When refills fail, spawns go unpooled.
     (void)impl->pool->refill();
