@@ -46,6 +46,7 @@
 #include "policy/host_paths.hpp"
 #include "policy/policy.hpp"
 #include "sandbox/cgroup.hpp"
+#include "sandbox/pool.hpp"
 #include "sandbox/spawner.hpp"
 #include "sandbox/status.hpp"
 #include "sandbox/userns.hpp"
@@ -384,6 +385,7 @@ class Engine::Impl {
   std::optional<sandbox::SpawnerClient> spawner;
   sandbox::CgroupLayout layout;
   std::optional<sandbox::CgroupRecords> records;
+  std::optional<sandbox::WarmPool> pool;  // declared after what it borrows: destroyed first
   UniqueFd lock_fd, epfd, timerfd, wakefd;
   std::thread loop;
   bool stopping = false;
@@ -1037,6 +1039,11 @@ class Engine::Impl {
       j.cgroup.reset();
     }
     (void)j.record.remove();
+    if (pool) {
+      // Once the job's own cgroup work is done: a new placeholder's placement holds
+      // cgroup_mutex for a grace period, which would hold up this job's cgroup.kill and rmdir.
+      pool->refill_later();
+    }
     j.lease.reset();
     j.out.pipe.reset();
     j.err.pipe.reset();
@@ -1237,11 +1244,22 @@ class Engine::Impl {
     limits.memory_bytes = cs.limits.memory_bytes;
     limits.pids = cs.limits.pids;
     limits.cpus = cs.limits.cpus;
-    CORDON_TRY(paths, sandbox::JobCgroup::paths_for(layout, j.id));
-    CORDON_TRY_CTX(record, records->add(j.id, paths), "record job cgroup");
-    j.record = std::move(record);
-    CORDON_TRY_CTX(cg, sandbox::JobCgroup::create(layout, j.id, limits), "create job cgroup");
-    j.cgroup.emplace(std::move(cg));
+    // Warm pool: cgroups made and a placeholder parked in them ahead of time; only the
+    // job's limits are written now. Otherwise the job's own, named after it.
+    uint64_t pool_slot = 0;
+    if (auto entry = pool ? pool->take() : std::nullopt) {
+      j.record = std::move(entry->record);
+      j.cgroup.emplace(std::move(entry->cgroup));
+      pool_slot = entry->slot;
+      CORDON_CHECK_CTX(j.record.rename(j.id), "record job cgroup");
+      CORDON_CHECK_CTX(j.cgroup->set_limits(limits), "set the job's cgroup limits");
+    } else {
+      CORDON_TRY(paths, sandbox::JobCgroup::paths_for(layout, j.id));
+      CORDON_TRY_CTX(record, records->add(j.id, paths), "record job cgroup");
+      j.record = std::move(record);
+      CORDON_TRY_CTX(cg, sandbox::JobCgroup::create(layout, j.id, limits), "create job cgroup");
+      j.cgroup.emplace(std::move(cg));
+    }
     CORDON_TRY(lease, sandbox::HostIdLease::acquire(opt.state_dir + "/uids", opt.host_id_base,
                                                     opt.host_id_count));
     j.lease.emplace(std::move(lease));
@@ -1268,6 +1286,7 @@ class Engine::Impl {
       req.cgroup_v1_fds = j.cgroup->v1_dirfds();
     }
     req.cgroupns_at_clone = layout.mode == sandbox::CgroupMode::kUnified;
+    req.pool_slot = pool_slot;
     CORDON_TRY_CTX(reply, spawner->spawn(req), "spawn the sandbox");
     j.argv = reply.argv.empty() ? j.argv : reply.argv;
     j.pidfd = std::move(reply.pidfd);
@@ -1535,6 +1554,18 @@ Result<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
   CORDON_TRY_CTX(spawner, sandbox::SpawnerClient::start(o.spawner_path), "start `{}`",
                  o.spawner_path);
   impl->spawner.emplace(std::move(spawner));
+  if (o.warm_pool && o.warm_pool_size > 0) {
+    // The profile the jobs will use, compiled before each placeholder forks (a placeholder
+    // asked for another one compiles it itself: correct, but slower).
+    std::string profile = impl->pol && impl->pol->seccomp_profile ? *impl->pol->seccomp_profile
+                                                                  : o.default_seccomp_profile;
+    impl->pool.emplace(impl->layout, *impl->records, *impl->spawner,
+                       sandbox::WarmPoolOptions{o.warm_pool_size, profile});
+    // Filled now (so open() returns with the pool's descriptors in place), then topped up by
+    // its own thread. When refills fail, spawns go unpooled.
+    (void)impl->pool->refill();
+    impl->pool->start();
+  }
 
   impl->epfd.reset(::epoll_create1(EPOLL_CLOEXEC));
   impl->timerfd.reset(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));

@@ -3,7 +3,13 @@
 // with user/mount/pid/ipc/uts/net namespaces, bubblewrap with an equivalent isolation set,
 // `cordon run` with its full default sandbox, and the engine library (start → settle).
 //
-//   build/spawn_bench [--runs N] [--spacing-ms MS] [--json FILE]
+//   build/spawn_bench [--runs N] [--spacing-ms MS] [--json FILE] [--compare-pool] [--only TEXT]
+//
+// --compare-pool adds a second engine with EngineOptions::warm_pool off, interleaved like the
+// rest, so the warm pool's effect is measured in the same run. --only TEXT keeps the variants
+// whose name contains TEXT (and the floor): a v1 cgroup migration is cheap for a grace period
+// after any other one, so variants that migrate (cordon run, the unpooled engine, the pool's
+// refill) make each other look cheaper when interleaved; run them alone to see each one's cost.
 //
 // Each round runs every variant once, in a random order, with `spacing` between spawns (20 ms:
 // how agents use it; the v1 cgroup placement costs an RCU grace period at that spacing).
@@ -22,6 +28,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -72,6 +79,8 @@ int main(int argc, char** argv) {
   int runs = 500;
   int spacing_ms = 20;
   std::string json_out;
+  bool compare_pool = false;
+  std::string only;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--runs" && i + 1 < argc)
@@ -80,8 +89,14 @@ int main(int argc, char** argv) {
       spacing_ms = std::atoi(argv[++i]);
     else if (a == "--json" && i + 1 < argc)
       json_out = argv[++i];
+    else if (a == "--compare-pool")
+      compare_pool = true;
+    else if (a == "--only" && i + 1 < argc)
+      only = argv[++i];
     else {
-      std::fprintf(stderr, "usage: spawn_bench [--runs N] [--spacing-ms MS] [--json FILE]\n");
+      std::fprintf(stderr,
+                   "usage: spawn_bench [--runs N] [--spacing-ms MS] [--json FILE] "
+                   "[--compare-pool] [--only TEXT]\n");
       return 2;
     }
   }
@@ -169,8 +184,40 @@ int main(int argc, char** argv) {
          return ms;
        }},
   };
+  std::unique_ptr<cordon::Engine> unpooled;
+  if (compare_pool) {
+    cordon::EngineOptions no_pool = eo;
+    no_pool.state_dir = work + "/state3";
+    no_pool.warm_pool = false;
+    auto e = cordon::Engine::open(no_pool);
+    if (!e) {
+      std::fprintf(stderr, "engine: %s\n", e.error().message().c_str());
+      return 1;
+    }
+    unpooled = std::move(*e);
+    variants["engine library start->settle, no warm pool"] = [&unpooled] {
+      auto t0 = Clock::now();
+      auto s = unpooled->start("bench", {.argv = {"/bin/true"}});
+      if (!s) {
+        std::fprintf(stderr, "start: %s\n", s.error().message().c_str());
+        std::exit(1);
+      }
+      auto st = unpooled->status("bench", s->task_id, std::chrono::seconds(30));
+      double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      if (!st || st->state != "exited") {
+        std::fprintf(stderr, "engine job did not exit cleanly\n");
+        std::exit(1);
+      }
+      (void)unpooled->remove("bench", s->task_id);
+      return ms;
+    };
+  }
   std::vector<std::string> names;
-  for (auto& [k, v] : variants) names.push_back(k);
+  for (auto& [k, v] : variants) {
+    if (only.empty() || k.find(only) != std::string::npos || k == "fork+exec (floor)") {
+      names.push_back(k);
+    }
+  }
   std::map<std::string, std::vector<double>> samples;
   std::mt19937 rng(12345);
   // Warm-up round (page cache, profile compilation), not counted.
@@ -183,7 +230,8 @@ int main(int argc, char** argv) {
     }
   }
   double floor = percentile(samples["fork+exec (floor)"], 0.5);
-  double bwrap = percentile(samples["bubblewrap"], 0.5);
+  // Without bubblewrap in the run (--only) there is no x bwrap ratio.
+  double bwrap = samples.contains("bubblewrap") ? percentile(samples["bubblewrap"], 0.5) : 0;
   std::printf("spawn-to-exit of /bin/true, %d interleaved runs each, %d ms apart\n", runs,
               spacing_ms);
   std::printf("%-40s %10s %10s %12s %12s\n", "variant", "median ms", "p99 ms", "x floor",
@@ -193,18 +241,20 @@ int main(int argc, char** argv) {
   for (auto& [nm, v] : samples) {
     double med = percentile(v, 0.5), p99 = percentile(v, 0.99);
     std::printf("%-40s %10.3f %10.3f %12.2f %12.2f\n", nm.c_str(), med, p99, med / floor,
-                med / bwrap);
+                bwrap > 0 ? med / bwrap : 0.0);
     char buf[256];
     std::snprintf(buf, sizeof buf,
                   "%s\"%s\": {\"medianMs\": %.3f, \"p99Ms\": %.3f, \"xFloor\": %.3f, "
                   "\"xBwrap\": %.3f}",
-                  first ? "" : ", ", nm.c_str(), med, p99, med / floor, med / bwrap);
+                  first ? "" : ", ", nm.c_str(), med, p99, med / floor,
+                  bwrap > 0 ? med / bwrap : 0.0);
     json += buf;
     first = false;
   }
   json += "}}\n";
   if (!json_out.empty()) std::ofstream(json_out) << json;
   engine->reset();
+  unpooled.reset();
   std::filesystem::remove_all(work);
   return 0;
 }
