@@ -8,6 +8,9 @@
 //
 //   build/spawn_bench [--runs N] [--spacing-ms MS] [--rate-jobs N] [--big-mib MIB] [--json FILE]
 //
+// With a warm pool in the engine (EngineOptions::warm_pool), every engine variant runs with
+// the pool on, and an engine with it off runs interleaved too (what --compare-pool did).
+//
 // Each round runs every variant once, in a random order, with `spacing` between spawns (20 ms:
 // how agents use it; the v1 cgroup placement costs an RCU grace period at that spacing).
 // The engine variants run in helper processes (this binary with --engine-host), so the small
@@ -188,12 +191,36 @@ class ToolClient {
   int next_id_ = 2;
 };
 
+// The warm pool (EngineOptions::warm_pool, warm_pool_size) may or may not be in the engine
+// this is built against; these compile either way, so the benchmark needs no change when it
+// lands. Returns the pool size the engine will use (0: no pool).
+template <class Options>
+size_t configure_pool(Options& o, bool on) {
+  (void)on;
+  if constexpr (requires { o.warm_pool; }) {
+    o.warm_pool = on;
+    if (!on) {
+      return 0;
+    }
+    if constexpr (requires { o.warm_pool_size; }) {
+      return o.warm_pool_size;
+    }
+    return 1;
+  }
+  return 0;
+}
+
+bool engine_has_pool() {
+  cordon::EngineOptions o;
+  return configure_pool(o, true) > 0;
+}
+
 // ---- the engine host: this binary with --engine-host, driven over stdin/stdout ----
 // Commands (one line each): "r" runs one start->settle and answers its ms; "b N" runs N
 // back to back and answers "total_ms median_ms"; EOF ends it.
 
 int engine_host(const std::string& dir, const std::string& state, const std::string& policy,
-                size_t resident_mib) {
+                size_t resident_mib, bool pool) {
   if (resident_mib > 0) {
     // Touched, private, anonymous memory: what a big engine (caches, sessions) holds.
     size_t bytes = resident_mib << 20;
@@ -207,6 +234,7 @@ int engine_host(const std::string& dir, const std::string& state, const std::str
   eo.spawner_path = dir + "/cordon-spawner";
   eo.init_path = dir + "/cordon-init";
   eo.default_seccomp_profile = dir + "/seccomp/default.json";
+  configure_pool(eo, pool);
   auto engine = cordon::Engine::open(eo);
   if (!engine) die("engine: " + engine.error().message());
   auto one = [&] {
@@ -251,8 +279,9 @@ struct EngineHost {
   Child child;
   LineConn conn;
   EngineHost(const std::string& self, const std::string& state, const std::string& policy,
-             size_t mib)
-      : child(spawn({self, "--engine-host", state, policy, std::to_string(mib)}, true, true)),
+             size_t mib, bool pool = true)
+      : child(spawn({self, "--engine-host", state, policy, std::to_string(mib), pool ? "1" : "0"},
+                    true, true)),
         conn(child.to, child.from) {
     if (conn.read_line() != "ready") die("engine host did not start");
   }
@@ -350,8 +379,15 @@ void bench(const Args& args, const std::string& work) {
                            "\"cwdRoot\": \""
                         << root << "\"}";
 
+  cordon::EngineOptions defaults;
+  const size_t pool_size = configure_pool(defaults, true);
   EngineHost small(self, work + "/engine-small", policy, 0);
   EngineHost big(self, work + "/engine-big", policy, big_mib);
+  // With a warm pool in the engine, the same engine without it, interleaved: the pool's effect.
+  std::optional<EngineHost> unpooled;
+  if (engine_has_pool()) {
+    unpooled.emplace(self, work + "/engine-nopool", policy, 0, false);
+  }
   long small_rss = rss_kib(small.child.pid), big_rss = rss_kib(big.child.pid);
 
   Child daemon = spawn({dir + "/cordon", "serve", "--policy", policy, "--state-dir",
@@ -434,6 +470,9 @@ void bench(const Args& args, const std::string& work) {
       {kMcp, [&via_mcp] { return via_mcp.run_true(); }},
   };
   if (placement.available()) variants[kPlace] = [&placement] { return placement.run(); };
+  if (unpooled) {
+    variants["engine library, warm pool off"] = [&unpooled] { return unpooled->run(); };
+  }
 
   std::vector<std::string> names;
   for (auto& [k, v] : variants) names.push_back(k);
@@ -489,16 +528,16 @@ void bench(const Args& args, const std::string& work) {
   }
   std::printf(
       "  back to back, small engine: %d jobs, %.1f jobs/s, median %.3f ms (%.2f x "
-      "floor), no pool\n",
-      rate_jobs, rate, b2b_median_ms, b2b_median_ms / floor);
+      "floor), pool size %zu\n",
+      rate_jobs, rate, b2b_median_ms, b2b_median_ms / floor, pool_size);
   char buf[512];
   std::snprintf(buf, sizeof buf,
                 "}, \"floorMs\": %.4f, \"bwrapMs\": %.4f, \"bigOverSmall\": %.4f, "
                 "\"smallEngineRssKiB\": %ld, \"bigEngineRssKiB\": %ld, \"runOverBwrap\": %.4f, "
                 "\"runMinusPlacementOverBwrap\": %.4f, \"backToBack\": {\"jobs\": %d, "
-                "\"jobsPerSecond\": %.2f, \"medianMs\": %.4f, \"poolSize\": 0}}\n",
+                "\"jobsPerSecond\": %.2f, \"medianMs\": %.4f, \"poolSize\": %zu}}\n",
                 floor, bwrap, bigm / eng, small_rss, big_rss, run / bwrap,
-                place > 0 ? (run - place) / bwrap : 0.0, rate_jobs, rate, b2b_median_ms);
+                place > 0 ? (run - place) / bwrap : 0.0, rate_jobs, rate, b2b_median_ms, pool_size);
   json += buf;
   if (!json_out.empty()) std::ofstream(json_out) << json;
 
@@ -514,8 +553,9 @@ void bench(const Args& args, const std::string& work) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc == 5 && std::string(argv[1]) == "--engine-host") {
-    return engine_host(self_dir(), argv[2], argv[3], std::strtoul(argv[4], nullptr, 10));
+  if (argc == 6 && std::string(argv[1]) == "--engine-host") {
+    return engine_host(self_dir(), argv[2], argv[3], std::strtoul(argv[4], nullptr, 10),
+                       std::string(argv[5]) == "1");
   }
   Args args;
   for (int i = 1; i < argc; ++i) {
@@ -530,6 +570,8 @@ int main(int argc, char** argv) {
       args.big_mib = std::strtoul(argv[++i], nullptr, 10);
     } else if (a == "--json" && i + 1 < argc) {
       args.json_out = argv[++i];
+    } else if (a == "--compare-pool") {
+      // Kept for the pool branch's callers: the comparison runs whenever the engine has a pool.
     } else {
       std::fprintf(stderr,
                    "usage: spawn_bench [--runs N] [--spacing-ms MS] [--rate-jobs N] "
