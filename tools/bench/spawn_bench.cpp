@@ -54,8 +54,17 @@ double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
+// What die() must undo, since std::exit skips the destructors of locals: the daemon (the
+// engine hosts and `cordon mcp` end on EOF of their stdin), the placement cgroup, the work dir.
+std::function<void()> g_cleanup;
+
 [[noreturn]] void die(const std::string& what) {
   std::fprintf(stderr, "spawn_bench: %s\n", what.c_str());
+  if (g_cleanup) {
+    auto cleanup = std::move(g_cleanup);
+    g_cleanup = nullptr;
+    cleanup();
+  }
   std::exit(1);
 }
 
@@ -334,6 +343,12 @@ class V1Placement {
     cgroup_.emplace(std::move(*cg));
   }
   bool available() const { return cgroup_.has_value(); }
+  void destroy() {
+    if (cgroup_) {
+      (void)cgroup_->destroy();
+      cgroup_.reset();
+    }
+  }
   double run() {
     int p[2];
     if (::pipe2(p, O_CLOEXEC) != 0) die("pipe2 failed");
@@ -393,6 +408,15 @@ void bench(const Args& args, const std::string& work) {
   Child daemon = spawn({dir + "/cordon", "serve", "--policy", policy, "--state-dir",
                         work + "/daemon", "--socket", work + "/d.sock"},
                        false);
+  V1Placement placement;
+  g_cleanup = [&placement, pid = daemon.pid, work] {
+    ::kill(pid, SIGTERM);
+    int st;
+    ::waitpid(pid, &st, 0);
+    placement.destroy();
+    std::error_code ec;
+    std::filesystem::remove_all(work, ec);
+  };
   int sock = -1;
   for (int i = 0; i < 1000 && sock < 0; ++i) {
     sock = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -415,8 +439,6 @@ void bench(const Args& args, const std::string& work) {
                      "--session", "bench"},
                     true);
   ToolClient via_mcp(LineConn(mcp.to, mcp.from));
-
-  V1Placement placement;
 
   const std::string kFloor = "fork+exec (floor)", kBwrap = "bubblewrap",
                     kRun = "cordon run (full sandbox, v1 limits)",
@@ -548,6 +570,7 @@ void bench(const Args& args, const std::string& work) {
   ::close(sock);
   ::kill(daemon.pid, SIGTERM);
   ::waitpid(daemon.pid, &st, 0);
+  g_cleanup = nullptr;
 }
 
 }  // namespace
@@ -583,6 +606,10 @@ int main(int argc, char** argv) {
   char tmpl[] = "/var/tmp/cordon-bench.XXXXXX";
   if (mkdtemp(tmpl) == nullptr) die("mkdtemp failed");
   std::string work = tmpl;
+  g_cleanup = [work] {
+    std::error_code ec;
+    std::filesystem::remove_all(work, ec);
+  };
   bench(args, work);
   std::error_code ec;
   std::filesystem::remove_all(work, ec);
