@@ -1027,6 +1027,7 @@ class Engine::Impl {
       unwatch(fd);
     }
     kill_all(j);  // nothing of the sandbox outlives its job
+    bool destroyed = true;
     if (j.cgroup) {
       auto u = j.cgroup->usage();
       if (u) {
@@ -1035,10 +1036,15 @@ class Engine::Impl {
         j.usage.oom_kills = u->oom_kills;
         j.usage.pids_max_hits = u->pids_max_hits;
       }
-      (void)j.cgroup->destroy();
+      destroyed = j.cgroup->destroy().has_value();
       j.cgroup.reset();
     }
-    (void)j.record.remove();
+    if (destroyed) {
+      (void)j.record.remove();
+    } else {
+      // Left for the sweep: the record names the cgroups, and its lock goes with this.
+      j.record = sandbox::RecordLock();
+    }
     if (pool) {
       // Once the job's own cgroup work is done: a new placeholder's placement holds
       // cgroup_mutex for a grace period, which would hold up this job's cgroup.kill and rmdir.

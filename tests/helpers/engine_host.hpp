@@ -13,6 +13,9 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <algorithm>
+#include <fstream>
+#include <sys/file.h>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -96,14 +99,41 @@ struct EngineHost {
 
 // The cgroup directories a job (or a `cordon run`) of this name would have, in every
 // hierarchy this process's layout uses; only those that exist now.
-inline std::vector<std::string> existing_job_cgroups(const std::string& name) {
+// The job's cgroup directories that exist: those named after it and, when `state_dir` is
+// given, those its record lists (a job that took a warm-pool entry keeps the entry's
+// `pool-<hex>` cgroups; its record, renamed after the job, names them while it runs).
+inline std::vector<std::string> existing_job_cgroups(const std::string& name,
+                                                     const std::string& state_dir = "") {
   auto layout = sandbox::detect_cgroup_layout();
   if (!layout) throw std::runtime_error("detect_cgroup_layout: " + layout.error().message());
   auto paths = sandbox::JobCgroup::paths_for(*layout, name);
   if (!paths) throw std::runtime_error("paths_for: " + paths.error().message());
+  std::vector<std::string> all = *paths;
+  if (!state_dir.empty()) {
+    std::ifstream record(state_dir + "/cgroups/" + name + ".cgroups");
+    for (std::string line; std::getline(record, line);) {
+      if (!line.empty()) all.push_back(line);
+    }
+  }
   std::vector<std::string> out;
-  for (const auto& p : *paths) {
-    if (std::filesystem::exists(p)) out.push_back(p);
+  for (const auto& p : all) {
+    if (std::filesystem::exists(p) && std::find(out.begin(), out.end(), p) == out.end()) {
+      out.push_back(p);
+    }
+  }
+  return out;
+}
+
+// Records in `state_dir`/cgroups that no live owner holds (a live engine's warm-pool entries
+// and running jobs hold theirs): what a sweep should have removed.
+inline std::vector<std::string> stale_cgroup_records(const std::string& state_dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (auto& e : std::filesystem::directory_iterator(state_dir + "/cgroups", ec)) {
+    int fd = ::open(e.path().c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) continue;
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) out.push_back(e.path().filename().string());
+    ::close(fd);
   }
   return out;
 }

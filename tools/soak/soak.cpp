@@ -21,6 +21,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <malloc.h>
 #include <poll.h>
 #include <signal.h>
@@ -561,6 +562,31 @@ struct Host {
   ~Host() { sigkill(); }
 };
 
+// Every cgroup path the records in `state`/cgroups list, and whether a live owner holds each
+// record (a live engine's warm-pool entries and running jobs do; a dead one's are stale).
+struct RecordScan {
+  std::set<std::string> paths, held_paths;
+  size_t stale = 0;
+};
+RecordScan scan_records(const std::string& state) {
+  RecordScan r;
+  std::error_code ec;
+  for (auto& e : fs::directory_iterator(state + "/cgroups", ec)) {
+    int fd = ::open(e.path().c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) continue;
+    bool held = ::flock(fd, LOCK_EX | LOCK_NB) != 0;
+    ::close(fd);
+    r.stale += held ? 0 : 1;
+    std::istringstream in(slurp(e.path().string()));
+    for (std::string line; std::getline(in, line);) {
+      if (line.empty()) continue;
+      r.paths.insert(line);
+      if (held) r.held_paths.insert(line);
+    }
+  }
+  return r;
+}
+
 struct ChaosJob {
   std::string id;
   uint64_t k = 0, lines = 0;
@@ -576,6 +602,7 @@ int run_chaos(const std::string& self, const Setup& s, uint64_t kills, uint64_t 
   uint64_t leftover_procs = 0, leftover_cgroups = 0, leftover_records = 0, spawners_left = 0;
   std::string first_bad;
   std::vector<pid_t> spawner_pids;
+  std::set<std::string> recorded;  // cgroup paths the killed engines' records listed
   auto note_bad = [&](const std::string& why) {
     ++bad;
     if (first_bad.empty()) first_bad = why;
@@ -619,15 +646,21 @@ int run_chaos(const std::string& self, const Setup& s, uint64_t kills, uint64_t 
     if (!procs.empty()) note_bad(std::to_string(procs.size()) + " sandbox processes left");
     std::vector<std::string> ids;
     for (const auto& j : jobs) ids.push_back(j.id);
+    // Job cgroups named after a job, and every path a killed engine's records listed (warm-pool
+    // entries, and the pool cgroups a job took) that no live record holds now.
     size_t cg = cgroups_left(ids);
+    RecordScan now = scan_records(s.state);
+    for (auto it = recorded.begin(); it != recorded.end();) {
+      if (now.held_paths.count(*it) == 0 && fs::exists(*it)) {
+        ++cg;
+        ++it;
+      } else {
+        it = recorded.erase(it);
+      }
+    }
     leftover_cgroups += cg;
     if (cg != 0) note_bad(std::to_string(cg) + " job cgroups left");
-    size_t rec = 0;
-    std::error_code ec;
-    for (auto& r : fs::directory_iterator(s.state + "/cgroups", ec)) {
-      (void)r;
-      ++rec;
-    }
+    size_t rec = now.stale;
     leftover_records += rec;
     if (rec != 0) note_bad(std::to_string(rec) + " cgroup records left");
     for (pid_t p : spawner_pids) {
@@ -659,6 +692,8 @@ int run_chaos(const std::string& self, const Setup& s, uint64_t kills, uint64_t 
       std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 60));
       auto kids = h.children();
       h.sigkill();
+      auto scanned = scan_records(s.state).paths;
+      recorded.insert(scanned.begin(), scanned.end());
       spawner_pids.insert(spawner_pids.end(), kids.begin(), kids.end());
       ++kills_done;
       ++kills_in_recovery;
@@ -685,6 +720,8 @@ int run_chaos(const std::string& self, const Setup& s, uint64_t kills, uint64_t 
     std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 400));
     auto kids = h.children();
     h.sigkill();
+    auto scanned = scan_records(s.state).paths;
+    recorded.insert(scanned.begin(), scanned.end());
     spawner_pids.insert(spawner_pids.end(), kids.begin(), kids.end());
     ++kills_done;
     // The ground truth: every unchecked job's logs as the dead engine left them.
