@@ -27,6 +27,13 @@ struct EngineOptions {
   uint32_t host_id_base = 0x70000000;
   uint32_t host_id_count = 65536;
   size_t settled_cache = 256;  // settled jobs kept in memory; the rest are read from disk
+  // Durability against a machine crash (a restart of cordon loses nothing either way: every
+  // record is replaced by an atomic rename, and the page cache outlives the process). 0: each
+  // record and each settled log is fsynced before the call that wrote it returns (≈ 10-14
+  // fsyncs per job, under the engine's lock). N: a flusher thread calls syncfs() on the state
+  // dir at most N ms after a change, off every job's path; a machine crash loses at most the
+  // last N ms of records, which recovery reads as abandoned or absent.
+  uint32_t sync_interval_ms = 1000;
   // Warm pool (docs/performance.md): job cgroup sets made ahead of time, each with a spawner
   // placeholder already moved into its v1 cgroups, so a start skips the ~11 ms v1 placement.
   // Each entry is used by exactly one job; warm_pool_size entries are kept ready.

@@ -117,9 +117,11 @@ bool valid_name(const std::string& s) {
   });
 }
 
-// temp file, fsync, rename, fsync of the directory: a crash leaves the old or the new file.
-Result<void> atomic_write(const std::string& dir, const std::string& name,
-                          const std::string& text) {
+// temp file, rename: a crash of cordon leaves the old or the new file. With `sync`, the temp
+// file and then the directory are fsynced, so a machine crash does too; without, the engine's
+// flusher syncs the state dir shortly after.
+Result<void> atomic_write(const std::string& dir, const std::string& name, const std::string& text,
+                          bool sync) {
   std::string tmp = dir + "/." + name + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) {
@@ -131,7 +133,7 @@ Result<void> atomic_write(const std::string& dir, const std::string& name,
     ::unlink(tmp.c_str());
     return std::unexpected(std::move(w.error()).wrap("write `{}`", tmp));
   }
-  if (::fsync(fd) != 0) {
+  if (sync && ::fsync(fd) != 0) {
     int err = errno;
     ::unlink(tmp.c_str());
     return errno_error(err, "fsync `{}`", tmp);
@@ -140,6 +142,9 @@ Result<void> atomic_write(const std::string& dir, const std::string& name,
   std::string dst = dir + "/" + name;
   if (::rename(tmp.c_str(), dst.c_str()) != 0) {
     return sys_error("rename `{}`", dst);
+  }
+  if (!sync) {
+    return {};
   }
   int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
@@ -390,6 +395,11 @@ class Engine::Impl {
   std::thread loop;
   bool stopping = false;
 
+  std::mutex flush_mu;  // never taken with mu held the other way round: mu, then flush_mu
+  std::condition_variable flush_cv;
+  bool flush_dirty = false, flush_stop = false;
+  std::thread flusher;
+
   std::mutex mu;
   std::condition_variable cv;
   std::unordered_map<std::string, std::unique_ptr<Job>> live;  // queued and running
@@ -439,14 +449,51 @@ class Engine::Impl {
   // must settle (and its meta reach disk) even when its own output filled the disk.
   Result<void> write_meta(const std::string& dir, const std::string& name,
                           const std::string& text) {
-    auto r = atomic_write(dir, name, text);
+    auto r = atomic_write(dir, name, text, strict_sync());
     if (r || (r.error().sys_errno() != ENOSPC && r.error().sys_errno() != EDQUOT)) {
+      mark_dirty();
       return r;
     }
     if (::unlink(reserve_path().c_str()) != 0) {
       return r;
     }
-    return atomic_write(dir, name, text);
+    mark_dirty();
+    return atomic_write(dir, name, text, strict_sync());
+  }
+
+  // ---- durability ---------------------------------------------------------------------------
+  bool strict_sync() const { return opt.sync_interval_ms == 0; }
+
+  // Something in the state dir changed: the flusher syncs it within sync_interval_ms.
+  void mark_dirty() {
+    if (strict_sync()) {
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> lock(flush_mu);
+      flush_dirty = true;
+    }
+    flush_cv.notify_one();
+  }
+
+  // The flusher: one syncfs() of the state dir's filesystem per interval with changes, never
+  // under the engine's lock, so no job waits for the disk.
+  void flush_loop() {
+    std::unique_lock<std::mutex> lock(flush_mu);
+    for (;;) {
+      flush_cv.wait(lock, [this] { return flush_dirty || flush_stop; });
+      if (flush_stop && !flush_dirty) {
+        return;
+      }
+      if (!flush_stop) {
+        flush_cv.wait_for(lock, std::chrono::milliseconds(opt.sync_interval_ms),
+                          [this] { return flush_stop; });
+      }
+      flush_dirty = false;
+      lock.unlock();
+      ::syncfs(lock_fd.get());
+      lock.lock();
+    }
   }
 
   // ---- lookup -------------------------------------------------------------------------------
@@ -989,7 +1036,10 @@ class Engine::Impl {
     a.size_bytes = s.written;
     a.sha256 = Sha256::hex(s.sha.finish());
     if (s.file) {
-      ::fsync(s.file.get());
+      if (strict_sync()) {
+        ::fsync(s.file.get());
+      }
+      mark_dirty();
       ::fchmod(s.file.get(), 0444);  // immutable from now on: never reopened for writing
       s.file.reset();
     } else if (::access(s.path.c_str(), F_OK) != 0) {
@@ -1496,6 +1546,14 @@ Engine::~Engine() {
   if (impl_->loop.joinable()) {
     impl_->loop.join();
   }
+  if (impl_->flusher.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(impl_->flush_mu);
+      impl_->flush_stop = true;
+    }
+    impl_->flush_cv.notify_one();
+    impl_->flusher.join();  // its last syncfs() covers everything written before
+  }
   // Jobs still running are abandoned: the next engine on this state dir says so.
   if (impl_->spawner) {
     (void)impl_->spawner->stop();
@@ -1590,6 +1648,9 @@ Result<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
   }
   Impl* raw = impl.get();
   impl->loop = std::thread([raw] { raw->run_loop(); });
+  if (!impl->strict_sync()) {
+    impl->flusher = std::thread([raw] { raw->flush_loop(); });
+  }
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
@@ -1669,7 +1730,10 @@ Result<JobStatus> Engine::start(const std::string& session, const StartOptions& 
     }
     std::string line = j.id + "\n";
     (void)::write(fd, line.data(), line.size());
-    ::fsync(fd);
+    if (m.strict_sync()) {
+      ::fsync(fd);
+    }
+    m.mark_dirty();
     ::close(fd);
   }
   ++m.jobs_on_disk;

@@ -91,6 +91,8 @@ struct EngineEnv {
       std::ifstream in(std::string("/proc/") + e->d_name + "/status");
       std::string line;
       while (std::getline(in, line)) {
+        // A zombie runs nothing and holds nothing; it waits for whoever reaps orphans.
+        if (line.rfind("State:", 0) == 0 && line.find('Z') != std::string::npos) break;
         if (line.rfind("Uid:", 0) != 0) continue;
         std::istringstream ids(line.substr(4));
         uint64_t id;

@@ -1,6 +1,8 @@
 #define BOOST_TEST_MODULE engine
 #include <boost/test/unit_test.hpp>
 
+#include <map>
+
 #include <thread>
 
 #include "helpers/engine_fixture.hpp"
@@ -73,6 +75,35 @@ BOOST_AUTO_TEST_CASE(both_streams_are_banked_byte_exact_with_a_nonzero_exit) {
                          {.limit = 10, .unit = OutputUnit::kBytes});
   BOOST_REQUIRE(art.has_value());
   BOOST_TEST(art->total_size == 3000000u);
+}
+
+// sync_interval_ms 0 fsyncs every record and log before the call returns (no flusher); the
+// default leaves them to the flusher's syncfs(). Both bank the same bytes, and a restarted
+// engine reads both (a restart of cordon never depended on the fsyncs).
+BOOST_AUTO_TEST_CASE(strict_and_batched_durability_bank_the_same_and_survive_a_restart) {
+  EngineEnv env;
+  std::map<uint32_t, std::string> ids;
+  for (uint32_t interval : {0u, 1000u}) {
+    auto o = env.options();
+    o.sync_interval_ms = interval;
+    auto e = Engine::open(o);
+    BOOST_REQUIRE_MESSAGE(e.has_value(), describe(e));
+    auto s = (*e)->start("s", {.argv = {"/bin/sh", "-c", "seq 1 20000"}});
+    BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+    auto st = (*e)->status("s", s->task_id, 30s);
+    BOOST_REQUIRE(st.has_value());
+    BOOST_TEST(st->state == "exited");
+    BOOST_TEST(st->stdout_bytes == 108894u);  // the bytes of `seq 1 20000`
+    ids[interval] = s->task_id;
+  }
+  auto e = open_or_fail(env);
+  for (const auto& [interval, id] : ids) {
+    auto st = e->status("s", id);
+    BOOST_REQUIRE(st.has_value());
+    BOOST_TEST(st->state == "exited", interval);
+    BOOST_TEST(st->stdout_artifact.has_value());
+    BOOST_TEST(st->stdout_artifact->size_bytes == 108894u);
+  }
 }
 
 BOOST_AUTO_TEST_CASE(refusals_say_what_to_do_instead) {
