@@ -54,9 +54,17 @@ struct Daemon {
       ::_exit(99);
     }
     pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-    // The socket appears once the engine is open; nothing announces it, so poll for it.
+    // The socket appears once the engine is open, and is bound before it listens (a connect
+    // in between is refused): wait until a connect succeeds. Nothing announces it; poll.
     auto until = std::chrono::steady_clock::now() + 30s;
-    while (!std::filesystem::exists(sock) && std::chrono::steady_clock::now() < until && alive()) {
+    while (std::chrono::steady_clock::now() < until && alive()) {
+      int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      sockaddr_un addr{};
+      addr.sun_family = AF_UNIX;
+      std::strcpy(addr.sun_path, sock.c_str());
+      bool up = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+      ::close(fd);
+      if (up) break;
       std::this_thread::sleep_for(5ms);
     }
   }
