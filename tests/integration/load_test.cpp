@@ -45,6 +45,7 @@ BOOST_AUTO_TEST_CASE(short_soak_returns_to_baseline_and_keeps_every_byte) {
   BOOST_TEST(j["jobs"] == 290);
   BOOST_TEST(j["peakRunning"] == 100);
   BOOST_TEST(j["checks"]["fds"] == true, j["before"]["fds"] << " → " << j["after"]["fds"]);
+  BOOST_TEST(j["checks"]["heap"] == true, j["heapGrowthKiB"] << " KiB");
   BOOST_TEST(j["checks"]["rss"] == true, j["rssGrowthKiB"] << " KiB");
   BOOST_TEST(j["checks"]["memcg"] == true, j["memoryCgroupGrowth"]);
   BOOST_TEST(j["checks"]["leftovers"] == true, j["after"]);
