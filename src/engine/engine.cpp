@@ -398,6 +398,8 @@ class Engine::Impl {
   uint64_t running_total = 0;
   std::map<std::string, policy::Policy> session_policies;  // rootPerSession: root per session
   std::unordered_map<uint64_t, Watch> watches;             // epoll watch id → job and kind
+  std::map<uint64_t, SettleCallback> settle_subs;          // subscribe_settled, by id
+  uint64_t next_settle_sub = 1;
   uint64_t next_watch = kFirstJobWatch;
   uint64_t jobs_on_disk = 0;
   uint64_t disk_bytes = 0;  // the logs of settled jobs (running ones: their streams' written)
@@ -1016,7 +1018,8 @@ class Engine::Impl {
     return a;
   }
 
-  void settle(Job& j) {
+  // `announce` false: the caller fixes the settled state first and then announces it itself.
+  void settle(Job& j, bool announce = true) {
     for (int fd : {j.out.pipe.get(), j.err.pipe.get(), j.status.get(), j.pty_master.get(),
                    j.stdin_w.get(), j.pidfd.get()}) {
       unwatch(fd);
@@ -1126,11 +1129,30 @@ class Engine::Impl {
         cache.pop_back();
       }
     }
-    track_settled(j.ended_at, j.id);
-    apply_retention(j.id);
+    std::string id = j.id;  // `j` may be gone after the cache trim or the retention
+    track_settled(j.ended_at, id);
+    apply_retention(id);
     ensure_reserve();
     cv.notify_all();
+    if (announce) {
+      announce_settled(id);
+    }
     start_queued();
+  }
+
+  // Tells the settle subscribers (with mu held, as they are told to expect).
+  void announce_settled(const std::string& id) {
+    if (settle_subs.empty()) {
+      return;
+    }
+    Job* j = find(id);
+    if (j == nullptr) {
+      return;  // the retention policy removed it at once
+    }
+    JobStatus s = status_of(*j);
+    for (const auto& [sub_id, callback] : settle_subs) {
+      callback(s);
+    }
   }
 
   // ---- spawning -----------------------------------------------------------------------------
@@ -1181,13 +1203,15 @@ class Engine::Impl {
 
   void settle_failed_start(Job& j) {
     std::string why = j.error;
-    settle(j);
+    std::string id = j.id;
+    settle(j, false);
     // settle() moved the job into the cache; fix its state there.
-    Job* s = find(j.id);
+    Job* s = find(id);
     if (s != nullptr) {
       s->state = "failed";
       s->error = "could not start: " + why;
       (void)write_meta(s->dir, "meta.json", meta_json(*s).dump());
+      announce_settled(id);
     }
   }
 
@@ -1759,11 +1783,12 @@ Result<JobStatus> Engine::kill(const std::string& session, const std::string& ta
     std::string id = j->id;
     ++m.running_total;
     ++m.running_per_session[j->session];
-    m.settle(*j);
+    m.settle(*j, false);
     Job* s = m.find(id);
     s->state = "killed";
     s->signal = signal_name(signal);
     (void)m.write_meta(s->dir, "meta.json", meta_json(*s).dump());
+    m.announce_settled(id);
     return m.status_of(*s);
   }
   m.terminate(*j, signal);
@@ -1893,6 +1918,19 @@ Result<OutputPage> Engine::retrieve(const std::string& session, const std::strin
   }
   engine::LogIndex index;
   return page_file(path, true, index, request);
+}
+
+uint64_t Engine::subscribe_settled(SettleCallback callback) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  uint64_t id = impl_->next_settle_sub++;
+  impl_->settle_subs.emplace(id, std::move(callback));
+  return id;
+}
+
+void Engine::unsubscribe_settled(uint64_t id) {
+  // Callbacks run with mu held, so holding it here waits out one in flight.
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->settle_subs.erase(id);
 }
 
 Counters Engine::counters(const std::string& session) {
