@@ -1711,15 +1711,24 @@ Result<JobStatus> Engine::start(const std::string& session, const StartOptions& 
   }
   j.started_at = rfc3339_now();
   j.start_tp = Clock::now();
-  j.dir = m.jobs_dir() + "/" + j.id;
-  j.out.path = j.dir + (j.pty ? "/pty.log" : "/stdout.log");
-  j.err.path = j.dir + "/stderr.log";
   if (!missing_executable) {
     j.checked.emplace(std::move(*checked_or));
   }
-  if (::mkdir(j.dir.c_str(), 0700) != 0) {
-    return sys_error("mkdir `{}`", j.dir);
+  // Failure fixed: an id is the second plus 24 random bits, so 1000 starts within a few
+  // seconds collide now and then (the soak's 1000-at-once hit it: the start failed with
+  // "mkdir …: EEXIST"). The mkdir claims the id; a taken one is drawn again.
+  for (int attempt = 0;; ++attempt) {
+    j.dir = m.jobs_dir() + "/" + j.id;
+    if (::mkdir(j.dir.c_str(), 0700) == 0) {
+      break;
+    }
+    if (errno != EEXIST || attempt == 16) {
+      return sys_error("mkdir `{}`", j.dir);
+    }
+    j.id = new_task_id();
   }
+  j.out.path = j.dir + (j.pty ? "/pty.log" : "/stdout.log");
+  j.err.path = j.dir + "/stderr.log";
   // The job is on disk (meta first, then the session index) before anything runs.
   CORDON_CHECK(m.write_meta(j.dir, "meta.json", meta_json(j).dump()));
   {

@@ -27,7 +27,8 @@ using namespace std::chrono_literals;
 
 namespace {
 
-constexpr auto kServed = 20s;  // a second client's whole call, on a loaded 2-core machine
+constexpr auto kServed = 20s;   // a second client's whole call, on a loaded 2-core machine
+constexpr int kStallMs = 3000;  // daemon.stallTimeoutMs: a line begun and not finished
 
 struct Daemon {
   Sandbox box;
@@ -39,7 +40,8 @@ struct Daemon {
     policy = box.base + "/policy.json";
     std::ofstream(policy) << json{{"allowedExecutables", {"/bin/echo", "/bin/sleep"}},
                                   {"cwdRoot", box.root},
-                                  {"concurrency", {{"perSession", 200}, {"total", 200}}}}
+                                  {"concurrency", {{"perSession", 200}, {"total", 200}}},
+                                  {"daemon", {{"stallTimeoutMs", kStallMs}}}}
                                  .dump();
     pid = ::fork();
     if (pid == 0) {
@@ -54,9 +56,17 @@ struct Daemon {
       ::_exit(99);
     }
     pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-    // The socket appears once the engine is open; nothing announces it, so poll for it.
+    // The socket appears once the engine is open, and is bound before it listens (a connect
+    // in between is refused): wait until a connect succeeds. Nothing announces it; poll.
     auto until = std::chrono::steady_clock::now() + 30s;
-    while (!std::filesystem::exists(sock) && std::chrono::steady_clock::now() < until && alive()) {
+    while (std::chrono::steady_clock::now() < until && alive()) {
+      int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      sockaddr_un addr{};
+      addr.sun_family = AF_UNIX;
+      std::strcpy(addr.sun_path, sock.c_str());
+      bool up = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+      ::close(fd);
+      if (up) break;
       std::this_thread::sleep_for(5ms);
     }
   }
@@ -251,7 +261,8 @@ BOOST_AUTO_TEST_CASE(a_client_that_disconnects_mid_call_does_not_disturb_others)
   BOOST_TEST(served(d, "after").has_value());
 }
 
-// Half a line after the handshake, then nothing: only that connection waits.
+// Half a line after the handshake, then nothing: only that connection waits, and only until
+// daemon.stallTimeoutMs closes it.
 BOOST_AUTO_TEST_CASE(half_a_line_then_a_stall_blocks_only_that_connection) {
   Daemon d;
   Client stalled(d);
@@ -266,7 +277,10 @@ BOOST_AUTO_TEST_CASE(half_a_line_then_a_stall_blocks_only_that_connection) {
     if (t) BOOST_TEST(t->count() < 10000, t->count() << " ms");
   }
   BOOST_TEST(d.alive());
-  // The stalled handshake is dropped when its time runs out (10 s): closed, with an answer.
+  // Both stalled connections are closed when their time runs out: the half request line after
+  // daemon.stallTimeoutMs, the half handshake after the handshake timeout (10 s).
+  BOOST_TEST(stalled.closed_within(std::chrono::milliseconds(kStallMs) + 10s),
+             "the stalled request line is still open");
   BOOST_TEST(pre.closed_within(20s), "the stalled handshake is still open after 20 s");
 }
 

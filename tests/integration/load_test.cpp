@@ -36,17 +36,19 @@ json run_soak(const std::vector<std::string>& args) {
 }  // namespace
 
 // 150 short jobs one after another, then 100 at once, with a settled cache of 32 (filled by the
-// warm-up): every byte back exactly, and fds, RSS, memory cgroups and sandbox processes back at
-// their baseline.
+// warm-up): every byte back exactly, and fds, heap, RSS and sandbox processes back at their
+// baseline. The memory cgroup count is machine-wide and the suite runs other tests alongside
+// (1000-job ones among them): reported here, judged by the long soak run alone.
 BOOST_AUTO_TEST_CASE(short_soak_returns_to_baseline_and_keeps_every_byte) {
-  json j = run_soak(
-      {"load", "--cache", "32", "--warmup", "40", "--sequential", "150", "--concurrent", "100"});
+  json j = run_soak({"load", "--cache", "32", "--warmup", "40", "--sequential", "150",
+                     "--concurrent", "100", "--memcg", "report"});
   BOOST_TEST(j["bad"] == 0, j["firstBad"]);
   BOOST_TEST(j["jobs"] == 290);
   BOOST_TEST(j["peakRunning"] == 100);
   BOOST_TEST(j["checks"]["fds"] == true, j["before"]["fds"] << " → " << j["after"]["fds"]);
+  BOOST_TEST(j["checks"]["heap"] == true, j["heapGrowthKiB"] << " KiB");
   BOOST_TEST(j["checks"]["rss"] == true, j["rssGrowthKiB"] << " KiB");
-  BOOST_TEST(j["checks"]["memcg"] == true, j["memoryCgroupGrowth"]);
+  BOOST_TEST_MESSAGE("memory cgroups: " << j["memoryCgroupGrowth"] << " more than before");
   BOOST_TEST(j["checks"]["leftovers"] == true, j["after"]);
   BOOST_TEST(j["ok"] == true);
 }

@@ -1,6 +1,7 @@
 // cordon-soak: bounded soak and chaos runs of the job engine (issue 7, docs/reliability.md).
 //
 //   cordon-soak load  [--sequential N] [--concurrent M] [--warmup W] [--cache C]
+//                     [--memcg check|report]
 //       One engine in this process. W warm-up jobs (to fill the settled cache), then N short
 //       jobs one after another, then M jobs running at once (each blocks on stdin until all M
 //       run). --cache sets EngineOptions::settled_cache (W should exceed it). Every job's stdout
@@ -327,8 +328,8 @@ void run_one_sequential(cordon::Engine& e, uint64_t k, LoadCounts& c) {
   ++c.done;
 }
 
-// RSS is read after malloc_trim, so pages the allocator merely keeps free (after 1000 jobs at
-// once) do not pass for a leak; the heap in use (mallinfo2) is the sharper measure.
+// RSS is read after malloc_trim, so free pages the allocator can return do not pass for a leak;
+// the heap in use (mallinfo2) is the sharper measure.
 uint64_t heap_in_use_kib() {
   struct mallinfo2 mi = ::mallinfo2();
   return (mi.uordblks + mi.hblkhd) / 1024;
@@ -344,7 +345,8 @@ json snapshot(const Setup& s, const std::vector<std::string>& ids) {
           {"hostUidProcesses", host_uid_procs(s.host_id_base, s.host_id_count).size()}};
 }
 
-int run_load(const Setup& s, uint64_t warmup, uint64_t sequential, uint64_t concurrent) {
+int run_load(const Setup& s, uint64_t warmup, uint64_t sequential, uint64_t concurrent,
+             bool judge_memcg) {
   auto opened = cordon::Engine::open(s.options());
   if (!opened) {
     std::printf("{\"ok\": false, \"error\": %s}\n", json(opened.error().message()).dump().c_str());
@@ -417,31 +419,45 @@ int run_load(const Setup& s, uint64_t warmup, uint64_t sequential, uint64_t conc
                         static_cast<int64_t>(before["heapInUseKiB"].get<uint64_t>());
   int64_t memcg_growth = static_cast<int64_t>(after["memoryCgroups"].get<uint64_t>()) -
                          static_cast<int64_t>(base_memcgs);
+  int64_t seq_heap_growth = static_cast<int64_t>(after_seq["heapInUseKiB"].get<uint64_t>()) -
+                            static_cast<int64_t>(before["heapInUseKiB"].get<uint64_t>());
   bool fds_ok = after["fds"] == before["fds"];
-  bool rss_ok = rss_growth <= 8192;    // KiB: malloc keeps some; a per-job leak would show
-  bool memcg_ok = memcg_growth <= 32;  // other users of this machine create cgroups too
+  // KiB. The heap in use is the leak measure: 100 bytes a job is 2 MB over 20 000 jobs. RSS
+  // keeps what the allocator cannot hand back after 1000 jobs at once (fragmentation; measured
+  // +3.4 MB with +0.2 MB in use), so its bound is looser.
+  bool heap_ok = seq_heap_growth <= 512 && heap_growth <= 1024;
+  bool rss_ok = rss_growth <= 8192;
+  // Machine-wide: other users of this machine create cgroups too. `--memcg report` only
+  // reports it (the suite runs other tests alongside this one).
+  bool memcg_ok = memcg_growth <= 32 || !judge_memcg;
   bool left_ok = after["jobCgroupsLeft"] == 0 && after["hostUidProcesses"] == 0;
-  bool ok = c.bad == 0 && fds_ok && rss_ok && memcg_ok && left_ok;
-  json summary = {
-      {"mode", "load"},
-      {"ok", ok},
-      {"warmup", warmup},
-      {"sequential", sequential},
-      {"concurrent", concurrent},
-      {"jobs", c.done},
-      {"bad", c.bad},
-      {"firstBad", c.first_bad},
-      {"sequentialSeconds", seq_s},
-      {"sequentialJobsPerSecond", sequential / std::max(seq_s, 1e-9)},
-      {"concurrentSeconds", conc_s},
-      {"peakRunning", peak_running},
-      {"peakFds", peak_fds},
-      {"before", before},
-      {"afterSequential", after_seq},
-      {"after", after},
-      {"rssGrowthKiB", rss_growth},
-      {"memoryCgroupGrowth", memcg_growth},
-      {"checks", {{"fds", fds_ok}, {"rss", rss_ok}, {"memcg", memcg_ok}, {"leftovers", left_ok}}}};
+  bool ok = c.bad == 0 && fds_ok && heap_ok && rss_ok && memcg_ok && left_ok;
+  json summary = {{"mode", "load"},
+                  {"ok", ok},
+                  {"warmup", warmup},
+                  {"sequential", sequential},
+                  {"concurrent", concurrent},
+                  {"jobs", c.done},
+                  {"bad", c.bad},
+                  {"firstBad", c.first_bad},
+                  {"sequentialSeconds", seq_s},
+                  {"sequentialJobsPerSecond", sequential / std::max(seq_s, 1e-9)},
+                  {"concurrentSeconds", conc_s},
+                  {"peakRunning", peak_running},
+                  {"peakFds", peak_fds},
+                  {"before", before},
+                  {"afterSequential", after_seq},
+                  {"after", after},
+                  {"rssGrowthKiB", rss_growth},
+                  {"heapGrowthKiB", heap_growth},
+                  {"sequentialHeapGrowthKiB", seq_heap_growth},
+                  {"memoryCgroupGrowth", memcg_growth},
+                  {"checks",
+                   {{"fds", fds_ok},
+                    {"heap", heap_ok},
+                    {"rss", rss_ok},
+                    {"memcg", memcg_ok},
+                    {"leftovers", left_ok}}}};
   std::printf("%s\n", summary.dump().c_str());
   return ok ? 0 : 1;
 }
@@ -827,7 +843,8 @@ int main(int argc, char** argv) {
     s.keep = keep;
     s.settled_cache = num("cache", 0);
     std::fprintf(stderr, "state dir %s\n", s.state.c_str());
-    return run_load(s, num("warmup", 300), num("sequential", 20000), concurrent);
+    return run_load(s, num("warmup", 300), num("sequential", 20000), concurrent,
+                    opt["memcg"] != "report");
   }
   if (mode == "chaos") {
     uint64_t per_round = num("jobs", 8);
