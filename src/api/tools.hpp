@@ -59,6 +59,11 @@ const Tool* find_tool(std::string_view name);
 ToolResult call_tool(Engine& engine, const Tool& tool, const std::string& session, const json& args,
                      const CallContext& ctx = {});
 
+/// For tool files beyond tools.cpp (git_tools.cpp): a result schema (the tool's fields, or
+/// `error`, plus the counters) and the schema of an artifact reference (nullable).
+json result_schema(json properties, std::vector<std::string> required);
+json artifact_ref_schema();
+
 /// A job's status as the tools show it (also the body of a `cordon://jobs/<id>` resource).
 json status_json(const JobStatus& s);
 /// The `error` object for an engine Error.
