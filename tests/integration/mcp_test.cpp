@@ -116,7 +116,7 @@ BOOST_AUTO_TEST_CASE(every_tool_has_input_and_output_schemas) {
   auto r = s.proc.request("tools/list");
   BOOST_REQUIRE(r.has_value());
   const json& tools = (*r)["result"]["tools"];
-  BOOST_TEST(tools.size() == 10u);
+  BOOST_TEST(tools.size() == 16u);  // 10 command tools, 6 git tools
   for (const auto& t : tools) {
     BOOST_TEST(t["inputSchema"]["type"] == "object", t["name"]);
     BOOST_TEST(t["outputSchema"]["type"] == "object", t["name"]);
