@@ -99,7 +99,7 @@ BOOST_AUTO_TEST_CASE(initialize_negotiates_each_supported_version) {
     BOOST_TEST(caps.contains("logging"));
     BOOST_TEST(caps["resources"]["subscribe"] == true);
     bool structured = v >= "2025-06-18";
-    BOOST_TEST(s.output_schemas.size() == (structured ? 10u : 0u), v);
+    BOOST_TEST(s.output_schemas.size() == (structured ? 16u : 0u), v);
     json r = s.call("run_command", {{"argv", {"/bin/echo", "v"}}});
     BOOST_TEST(r.contains("structuredContent") == structured, v);
     json text = json::parse(r["content"].back()["text"].get<std::string>());
