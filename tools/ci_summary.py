@@ -1,6 +1,11 @@
 #!/usr/bin/env python3
 """Counts test results for CI: one line `N passed, N failed, N skipped`.
 
+    tools/ci_summary.py [BUILD_DIR ...]      (default: build)
+
+Each build dir is one run of the suite (build, and build-asan for the sanitizer run); the line
+counts them all, and results of a run other than the first are labelled with its dir.
+
 Boost.Test binaries write JUnit reports (build/tests/junit/<name>.xml): their test cases are
 counted one by one. A binary that produced no report (crashed, timed out, exit 77) is counted
 from meson's testlog.json as one result. A skip is never silent: each is listed with its
@@ -12,16 +17,10 @@ import os
 import sys
 import xml.etree.ElementTree as ET
 
-build = sys.argv[1] if len(sys.argv) > 1 else "build"
-log = os.path.join(build, "meson-logs", "testlog.json")
-junit_dir = os.path.join(build, "tests", "junit")
+builds = sys.argv[1:] or ["build"]
 
 passed = failed = skipped = 0
 notes = []
-if not os.path.exists(log):
-    print("no meson test log found: the suite did not run")
-    print("0 passed, 1 failed, 0 skipped")
-    sys.exit(1)
 
 def record_skip(label, reason, security):
     """A skip is never silent; in the security suite it is a failure."""
@@ -34,45 +33,59 @@ def record_skip(label, reason, security):
         notes.append(f"SKIPPED {label}: {reason}")
 
 
-with open(log) as f:
-    runs = [json.loads(line) for line in f if line.strip()]
-
-for run in runs:
-    name = run["name"].split(" / ")[-1]
-    suites = run.get("suite", [])
-    security = any(s.endswith("security") for s in suites)
-    result = run["result"]
-    report = os.path.join(junit_dir, name + ".xml")
-    cases = None
-    if result in ("OK", "FAIL", "EXPECTEDFAIL", "UNEXPECTEDPASS") and os.path.exists(report) \
-            and os.path.getmtime(report) >= os.path.getmtime(log) - run.get("duration", 0) - 3600:
-        try:
-            cases = ET.parse(report).getroot().iter("testcase")
-            cases = list(cases)
-        except ET.ParseError:
-            cases = None
-    if cases:
-        for c in cases:
-            cname = f"{name}/{c.get('name')}"
-            if c.find("failure") is not None or c.find("error") is not None:
-                failed += 1
-                notes.append(f"FAILED  {cname}")
-            elif c.find("skipped") is not None:
-                record_skip(cname, (c.find("skipped").get("message") or "").strip(), security)
-            else:
-                passed += 1
-        if result == "FAIL" and not any(n.startswith(f"FAILED  {name}/") for n in notes):
-            failed += 1
-            notes.append(f"FAILED  {name}: exited {run.get('returncode')} (see testlog.txt)")
-        continue
-    if result == "OK":
-        passed += 1
-    elif result == "SKIP":
-        reason = (run.get("stdout") or "").strip().splitlines()[-1:] or ["no reason printed"]
-        record_skip(name, reason[0], security)
-    else:
+def count(build, prefix):
+    """Adds one build dir's run to the totals."""
+    global passed, failed
+    log = os.path.join(build, "meson-logs", "testlog.json")
+    junit_dir = os.path.join(build, "tests", "junit")
+    if not os.path.exists(log):
         failed += 1
-        notes.append(f"FAILED  {name}: {result} (exit {run.get('returncode')})")
+        notes.append(f"FAILED  {build}: no meson test log found: the suite did not run")
+        return
+    with open(log) as f:
+        runs = [json.loads(line) for line in f if line.strip()]
+
+    for run in runs:
+        name = run["name"].split(" / ")[-1]
+        label = prefix + name
+        suites = run.get("suite", [])
+        security = any(s.endswith("security") for s in suites)
+        result = run["result"]
+        report = os.path.join(junit_dir, name + ".xml")
+        cases = None
+        if result in ("OK", "FAIL", "EXPECTEDFAIL", "UNEXPECTEDPASS") and os.path.exists(report) \
+                and os.path.getmtime(report) >= os.path.getmtime(log) - run.get("duration", 0) - 3600:
+            try:
+                cases = ET.parse(report).getroot().iter("testcase")
+                cases = list(cases)
+            except ET.ParseError:
+                cases = None
+        if cases:
+            for c in cases:
+                cname = f"{label}/{c.get('name')}"
+                if c.find("failure") is not None or c.find("error") is not None:
+                    failed += 1
+                    notes.append(f"FAILED  {cname}")
+                elif c.find("skipped") is not None:
+                    record_skip(cname, (c.find("skipped").get("message") or "").strip(), security)
+                else:
+                    passed += 1
+            if result == "FAIL" and not any(n.startswith(f"FAILED  {label}/") for n in notes):
+                failed += 1
+                notes.append(f"FAILED  {label}: exited {run.get('returncode')} (see testlog.txt)")
+            continue
+        if result == "OK":
+            passed += 1
+        elif result == "SKIP":
+            reason = (run.get("stdout") or "").strip().splitlines()[-1:] or ["no reason printed"]
+            record_skip(label, reason[0], security)
+        else:
+            failed += 1
+            notes.append(f"FAILED  {label}: {result} (exit {run.get('returncode')})")
+
+
+for i, b in enumerate(builds):
+    count(b, "" if i == 0 else os.path.basename(os.path.normpath(b)) + ":")
 
 for n in notes:
     print(n)

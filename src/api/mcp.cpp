@@ -1,5 +1,6 @@
 #include "api/mcp.hpp"
 
+#include <poll.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -62,19 +63,60 @@ class Server {
     register_methods();
   }
 
-  int serve(int in_fd) {
+  int serve(int in_fd, const ConnectionLimits& limits = {}, const std::string& first_line = {}) {
     watcher_ = std::thread([this] { watch_loop(); });
     rpc::LineSplitter lines;
+    if (!first_line.empty()) {
+      rpc_.handle_line(first_line);
+    }
     char buf[65536];
+    using Clock = std::chrono::steady_clock;
+    auto last_input = Clock::now();
+    int code = 0;
     for (;;) {
+      if (output_broken()) {
+        log_->warn("closing: the client stopped reading its answers");
+        code = 1;
+        break;
+      }
+      if (limits.idle_timeout.count() > 0 || limits.stall_timeout.count() > 0) {
+        // Wake at least once a second: a call that ends does not wake poll().
+        struct pollfd p {
+          in_fd, POLLIN, 0
+        };
+        int r = ::poll(&p, 1, 1000);
+        if (r < 0 && errno != EINTR) {
+          log_->error("poll: {}", errno_name(errno));
+          break;
+        }
+        if (r <= 0) {
+          reap_calls(false);
+          auto still = Clock::now() - last_input;
+          if (lines.pending() && limits.stall_timeout.count() > 0 &&
+              still >= limits.stall_timeout) {
+            log_->warn("closing: a request line stalled for {} ms unfinished",
+                       limits.stall_timeout.count());
+            code = 1;
+            break;
+          }
+          if (!lines.pending() && limits.idle_timeout.count() > 0 && still >= limits.idle_timeout &&
+              live_calls() == 0) {
+            log_->info("closing: idle for {} ms", limits.idle_timeout.count());
+            code = 1;
+            break;
+          }
+          continue;
+        }
+      }
       ssize_t n = ::read(in_fd, buf, sizeof buf);
       if (n < 0 && errno == EINTR) {
         continue;
       }
       if (n < 0) {
-        log_->error("read stdin: {}", errno_name(errno));
+        log_->error("read: {}", errno_name(errno));
         break;
       }
+      last_input = Clock::now();
       if (n == 0) {
         for (auto& l : lines.finish()) {
           rpc_.handle_line(l.text);
@@ -93,7 +135,7 @@ class Server {
     }
     log_->info("input closed: ending this server (and, standalone, its running commands)");
     shutdown();
-    return 0;
+    return code;
   }
 
  private:
@@ -197,7 +239,11 @@ class Server {
       reply(rpc::make_result(r.id, json::object()));
     });
     rpc_.on("logging/setLevel", [this](const rpc::Request& r, rpc::Reply reply) {
-      std::string level = r.params.is_object() ? r.params.value("level", "") : "";
+      // json::value() throws on a type mismatch; a numeric level is a bad param, not a crash.
+      std::string level;
+      if (r.params.is_object() && r.params.contains("level") && r.params["level"].is_string()) {
+        level = r.params["level"].get<std::string>();
+      }
       for (size_t i = 0; i < kLogLevels.size(); ++i) {
         if (kLogLevels[i] == level) {
           min_level_ = i;
@@ -292,12 +338,15 @@ class Server {
         return;
       }
       json target = r.params["requestId"];
+      // Any JSON may come as the reason; json::value() would throw on a non-string one.
+      std::string reason = r.params.contains("reason") && r.params["reason"].is_string()
+                               ? r.params["reason"].get<std::string>()
+                               : std::string("no reason given");
       std::lock_guard<std::mutex> lock(mu_);
       for (auto& c : calls_) {
         if (c->id == target && !c->done) {
           c->cancelled = true;
-          log_->info("request {} ({}) cancelled by the client: {}", dump(target), c->tool,
-                     r.params.value("reason", std::string("no reason given")));
+          log_->info("request {} ({}) cancelled by the client: {}", dump(target), c->tool, reason);
         }
       }
     });
@@ -429,6 +478,20 @@ class Server {
       result["structuredContent"] = res.structured;
     }
     reply(rpc::make_result(call.id, std::move(result)));
+  }
+
+  size_t live_calls() {
+    std::lock_guard<std::mutex> lock(mu_);
+    size_t live = 0;
+    for (const auto& c : calls_) {
+      live += c->done ? 0 : 1;
+    }
+    return live;
+  }
+
+  bool output_broken() {
+    std::lock_guard<std::mutex> lock(out_mu_);
+    return out_broken_;
   }
 
   void reap_calls(bool all) {
@@ -577,7 +640,8 @@ int run_mcp_server(const McpOptions& options) {
 }
 
 int serve_mcp_connection(std::shared_ptr<Engine> engine, const std::string& session, int in_fd,
-                         int out_fd, size_t max_calls) {
+                         int out_fd, const ConnectionLimits& limits,
+                         const std::string& first_line) {
   auto log = spdlog::get("mcp");
   if (!log) {
     log = spdlog::stderr_logger_mt("mcp");
@@ -586,9 +650,9 @@ int serve_mcp_connection(std::shared_ptr<Engine> engine, const std::string& sess
   o.session = session;
   o.in_fd = in_fd;
   o.out_fd = out_fd;
-  o.max_calls = max_calls;
+  o.max_calls = limits.max_calls;
   Server server(std::move(engine), o, log);
-  return server.serve(in_fd);
+  return server.serve(in_fd, limits, first_line);
 }
 
 }  // namespace cordon::api

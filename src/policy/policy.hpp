@@ -65,6 +65,14 @@ struct Retention {
   std::optional<uint64_t> max_disk_bytes;
 };
 
+// Read by `cordon serve` only: who may connect and how long a connection may sit idle.
+struct DaemonPolicy {
+  std::vector<uid_t> allowed_uids;     // besides root and the daemon's own uid
+  uint64_t idle_timeout_ms = 3600000;  // no request and no call in flight; 0: never
+  uint64_t stall_timeout_ms = 30000;   // a request line started and not finished
+  uint32_t max_connections = 256;
+};
+
 /// The optional `git` section: the read-only git tools' repository and their bounds. The git
 /// tools run under their own private policy derived from it (git_job_policy()), never under
 /// the main one, so enabling them allows nothing new to run_command.
@@ -100,6 +108,7 @@ struct Policy {
   Concurrency concurrency;
   Quotas quotas;
   Retention retention;
+  DaemonPolicy daemon;
   std::vector<Rule> rules;
   std::optional<GitPolicy> git;
   // Bind the working root read-only (mount flag and Landlock). Never set by a policy file:

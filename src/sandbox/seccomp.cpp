@@ -257,6 +257,16 @@ Result<Built> build_profile(const SeccompProfile& profile, const SeccompOptions&
             origin, a, arg.index);
       }
       used[arg.index] = true;
+      // libseccomp 2.5.4 ANDs the datum with the mask before comparing, so a datum with bits
+      // outside the mask (a rule that can never match as written) would match whenever the
+      // masked bits are clear: an ALLOW rule meant to match nothing would allow.
+      if (arg.op == SeccompOp::kMaskedEqual && (arg.value_two & ~arg.value) != 0) {
+        return invalid(
+            "seccomp profile: {}/args/{}/valueTwo: {:#x} has bits outside the mask {:#x} "
+            "(`value`), so `(arg & mask) == valueTwo` never holds; libseccomp would drop those "
+            "bits and match more than written",
+            origin, a, arg.value_two, arg.value);
+      }
       cmps.push_back({arg.index, to_scmp_op(arg.op), arg.value, arg.value_two});
     }
     uint32_t action = to_scmp_action(rule.action, rule.errno_ret);

@@ -282,6 +282,27 @@ BOOST_AUTO_TEST_CASE(refuses_unconditional_and_conditional_rules_for_one_syscall
   }
 }
 
+// Found by the seccomp fuzzer: libseccomp masks the datum, so {mask 0xff, datum 0x100}
+// (never true) compiled to "(arg & 0xff) == 0" and the rule matched.
+BOOST_AUTO_TEST_CASE(refuses_a_masked_comparison_with_bits_outside_its_mask) {
+  SeccompProfile p;
+  p.default_action = SeccompAction::kErrno;
+  p.syscalls = {
+      rule({"prctl"}, SeccompAction::kAllow, 1, {{1, SeccompOp::kMaskedEqual, 0xff, 0x100}})};
+  auto r = compile_filters(p, {});
+  BOOST_REQUIRE(!r.has_value());
+  BOOST_TEST((r.error().code() == ErrorCode::kInvalid));
+  BOOST_TEST(r.error().message().find("/syscalls/0/args/0/valueTwo: 0x100 has bits outside the "
+                                      "mask 0xff") != std::string::npos,
+             r.error().message());
+  // Inside the mask it compiles, and answers as written.
+  p.syscalls[0].args[0].value_two = 0x10;
+  auto ok = compile_filters(p, {});
+  BOOST_REQUIRE_MESSAGE(ok.has_value(), error_text(ok));
+  BOOST_TEST(bpf_answer(ok->profile.insns, syscall_data(SYS_prctl, {0, 0x310})) == kRetAllow);
+  BOOST_TEST(bpf_answer(ok->profile.insns, syscall_data(SYS_prctl, {0, 0x300})) != kRetAllow);
+}
+
 BOOST_AUTO_TEST_CASE(refuses_two_actions_for_one_syscall) {
   SeccompProfile p;
   p.syscalls = {rule({"read"}, SeccompAction::kAllow), rule({"read"}, SeccompAction::kErrno, 13)};

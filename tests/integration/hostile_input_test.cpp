@@ -1,0 +1,333 @@
+#define BOOST_TEST_MODULE hostile_input
+#include <boost/test/unit_test.hpp>
+
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "helpers/cordon_fixture.hpp"
+#include "helpers/mcp_client.hpp"
+
+// Every malformed request gets a JSON-RPC error or an in-band refusal with a message, on the
+// connection that sent it; none crashes the daemon or disturbs another session's work.
+
+using namespace cordon::test;
+using namespace std::chrono_literals;
+using json = nlohmann::json;
+
+namespace {
+
+struct Daemon {
+  Sandbox box;
+  std::string sock, policy;
+  pid_t pid = -1;
+  int pidfd = -1;
+  Daemon() {
+    sock = box.base + "/d.sock";
+    policy = box.base + "/policy.json";
+    std::ofstream(policy)
+        << "{\"allowedExecutables\": [\"/bin/echo\", \"/bin/sleep\"], \"cwdRoot\": \"" << box.root
+        << "\"}";
+    pid = ::fork();
+    if (pid == 0) {
+      int devnull = ::open("/dev/null", O_RDWR);
+      ::dup2(devnull, 0);
+      ::dup2(devnull, 1);
+      std::string bin = cordon_bin();
+      ::execl(bin.c_str(), bin.c_str(), "daemon", "--policy", policy.c_str(), "--state-dir",
+              box.state.c_str(), "--socket", sock.c_str(), nullptr);
+      ::_exit(99);
+    }
+    pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+    // The socket appears once the daemon listens (it binds before it serves).
+    for (int i = 0; i < 1000 && !std::filesystem::exists(sock) && alive(); ++i) {
+      struct pollfd p = {pidfd, POLLIN, 0};
+      ::poll(&p, 1, 10);  // wakes at once if the daemon died
+    }
+  }
+  ~Daemon() {
+    ::kill(pid, SIGTERM);
+    int st;
+    ::waitpid(pid, &st, 0);
+    ::close(pidfd);
+  }
+  bool alive() const {
+    struct pollfd p = {pidfd, POLLIN, 0};
+    return ::poll(&p, 1, 0) == 0;
+  }
+  int connect_fd() const {
+    int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strcpy(addr.sun_path, sock.c_str());
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+      ::close(fd);
+      return -1;
+    }
+    return fd;
+  }
+};
+
+// An MCP client on a daemon session, through `cordon mcp --connect`.
+struct Client {
+  McpProcess proc;
+  Client(const Daemon& d, const std::string& session)
+      : proc({cordon_bin(), "mcp", "--connect", d.sock, "--session", session},
+             d.box.base + "/" + session + ".stderr") {
+    BOOST_REQUIRE(proc.started());
+    auto r = proc.request("initialize", {{"protocolVersion", "2025-06-18"},
+                                         {"capabilities", json::object()},
+                                         {"clientInfo", {{"name", "hostile"}, {"version", "1"}}}});
+    BOOST_REQUIRE_MESSAGE(r.has_value() && r->contains("result"),
+                          "no answer to initialize; stderr: " + proc.stderr_text());
+    proc.send({{"jsonrpc", "2.0"}, {"method", "notifications/initialized"}});
+  }
+  // The next response (notifications skipped).
+  std::optional<json> response() {
+    for (;;) {
+      auto m = proc.next(30s);
+      if (!m || !m->contains("method")) {
+        return m;
+      }
+    }
+  }
+  // The echo of a real command: the session works.
+  void runs_a_command(const std::string& word) {
+    auto r = proc.request("tools/call",
+                          {{"name", "run_command"}, {"arguments", {{"argv", {"/bin/echo", word}}}}},
+                          60s);
+    BOOST_REQUIRE_MESSAGE(r.has_value() && r->contains("result"), "no result for run_command");
+    const json& res = (*r)["result"];
+    BOOST_TEST(res.value("isError", true) == false, res.dump());
+    BOOST_TEST(res["structuredContent"].value("stdout", "") == word + "\n", res.dump());
+  }
+};
+
+enum class Want { kError, kToolError, kNothing, kAnyReply };
+
+struct Case {
+  std::string line;
+  Want want;
+  int code = 0;     // for kError
+  json id;          // the id the reply must carry (null for an unreadable one)
+  std::string why;  // what the case is
+};
+
+std::string deep(size_t n, bool close) {
+  std::string s(n, '[');
+  if (close) {
+    s += std::string(n, ']');
+  }
+  return s;
+}
+
+std::vector<Case> battery() {
+  auto req = [](int id, const std::string& method, const std::string& params) {
+    return "{\"jsonrpc\":\"2.0\",\"id\":" + std::to_string(id) + ",\"method\":\"" + method +
+           "\",\"params\":" + params + "}";
+  };
+  auto tool = [&](int id, const std::string& name, const std::string& args) {
+    return req(id, "tools/call", "{\"name\":\"" + name + "\",\"arguments\":" + args + "}");
+  };
+  return {
+      {"not json", Want::kError, -32700, nullptr, "not JSON"},
+      {"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"", Want::kError, -32700, nullptr,
+       "truncated JSON"},
+      {"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"params\":{\"x\":\"\xff\xfe\"}}",
+       Want::kError, -32700, nullptr, "invalid UTF-8 in a string"},
+      {"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"params\":{\"x\":1e99999}}",
+       Want::kError, -32700, nullptr, "a number that overflows a double"},
+      {deep(200000, false), Want::kError, -32700, nullptr, "200000 unclosed brackets"},
+      {"{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"ping\",\"params\":{\"d\":" + deep(100000, true) +
+           "}}",
+       Want::kAnyReply, 0, 2, "100000 nested arrays in params"},
+      {"[]", Want::kError, -32600, nullptr, "an empty batch"},
+      {"[{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"ping\"}]", Want::kError, -32600, nullptr,
+       "a batch (removed in 2025-06-18)"},
+      {"42", Want::kError, -32600, nullptr, "a number"},
+      {"\"ping\"", Want::kError, -32600, nullptr, "a string"},
+      {"null", Want::kError, -32600, nullptr, "null"},
+      {"{\"id\":4,\"method\":\"ping\"}", Want::kError, -32600, 4, "no jsonrpc member"},
+      {"{\"jsonrpc\":\"1.0\",\"id\":5,\"method\":\"ping\"}", Want::kError, -32600, 5,
+       "jsonrpc 1.0"},
+      {"{\"jsonrpc\":2.0,\"id\":6,\"method\":\"ping\"}", Want::kError, -32600, 6,
+       "jsonrpc as a number"},
+      {"{\"jsonrpc\":\"2.0\",\"id\":{\"a\":1},\"method\":\"ping\"}", Want::kError, -32600, nullptr,
+       "an object id"},
+      {"{\"jsonrpc\":\"2.0\",\"id\":null,\"method\":\"ping\"}", Want::kError, -32600, nullptr,
+       "a null id"},
+      {"{\"jsonrpc\":\"2.0\",\"id\":1.5,\"method\":\"ping\"}", Want::kError, -32600, nullptr,
+       "a fractional id"},
+      {"{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":17}", Want::kError, -32600, 7,
+       "a method that is not a string"},
+      {"{\"jsonrpc\":\"2.0\",\"id\":8}", Want::kError, -32600, 8, "no method"},
+      {req(9, "tools/call", "\"x\""), Want::kError, -32600, 9, "params a string"},
+      {req(10, "no/such/method", "{}"), Want::kError, -32601, 10, "an unknown method"},
+      {req(11, "tools/call", "{}"), Want::kError, -32602, 11, "tools/call without a name"},
+      {req(12, "tools/call", "{\"name\":7}"), Want::kError, -32602, 12, "a numeric tool name"},
+      {req(13, "tools/call", "{\"name\":\"no_such_tool\"}"), Want::kError, -32602, 13,
+       "an unknown tool"},
+      {tool(14, "run_command", "[1]"), Want::kError, -32602, 14, "arguments an array"},
+      {req(15, "initialize", "{}"), Want::kError, -32602, 15, "initialize without a version"},
+      {req(16, "initialize", "{\"protocolVersion\":5}"), Want::kError, -32602, 16,
+       "initialize with a numeric version"},
+      {req(17, "logging/setLevel", "{\"level\":\"loud\"}"), Want::kError, -32602, 17,
+       "an unknown log level"},
+      {req(18, "logging/setLevel", "{\"level\":7}"), Want::kError, -32602, 18,
+       "a numeric log level"},
+      {req(19, "logging/setLevel", "[]"), Want::kError, -32602, 19, "setLevel params an array"},
+      {req(20, "resources/read", "{\"uri\":\"file:///etc/passwd\"}"), Want::kError, -32002, 20,
+       "a resource outside cordon://jobs/"},
+      {req(21, "resources/read", "{\"uri\":[]}"), Want::kError, -32602, 21, "a non-string uri"},
+      {req(22, "resources/subscribe", "{}"), Want::kError, -32602, 22, "subscribe without uri"},
+      {tool(23, "run_command", "{\"argv\":\"/bin/echo hi\"}"), Want::kToolError, 0, 23,
+       "argv a string"},
+      {tool(24, "run_command", "{\"argv\":[]}"), Want::kToolError, 0, 24, "an empty argv"},
+      {tool(25, "run_command", "{\"argv\":[\"/bin/sh\",\"-c\",\"id\"]}"), Want::kToolError, 0, 25,
+       "a program the policy does not allow"},
+      {tool(26, "run_command", "{\"argv\":[\"/bin/echo\"],\"cwd\":\"../../etc\"}"),
+       Want::kToolError, 0, 26, "a cwd outside the root"},
+      {tool(27, "run_command", "{\"argv\":[\"/bin/echo\"],\"env\":{\"LD_PRELOAD\":\"/x.so\"}}"),
+       Want::kToolError, 0, 27, "LD_PRELOAD"},
+      {tool(28, "run_command", "{\"argv\":[\"/bin/echo\"],\"timeoutMs\":-1}"), Want::kToolError, 0,
+       28, "a negative timeout"},
+      {tool(29, "run_command", "{\"argv\":[\"/bin/echo\"],\"bogus\":1}"), Want::kToolError, 0, 29,
+       "an unknown argument"},
+      {tool(30, "command_status", "{\"taskId\":\"../../etc/passwd\"}"), Want::kToolError, 0, 30,
+       "a task id that is a path"},
+      {tool(31, "command_output", "{\"taskId\":\"t1\",\"offset\":-5}"), Want::kToolError, 0, 31,
+       "a negative offset"},
+      {tool(32, "command_output", "{\"taskId\":\"t1\",\"limit\":1e300}"), Want::kToolError, 0, 32,
+       "a huge limit"},
+      {tool(33, "command_write", "{\"taskId\":\"t1\",\"keys\":[\"C-Enter\"]}"), Want::kToolError, 0,
+       33, "a key no terminal can send"},
+      {tool(34, "command_wait", "{\"taskIds\":[]}"), Want::kToolError, 0, 34,
+       "nothing to wait for"},
+      {"{\"jsonrpc\":\"2.0\",\"id\":35,\"result\":{}}", Want::kNothing, 0, nullptr,
+       "a response to nothing"},
+      {"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":5}", Want::kNothing,
+       0, nullptr, "a notification with bad params"},
+      {"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{\"requestId\":"
+       "99,\"reason\":42}}",
+       Want::kNothing, 0, nullptr, "a cancel with a numeric reason"},
+      {"{\"jsonrpc\":\"2.0\",\"method\":\"no/such/notification\"}", Want::kNothing, 0, nullptr,
+       "an unknown notification"},
+      {"   \t ", Want::kNothing, 0, nullptr, "a blank line"},
+      {"{\"jsonrpc\":\"2.0\",\"id\":36,\"method\":\"ping\",\"id\":37}", Want::kAnyReply, 0, 37,
+       "a duplicate key"},
+  };
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(malformed_requests_get_errors_and_leave_other_sessions_working) {
+  Daemon d;
+  BOOST_REQUIRE_MESSAGE(d.alive() && std::filesystem::exists(d.sock), "the daemon did not start");
+  Client good(d, "good");
+  good.runs_a_command("before");
+  Client bad(d, "bad");
+  for (const Case& c : battery()) {
+    BOOST_TEST_CONTEXT(c.why) {
+      BOOST_REQUIRE(bad.proc.send_raw(c.line + "\n"));
+      // A ping after every case: a case that must not be answered shows up as a reply that is
+      // not the ping's, and a dead server as no reply at all.
+      json ping_id = 1000 + bad.proc.allocate_id();
+      BOOST_REQUIRE(bad.proc.send({{"jsonrpc", "2.0"}, {"id", ping_id}, {"method", "ping"}}));
+      if (c.want != Want::kNothing) {
+        auto r = bad.response();
+        BOOST_REQUIRE_MESSAGE(
+            r.has_value(), "no reply; the daemon is " + std::string(d.alive() ? "alive" : "dead"));
+        BOOST_TEST((*r)["id"] == c.id, r->dump());
+        if (c.want == Want::kError) {
+          BOOST_REQUIRE_MESSAGE(r->contains("error"), r->dump());
+          BOOST_TEST((*r)["error"]["code"].get<int>() == c.code, r->dump());
+          BOOST_TEST(!(*r)["error"]["message"].get<std::string>().empty());
+        } else if (c.want == Want::kToolError) {
+          BOOST_REQUIRE_MESSAGE(r->contains("result"), r->dump());
+          const json& res = (*r)["result"];
+          BOOST_TEST(res["isError"] == true, res.dump());
+          const json& err = res["structuredContent"]["error"];
+          BOOST_TEST(err.value("message", "").size() > 10u, res.dump());
+        }
+      }
+      auto pong = bad.response();
+      BOOST_REQUIRE_MESSAGE(pong.has_value(), "no reply to the ping after the case");
+      BOOST_TEST((*pong)["id"] == ping_id, pong->dump());
+      BOOST_TEST(pong->contains("result"), pong->dump());
+    }
+  }
+  BOOST_TEST(d.alive());
+  good.runs_a_command("after");
+  bad.runs_a_command("still");
+}
+
+BOOST_AUTO_TEST_CASE(malformed_handshakes_are_refused_and_the_daemon_keeps_serving) {
+  Daemon d;
+  BOOST_REQUIRE(d.alive());
+  const char* lines[] = {
+      "{\"cordon\":5,\"session\":\"x\"}",
+      "{\"cordon\":\"connect\",\"session\":5}",
+      "{\"cordon\":\"connect\",\"session\":\"../x\"}",
+      "[1,2,3]",
+      "\xff\xfe",
+      "{\"cordon\":[\"connect\"]}",
+      "{\"cordon\":null}",
+  };
+  for (const char* l : lines) {
+    BOOST_TEST_CONTEXT(l) {
+      int fd = d.connect_fd();
+      BOOST_REQUIRE(fd >= 0);
+      std::string s = std::string(l) + "\n";
+      BOOST_REQUIRE(::write(fd, s.data(), s.size()) == static_cast<ssize_t>(s.size()));
+      std::string reply;
+      char c;
+      while (::read(fd, &c, 1) == 1 && c != '\n') reply.push_back(c);
+      ::close(fd);
+      json r = json::parse(reply, nullptr, false);
+      BOOST_TEST(r.is_object(), reply);
+      if (r.is_object()) {
+        BOOST_TEST(r.value("ok", true) == false, reply);
+        BOOST_TEST(r.value("error", "").find("first line must be") != std::string::npos, reply);
+      }
+      BOOST_TEST(d.alive());
+    }
+  }
+  Client after(d, "after");
+  after.runs_a_command("served");
+}
+
+// A cancel whose reason is not a string, for a call in flight: the server logs the reason, and
+// reading it must not throw (it ended the daemon, every session with it).
+BOOST_AUTO_TEST_CASE(a_cancel_with_a_numeric_reason_cancels_the_call) {
+  Daemon d;
+  BOOST_REQUIRE(d.alive());
+  Client c(d, "cancel");
+  auto bg = c.proc.request(
+      "tools/call", {{"name", "run_command_bg"}, {"arguments", {{"argv", {"/bin/sleep", "60"}}}}});
+  BOOST_REQUIRE(bg.has_value() && bg->contains("result"));
+  std::string task = (*bg)["result"]["structuredContent"].value("taskId", "");
+  BOOST_REQUIRE(!task.empty());
+  json wait_id = 700;
+  BOOST_REQUIRE(c.proc.send(
+      {{"jsonrpc", "2.0"},
+       {"id", wait_id},
+       {"method", "tools/call"},
+       {"params",
+        {{"name", "command_wait"}, {"arguments", {{"taskIds", {task}}, {"timeoutMs", 60000}}}}}}));
+  BOOST_REQUIRE(c.proc.send({{"jsonrpc", "2.0"},
+                             {"method", "notifications/cancelled"},
+                             {"params", {{"requestId", wait_id}, {"reason", 42}}}}));
+  auto pong = c.proc.request("ping");
+  BOOST_REQUIRE_MESSAGE(pong.has_value(), "no answer after the cancel; the daemon is " +
+                                              std::string(d.alive() ? "alive" : "dead"));
+  auto killed =
+      c.proc.request("tools/call", {{"name", "command_kill"}, {"arguments", {{"taskId", task}}}});
+  BOOST_TEST(killed.has_value());
+  BOOST_TEST(d.alive());
+  Client other(d, "other");
+  other.runs_a_command("alive");
+}
