@@ -29,13 +29,17 @@ class Sha256 {
   static std::string hex(const Digest& digest);
 
  private:
-  void block(const uint8_t* p);
+  void blocks(const uint8_t* p, size_t n);  // n whole 64-byte blocks, SHA-NI where the CPU has it
+  void block(const uint8_t* p);             // one block, portable
 
   std::array<uint32_t, 8> h_{};
   std::array<uint8_t, 64> buf_{};
   size_t buf_len_ = 0;
   uint64_t total_ = 0;  // bytes fed so far
 };
+
+/// Tests only: hash with the portable code even where the CPU has the SHA extensions.
+void sha256_force_portable_for_tests(bool on);
 
 /// One-shot helper: lower-case hex SHA-256 of `data`.
 std::string sha256_hex(std::string_view data);

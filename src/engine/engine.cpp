@@ -46,6 +46,7 @@
 #include "policy/host_paths.hpp"
 #include "policy/policy.hpp"
 #include "sandbox/cgroup.hpp"
+#include "sandbox/pool.hpp"
 #include "sandbox/spawner.hpp"
 #include "sandbox/status.hpp"
 #include "sandbox/userns.hpp"
@@ -390,6 +391,7 @@ class Engine::Impl {
   std::optional<sandbox::SpawnerClient> spawner;
   sandbox::CgroupLayout layout;
   std::optional<sandbox::CgroupRecords> records;
+  std::optional<sandbox::WarmPool> pool;  // declared after what it borrows: destroyed first
   UniqueFd lock_fd, epfd, timerfd, wakefd;
   std::thread loop;
   bool stopping = false;
@@ -404,6 +406,8 @@ class Engine::Impl {
   uint64_t running_total = 0;
   std::map<std::string, policy::Policy> session_policies;  // rootPerSession: root per session
   std::unordered_map<uint64_t, Watch> watches;             // epoll watch id → job and kind
+  std::map<uint64_t, SettleCallback> settle_subs;          // subscribe_settled, by id
+  uint64_t next_settle_sub = 1;
   uint64_t next_watch = kFirstJobWatch;
   uint64_t jobs_on_disk = 0;
   uint64_t disk_bytes = 0;  // the logs of settled jobs (running ones: their streams' written)
@@ -1022,7 +1026,8 @@ class Engine::Impl {
     return a;
   }
 
-  void settle(Job& j) {
+  // `announce` false: the caller fixes the settled state first and then announces it itself.
+  void settle(Job& j, bool announce = true) {
     for (int fd : {j.out.pipe.get(), j.err.pipe.get(), j.status.get(), j.pty_master.get(),
                    j.stdin_w.get(), j.pidfd.get()}) {
       unwatch(fd);
@@ -1040,6 +1045,11 @@ class Engine::Impl {
       j.cgroup.reset();
     }
     (void)j.record.remove();
+    if (pool) {
+      // Once the job's own cgroup work is done: a new placeholder's placement holds
+      // cgroup_mutex for a grace period, which would hold up this job's cgroup.kill and rmdir.
+      pool->refill_later();
+    }
     j.lease.reset();
     j.out.pipe.reset();
     j.err.pipe.reset();
@@ -1132,11 +1142,30 @@ class Engine::Impl {
         cache.pop_back();
       }
     }
-    track_settled(j.ended_at, j.id);
-    apply_retention(j.id);
+    std::string id = j.id;  // `j` may be gone after the cache trim or the retention
+    track_settled(j.ended_at, id);
+    apply_retention(id);
     ensure_reserve();
     cv.notify_all();
+    if (announce) {
+      announce_settled(id);
+    }
     start_queued();
+  }
+
+  // Tells the settle subscribers (with mu held, as they are told to expect).
+  void announce_settled(const std::string& id) {
+    if (settle_subs.empty()) {
+      return;
+    }
+    Job* j = find(id);
+    if (j == nullptr) {
+      return;  // the retention policy removed it at once
+    }
+    JobStatus s = status_of(*j);
+    for (const auto& [sub_id, callback] : settle_subs) {
+      callback(s);
+    }
   }
 
   // ---- spawning -----------------------------------------------------------------------------
@@ -1187,13 +1216,15 @@ class Engine::Impl {
 
   void settle_failed_start(Job& j) {
     std::string why = j.error;
-    settle(j);
+    std::string id = j.id;
+    settle(j, false);
     // settle() moved the job into the cache; fix its state there.
-    Job* s = find(j.id);
+    Job* s = find(id);
     if (s != nullptr) {
       s->state = "failed";
       s->error = "could not start: " + why;
       (void)write_meta(s->dir, "meta.json", meta_json(*s).dump());
+      announce_settled(id);
     }
   }
 
@@ -1219,11 +1250,22 @@ class Engine::Impl {
     limits.memory_bytes = cs.limits.memory_bytes;
     limits.pids = cs.limits.pids;
     limits.cpus = cs.limits.cpus;
-    CORDON_TRY(paths, sandbox::JobCgroup::paths_for(layout, j.id));
-    CORDON_TRY_CTX(record, records->add(j.id, paths), "record job cgroup");
-    j.record = std::move(record);
-    CORDON_TRY_CTX(cg, sandbox::JobCgroup::create(layout, j.id, limits), "create job cgroup");
-    j.cgroup.emplace(std::move(cg));
+    // Warm pool: cgroups made and a placeholder parked in them ahead of time; only the
+    // job's limits are written now. Otherwise the job's own, named after it.
+    uint64_t pool_slot = 0;
+    if (auto entry = pool ? pool->take() : std::nullopt) {
+      j.record = std::move(entry->record);
+      j.cgroup.emplace(std::move(entry->cgroup));
+      pool_slot = entry->slot;
+      CORDON_CHECK_CTX(j.record.rename(j.id), "record job cgroup");
+      CORDON_CHECK_CTX(j.cgroup->set_limits(limits), "set the job's cgroup limits");
+    } else {
+      CORDON_TRY(paths, sandbox::JobCgroup::paths_for(layout, j.id));
+      CORDON_TRY_CTX(record, records->add(j.id, paths), "record job cgroup");
+      j.record = std::move(record);
+      CORDON_TRY_CTX(cg, sandbox::JobCgroup::create(layout, j.id, limits), "create job cgroup");
+      j.cgroup.emplace(std::move(cg));
+    }
     CORDON_TRY(lease, sandbox::HostIdLease::acquire(opt.state_dir + "/uids", opt.host_id_base,
                                                     opt.host_id_count));
     j.lease.emplace(std::move(lease));
@@ -1250,6 +1292,7 @@ class Engine::Impl {
       req.cgroup_v1_fds = j.cgroup->v1_dirfds();
     }
     req.cgroupns_at_clone = layout.mode == sandbox::CgroupMode::kUnified;
+    req.pool_slot = pool_slot;
     CORDON_TRY_CTX(reply, spawner->spawn(req), "spawn the sandbox");
     j.argv = reply.argv.empty() ? j.argv : reply.argv;
     j.pidfd = std::move(reply.pidfd);
@@ -1521,6 +1564,18 @@ Result<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
   CORDON_TRY_CTX(spawner, sandbox::SpawnerClient::start(o.spawner_path), "start `{}`",
                  o.spawner_path);
   impl->spawner.emplace(std::move(spawner));
+  if (o.warm_pool && o.warm_pool_size > 0) {
+    // The profile the jobs will use, compiled before each placeholder forks (a placeholder
+    // asked for another one compiles it itself: correct, but slower).
+    std::string profile = impl->pol && impl->pol->seccomp_profile ? *impl->pol->seccomp_profile
+                                                                  : o.default_seccomp_profile;
+    impl->pool.emplace(impl->layout, *impl->records, *impl->spawner,
+                       sandbox::WarmPoolOptions{o.warm_pool_size, profile});
+    // Filled now (so open() returns with the pool's descriptors in place), then topped up by
+    // its own thread. When refills fail, spawns go unpooled.
+    (void)impl->pool->refill();
+    impl->pool->start();
+  }
 
   impl->epfd.reset(::epoll_create1(EPOLL_CLOEXEC));
   impl->timerfd.reset(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
@@ -1780,11 +1835,12 @@ Result<JobStatus> Engine::kill(const std::string& session, const std::string& ta
     std::string id = j->id;
     ++m.running_total;
     ++m.running_per_session[j->session];
-    m.settle(*j);
+    m.settle(*j, false);
     Job* s = m.find(id);
     s->state = "killed";
     s->signal = signal_name(signal);
     (void)m.write_meta(s->dir, "meta.json", meta_json(*s).dump());
+    m.announce_settled(id);
     return m.status_of(*s);
   }
   m.terminate(*j, signal);
@@ -1914,6 +1970,19 @@ Result<OutputPage> Engine::retrieve(const std::string& session, const std::strin
   }
   engine::LogIndex index;
   return page_file(path, true, index, request);
+}
+
+uint64_t Engine::subscribe_settled(SettleCallback callback) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  uint64_t id = impl_->next_settle_sub++;
+  impl_->settle_subs.emplace(id, std::move(callback));
+  return id;
+}
+
+void Engine::unsubscribe_settled(uint64_t id) {
+  // Callbacks run with mu held, so holding it here waits out one in flight.
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->settle_subs.erase(id);
 }
 
 Counters Engine::counters(const std::string& session) {

@@ -873,6 +873,28 @@ Result<void> RecordLock::remove() {
   return {};
 }
 
+Result<void> RecordLock::rename(const std::string& name) {
+  CORDON_CHECK(check_job_name(name));
+  if (!fd_.valid()) {
+    return invalid("rename record `{}`: not held", path_);
+  }
+  std::string dir = path_.substr(0, path_.rfind('/'));
+  std::string to = dir + "/" + name + std::string(kRecordSuffix);
+  if (::renameat2(AT_FDCWD, path_.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) != 0) {
+    return sys_error("rename record `{}` to `{}`", path_, to);
+  }
+  path_ = std::move(to);
+  return {};
+}
+
+bool is_pool_cgroup_name(std::string_view name) {
+  if (!name.starts_with(kPoolCgroupPrefix) || name.size() != kPoolCgroupPrefix.size() + 16) {
+    return false;
+  }
+  return std::all_of(name.begin() + kPoolCgroupPrefix.size(), name.end(),
+                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
 Result<CgroupRecords> CgroupRecords::open(const std::string& dir) {
   CORDON_CHECK(mkdir_p(dir, 0700));
   std::string norm = normalize_path(dir);
@@ -983,8 +1005,10 @@ Result<size_t> CgroupRecords::sweep() {
       if (p.empty()) {
         continue;
       }
-      // Only a job cgroup by the record's own name, never a path with `..` or a parent.
-      if (normalize_path(p) != p || p.substr(p.rfind('/') + 1) != job) {
+      // Only a job cgroup by the record's own name (or a warm-pool cgroup its job took),
+      // never a path with `..` or a parent.
+      std::string leaf = p.substr(p.rfind('/') + 1);
+      if (normalize_path(p) != p || (leaf != job && !is_pool_cgroup_name(leaf))) {
         bad = Error::refused(fmt::format("record `{}/{}` names `{}`, not a cgroup of job `{}`",
                                          dir_, entry, p, job));
         break;

@@ -140,6 +140,9 @@ class RecordLock {
   RecordLock(std::string path, UniqueFd fd) : path_(std::move(path)), fd_(std::move(fd)) {}
   /// Deletes the record (call after the job's cgroups are destroyed) and releases the lock.
   [[nodiscard]] Result<void> remove();
+  /// Renames the record to `<name>.cgroups` in its directory (never replacing one), keeping
+  /// the lock: a warm-pool entry's record becomes its job's. Its paths keep their names.
+  [[nodiscard]] Result<void> rename(const std::string& name);
   const std::string& path() const { return path_; }
   bool held() const { return fd_.valid(); }
 
@@ -148,9 +151,15 @@ class RecordLock {
   UniqueFd fd_;
 };
 
+/// Warm-pool cgroups are named this prefix + 16 lower-case hex digits (sandbox/pool.hpp).
+inline constexpr std::string_view kPoolCgroupPrefix = "pool-";
+/// Whether `name` is such a name.
+bool is_pool_cgroup_name(std::string_view name);
+
 /// Crash-safe records of live jobs' cgroups: <dir>/<name>.cgroups lists a job's cgroup
 /// directories, and its owner holds an flock on it. A record whose lock can be taken belongs
-/// to a dead owner and its cgroups are swept.
+/// to a dead owner and its cgroups are swept. A record names cgroups called after itself, or
+/// warm-pool cgroups (a job that took a pool entry renames the entry's record after itself).
 class CgroupRecords {
  public:
   /// mkdir -p `dir` with mode 0700; refuses a dir another user owns or others can write.

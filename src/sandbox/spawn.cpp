@@ -102,7 +102,12 @@ Result<SpawnedSandbox> spawn_sandbox(PreparedSandbox& prepared, const SpawnOptio
   struct clone_args args {};
   args.flags = flags;
   args.pidfd = reinterpret_cast<uint64_t>(&pidfd);
-  args.exit_signal = SIGCHLD;
+  // CLONE_PARENT takes the caller's own exit signal (SIGCHLD for a forked placeholder); clone3
+  // refuses an explicit one with it.
+  args.exit_signal = options.as_sibling ? 0 : SIGCHLD;
+  if (options.as_sibling) {
+    args.flags |= CLONE_PARENT;
+  }
   if (options.cgroup_fd >= 0) {
     args.cgroup = static_cast<uint64_t>(options.cgroup_fd);
   }
@@ -126,9 +131,11 @@ Result<SpawnedSandbox> spawn_sandbox(PreparedSandbox& prepared, const SpawnOptio
 
   auto abort_child = [&](Error e) -> Result<SpawnedSandbox> {
     (void)sys::pidfd_send_signal(out.pidfd.get(), SIGKILL, nullptr, 0);
-    siginfo_t info{};
-    (void)::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(out.pidfd.get()), &info,
-                   WEXITED);
+    if (!options.as_sibling) {  // a sibling is reaped by our common parent
+      siginfo_t info{};
+      (void)::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(out.pidfd.get()), &info,
+                     WEXITED);
+    }
     return std::unexpected(std::move(e));
   };
   auto maps = write_id_maps(out.pid, plan.uid, plan.gid, options.host_id, options.host_id);
@@ -140,6 +147,9 @@ Result<SpawnedSandbox> spawn_sandbox(PreparedSandbox& prepared, const SpawnOptio
     if (!placed) {
       return abort_child(std::move(placed.error()));
     }
+  }
+  if (!options.send_go) {
+    return out;
   }
   char go = 1;
   if (::send(prepared.status_parent.get(), &go, 1, MSG_NOSIGNAL) != 1) {

@@ -17,6 +17,13 @@ struct SpawnOptions {
   bool network_namespace = true;
   // Runs after the id maps are written and before the child is released (v1 placement).
   std::function<Result<void>(pid_t)> before_go;
+  // Warm pool: the caller is a placeholder already inside the job's cgroups. The child is
+  // born there (fork inherits membership) as a sibling of the caller (CLONE_PARENT), so it
+  // is the spawner's own child from birth: the spawner reaps it, and its PDEATHSIG names the
+  // spawner, not the placeholder that exits right after. The go byte is left to the spawner,
+  // which sends it once the placeholder is gone from the job's cgroups.
+  bool as_sibling = false;
+  bool send_go = true;
 };
 
 struct SpawnedSandbox {

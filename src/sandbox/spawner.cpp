@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <map>
@@ -188,6 +190,16 @@ Error protocol_error(std::string what) {
   return Error(ErrorCode::kInternal, 0, "spawner protocol: " + what);
 }
 
+// A placeholder's report that it sits in its v1 cgroups (ok = 1) or why it could not.
+struct PlaceholderReady {
+  uint32_t ok = 0;
+  int32_t sys_errno = 0;
+  char message[256] = {};
+};
+
+// How long a spawn waits for a placeholder still migrating itself (normally ~11 ms).
+constexpr int kPlacementWaitMs = 10000;
+
 // ---------------------------------------------------------------------------------------------
 // Server
 
@@ -208,9 +220,18 @@ class Server {
       return 1;
     }
     int status = 0;
+    std::vector<struct pollfd> pfds;
+    std::vector<uint64_t> polled_slots;
     for (;;) {
-      struct pollfd pfds[2] = {{sock_, POLLIN, 0}, {sigfd_.get(), POLLIN, 0}};
-      if (::poll(pfds, 2, -1) < 0) {
+      pfds.assign({{sock_, POLLIN, 0}, {sigfd_.get(), POLLIN, 0}});
+      polled_slots.clear();
+      for (const auto& [id, slot] : slots_) {
+        if (!slot.ready) {  // its readiness report, or EOF when it died
+          pfds.push_back({slot.sock.get(), POLLIN, 0});
+          polled_slots.push_back(id);
+        }
+      }
+      if (::poll(pfds.data(), pfds.size(), -1) < 0) {
         if (errno == EINTR) {
           continue;
         }
@@ -220,8 +241,17 @@ class Server {
       if (pfds[1].revents != 0) {
         drain_signalfd();
       }
+      for (size_t i = 0; i < polled_slots.size(); ++i) {
+        if (pfds[2 + i].revents != 0) {
+          auto it = slots_.find(polled_slots[i]);
+          if (it != slots_.end()) {
+            read_ready(it);
+          }
+        }
+      }
       if (pfds[0].revents != 0) {
-        auto d = receive_datagram(sock_, sizeof(SpawnerRequestHeader), kMaxRequestFds);
+        auto d =
+            receive_datagram(sock_, sizeof(SpawnerRequestHeader) + kMaxPoolBody, kMaxRequestFds);
         if (!d) {
           status = 1;
           break;
@@ -248,6 +278,13 @@ class Server {
     std::string result;  // encoded SpawnResultBody
   };
 
+  // A warm-pool placeholder: our child, parked in a fresh job cgroup set.
+  struct Slot {
+    pid_t pid = -1;
+    UniqueFd sock;  // our end of its socketpair
+    bool ready = false;
+  };
+
   void drain_signalfd() {
     struct signalfd_siginfo si;
     while (::read(sigfd_.get(), &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
@@ -262,6 +299,12 @@ class Server {
         return;
       }
       live_.erase(info.si_pid);
+      for (auto it = slots_.begin(); it != slots_.end(); ++it) {
+        if (it->second.pid == info.si_pid) {
+          slots_.erase(it);  // a slot lives exactly as long as its placeholder
+          break;
+        }
+      }
     }
   }
 
@@ -288,8 +331,9 @@ class Server {
     SpawnerReplyHeader reply{};
     reply.request_id = h.request_id;
     reply.kind = h.kind;
-    if (d.truncated || d.bytes.size() != sizeof h || h.magic != kSpawnerMagic ||
-        h.version != kSpawnerProtocolVersion) {
+    size_t expected = sizeof h + (h.kind == SpawnerMessage::kPoolAdd ? h.body_len : 0);
+    if (d.truncated || d.bytes.size() < sizeof h || d.bytes.size() != expected ||
+        h.magic != kSpawnerMagic || h.version != kSpawnerProtocolVersion) {
       return send_error(
           reply, Error::invalid(fmt::format("malformed request header ({} bytes{})", d.bytes.size(),
                                             d.truncated ? ", truncated" : "")));
@@ -302,8 +346,21 @@ class Server {
       reply.pid = ::getpid();
       return send_datagram(sock_, &reply, sizeof reply, {}).has_value();
     }
+    if (h.kind == SpawnerMessage::kPoolAdd) {
+      auto slot = pool_add(h, d.bytes.substr(sizeof h), d.fds);
+      d.fds.clear();
+      if (!slot) {
+        return send_error(reply, slot.error());
+      }
+      reply.ok = 1;
+      reply.pid = *slot;
+      return send_datagram(sock_, &reply, sizeof reply, {}).has_value();
+    }
     if (h.kind != SpawnerMessage::kSpawn) {
       return send_error(reply, Error::invalid("unknown request kind"));
+    }
+    if ((h.flags & kRequestPooled) != 0) {
+      return spawn_pooled(h, d.fds, reply);
     }
     auto spawned = spawn(h, d.fds);
     d.fds.clear();  // the request's descriptors are done with, whatever happened
@@ -376,18 +433,11 @@ class Server {
   Result<Spawned> spawn(const SpawnerRequestHeader& h, std::vector<UniqueFd>& fds) {
     bool has_v2 = (h.flags & kRequestHasCgroupV2) != 0;
     if ((h.flags & ~kRequestHasCgroupV2) != 0 || h.n_cgroup_v1 > kMaxCgroupV1Fds ||
-        fds.size() != 1 + (has_v2 ? 1 : 0) + h.n_cgroup_v1) {
+        h.body_len != 0 || fds.size() != 1 + (has_v2 ? 1 : 0) + h.n_cgroup_v1) {
       return invalid(
           "a spawn request carries its memfd and {} cgroup descriptors; got {} "
           "descriptors (flags {:#x})",
           (has_v2 ? 1 : 0) + std::min(h.n_cgroup_v1, kMaxCgroupV1Fds), fds.size(), h.flags);
-    }
-    CORDON_TRY_CTX(bytes, read_sealed_memfd(fds[0].get(), kMaxRequestBytes), "read the request");
-    CORDON_TRY(req, decode_spawn_request(bytes));
-    // A root-owned user namespace would charge every sandbox's limits to root, and the id
-    // switch around clone3 would be a no-op.
-    if (req.host_id == 0 || req.host_id == static_cast<uid_t>(-1)) {
-      return refusal("the host id {} is not a leased unprivileged id", req.host_id);
     }
     int v2_fd = has_v2 ? fds[1].get() : -1;
     if (has_v2) {
@@ -398,7 +448,19 @@ class Server {
       CORDON_CHECK(check_cgroup_dir(fds[i].get(), CGROUP_SUPER_MAGIC, "v1 cgroup"));
       v1_fds.push_back(fds[i].get());
     }
+    return spawn_body(fds[0].get(), v2_fd, v1_fds, false);
+  }
 
+  // Reads the request in `memfd` and spawns it. `pooled`: we are a placeholder already in
+  // the job's cgroups (no fds), the child is our sibling and the spawner sends its go.
+  Result<Spawned> spawn_body(int memfd, int v2_fd, const std::vector<int>& v1_fds, bool pooled) {
+    CORDON_TRY_CTX(bytes, read_sealed_memfd(memfd, kMaxRequestBytes), "read the request");
+    CORDON_TRY(req, decode_spawn_request(bytes));
+    // A root-owned user namespace would charge every sandbox's limits to root, and the id
+    // switch around clone3 would be a no-op.
+    if (req.host_id == 0 || req.host_id == static_cast<uid_t>(-1)) {
+      return refusal("the host id {} is not a leased unprivileged id", req.host_id);
+    }
     CORDON_TRY(programs, programs_for(req.seccomp_profile_path, req.spec.allow_ptrace));
     CORDON_TRY(prepared, PreparedSandbox::prepare(req.spec, programs, req.host_id, req.init_path));
 
@@ -407,6 +469,8 @@ class Server {
     sp.cgroup_fd = v2_fd;
     sp.cgroupns_at_clone = req.cgroupns_at_clone;
     sp.network_namespace = req.spec.network == NetworkMode::kNone;
+    sp.as_sibling = pooled;
+    sp.send_go = !pooled;
     if (!v1_fds.empty()) {
       // One cgroup.procs write per hierarchy before the go byte, as JobCgroup::place_v1 does
       // with its own descriptors.
@@ -452,12 +516,248 @@ class Server {
     return out;
   }
 
+  // ---- warm pool ----------------------------------------------------------------------------
+
+  // Forks a placeholder for a fresh cgroup set; returns its pid. The profile is compiled
+  // first, so the placeholder's copy of our caches already holds it.
+  Result<pid_t> pool_add(const SpawnerRequestHeader& h, std::string_view profile_path,
+                         std::vector<UniqueFd>& fds) {
+    bool has_v2 = (h.flags & kRequestHasCgroupV2) != 0;
+    if ((h.flags & ~(kRequestHasCgroupV2 | kRequestAllowPtrace)) != 0 ||
+        h.n_cgroup_v1 > kMaxCgroupV1Fds || fds.size() != (has_v2 ? 1 : 0) + h.n_cgroup_v1 ||
+        profile_path.empty() || profile_path.find('\0') != std::string_view::npos) {
+      return invalid(
+          "a pool-add carries a profile path and {} cgroup descriptors; got {} (flags {:#x})",
+          (has_v2 ? 1 : 0) + std::min(h.n_cgroup_v1, kMaxCgroupV1Fds), fds.size(), h.flags);
+    }
+    if (slots_.contains(h.request_id)) {
+      return invalid("pool slot {} exists", h.request_id);
+    }
+    int v2_fd = has_v2 ? fds[0].get() : -1;
+    if (has_v2) {
+      CORDON_CHECK(check_cgroup_dir(v2_fd, CGROUP2_SUPER_MAGIC, "v2 cgroup"));
+    }
+    std::vector<int> v1_fds;
+    for (size_t i = has_v2 ? 1 : 0; i < fds.size(); ++i) {
+      CORDON_CHECK(check_cgroup_dir(fds[i].get(), CGROUP_SUPER_MAGIC, "v1 cgroup"));
+      v1_fds.push_back(fds[i].get());
+    }
+    CORDON_TRY(programs,
+               programs_for(std::string(profile_path), (h.flags & kRequestAllowPtrace) != 0));
+    (void)programs;
+    int sp[2];
+    if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) != 0) {
+      return sys_error("socketpair");
+    }
+    UniqueFd ours(sp[0]);
+    UniqueFd theirs(sp[1]);
+    pid_t spawner = ::getpid();
+    pid_t pid = ::fork();
+    if (pid < 0) {
+      return sys_error("fork the placeholder");
+    }
+    if (pid == 0) {
+      placeholder_main(spawner, theirs.get(), v2_fd, v1_fds);
+    }
+    live_.insert(pid);
+    slots_.emplace(h.request_id, Slot{pid, std::move(ours), false});
+    return pid;
+  }
+
+  // The placeholder (a fork of this small process): moves itself into the job's v1 cgroups,
+  // says so, waits for one spawn request, spawns it as our sibling and exits. Never returns.
+  [[noreturn]] void placeholder_main(pid_t spawner, int sock, int v2_fd,
+                                     const std::vector<int>& v1_fds) {
+    // Dies with the spawner (a SIGKILLed engine takes the spawner, and so every placeholder).
+    if (::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || ::getppid() != spawner) {
+      ::_exit(1);
+    }
+    // Only our socket and our cgroups: never the engine's socket (its EOF must reach the
+    // engine when the spawner dies), nor another slot's descriptors.
+    std::vector<int> keep = {sock, v2_fd};
+    keep.insert(keep.end(), v1_fds.begin(), v1_fds.end());
+    std::sort(keep.begin(), keep.end());
+    unsigned next = 3;
+    for (int fd : keep) {
+      if (fd < 0) {
+        continue;
+      }
+      if (static_cast<unsigned>(fd) > next) {
+        (void)sys::close_range(next, static_cast<unsigned>(fd) - 1, 0);
+      }
+      next = static_cast<unsigned>(fd) + 1;
+    }
+    (void)sys::close_range(next, ~0U, 0);
+    sock_ = sock;
+
+    // "0" is the writer itself. A migration waits for an RCU grace period (~11 ms at one
+    // spawn per 20 ms) while it holds cgroup_mutex: it happens here, ahead of time. The v2
+    // cgroup too: then the sandbox inherits all of them by fork and its clone3 needs no
+    // CLONE_INTO_CGROUP, which would take cgroup_mutex on the spawn path — and wait there
+    // for any other placement's grace period.
+    PlaceholderReady ready;
+    ready.ok = 1;
+    std::vector<int> dirs = v1_fds;
+    if (v2_fd >= 0) {
+      dirs.insert(dirs.begin(), v2_fd);
+    }
+    for (int fd : dirs) {
+      auto placed = sys::write_file_at(fd, "cgroup.procs", "0");
+      if (!placed) {
+        ready.ok = 0;
+        ready.sys_errno = placed.error().sys_errno();
+        std::string m =
+            "the warm-pool placeholder could not enter its cgroup: " + placed.error().message();
+        std::memcpy(ready.message, m.data(), std::min(m.size(), sizeof ready.message - 1));
+        break;
+      }
+    }
+    if (!send_datagram(sock, &ready, sizeof ready, {}) || ready.ok == 0) {
+      ::_exit(1);
+    }
+
+    auto d = receive_datagram(sock, sizeof(SpawnerRequestHeader), 1);
+    if (!d || d->eof) {
+      ::_exit(0);  // the pool was emptied
+    }
+    SpawnerRequestHeader h{};
+    SpawnerReplyHeader reply{};
+    reply.kind = SpawnerMessage::kSpawn;
+    if (d->truncated || d->bytes.size() != sizeof h || d->fds.size() != 1) {
+      (void)send_error(reply, Error::invalid("malformed request forwarded to the placeholder"));
+      ::_exit(1);
+    }
+    std::memcpy(&h, d->bytes.data(), sizeof h);
+    reply.request_id = h.request_id;
+    // Born in every job cgroup by inheritance: no cgroup fd, no CLONE_INTO_CGROUP.
+    auto spawned = spawn_body(d->fds[0].get(), -1, {}, true);
+    if (!spawned) {
+      (void)send_error(reply, spawned.error());
+      ::_exit(1);
+    }
+    ::_exit(send_spawned(reply, *spawned) ? 0 : 1);
+  }
+
+  // A placeholder's readiness report (or EOF: it died). A failed one is dropped.
+  void read_ready(std::map<uint64_t, Slot>::iterator it) {
+    Slot& slot = it->second;
+    auto d = receive_datagram(slot.sock.get(), sizeof(PlaceholderReady), 0);
+    PlaceholderReady r{};
+    if (d && !d->eof && !d->truncated && d->bytes.size() == sizeof r) {
+      std::memcpy(&r, d->bytes.data(), sizeof r);
+    }
+    if (r.ok == 1) {
+      slot.ready = true;
+      return;
+    }
+    // Unreaped, so the pid is still the placeholder's; reap() collects it.
+    (void)::kill(slot.pid, SIGKILL);
+    slots_.erase(it);
+  }
+
+  // Kills a placeholder and reaps it: nothing but the sandbox stays in the job's cgroups.
+  void end_placeholder(pid_t pid) {
+    (void)::kill(pid, SIGKILL);
+    siginfo_t info{};
+    while (::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED) != 0 && errno == EINTR) {
+    }
+    live_.erase(pid);
+  }
+
+  // A spawn through a slot's placeholder; false when the reply could not be sent.
+  bool spawn_pooled(const SpawnerRequestHeader& h, std::vector<UniqueFd>& fds,
+                    SpawnerReplyHeader& reply) {
+    if (h.flags != kRequestPooled || h.n_cgroup_v1 != 0 || h.body_len != 0 || fds.size() != 1) {
+      return send_error(reply, Error::invalid("a pooled spawn carries only its memfd"));
+    }
+    auto it = slots_.find(h.pool_slot);
+    if (it == slots_.end()) {
+      reply.flags = kReplySlotGone;
+      return send_error(reply, Error(ErrorCode::kNotFound, 0,
+                                     fmt::format("warm-pool slot {} is gone", h.pool_slot)));
+    }
+    Slot slot = std::move(it->second);
+    slots_.erase(it);  // used exactly once, whatever happens next
+    auto gone = [&](std::string why) {
+      end_placeholder(slot.pid);
+      reply.flags = kReplySlotGone;
+      return send_error(reply, Error(ErrorCode::kNotFound, 0, std::move(why)));
+    };
+    if (!slot.ready) {
+      struct pollfd p {
+        slot.sock.get(), POLLIN, 0
+      };
+      int n;
+      do {
+        n = ::poll(&p, 1, kPlacementWaitMs);
+      } while (n < 0 && errno == EINTR);
+      PlaceholderReady r{};
+      auto d = n == 1 ? receive_datagram(slot.sock.get(), sizeof r, 0) : Result<Datagram>();
+      if (n == 1 && d && !d->eof && !d->truncated && d->bytes.size() == sizeof r) {
+        std::memcpy(&r, d->bytes.data(), sizeof r);
+      }
+      if (r.ok != 1) {
+        r.message[sizeof r.message - 1] = '\0';
+        return gone(r.message[0] != '\0' ? std::string(r.message)
+                                         : "the warm-pool placeholder was not placed");
+      }
+    }
+    if (!send_datagram(slot.sock.get(), &h, sizeof h, std::array<int, 1>{fds[0].get()})) {
+      return gone("the warm-pool placeholder is gone");
+    }
+    fds.clear();
+    auto d = receive_datagram(slot.sock.get(), sizeof(SpawnerReplyHeader) + kMaxInlineResult,
+                              kMaxReplyFds);
+    // Its work is done (or it failed): it leaves the job's cgroups before the sandbox runs.
+    end_placeholder(slot.pid);
+    SpawnerReplyHeader r{};
+    if (!d || d->eof || d->truncated || d->bytes.size() < sizeof r) {
+      // A sibling it may have made got no go byte and exits on the EOF; reap() collects it.
+      return send_error(
+          reply, Error(ErrorCode::kInternal, 0, "the warm-pool placeholder died during the spawn"));
+    }
+    std::memcpy(&r, d->bytes.data(), sizeof r);
+    if (r.magic != kSpawnerMagic || r.kind != SpawnerMessage::kSpawn || r.ok > 1 ||
+        (r.fds & ~static_cast<uint32_t>(kReplyFdMask)) != 0 ||
+        d->fds.size() != static_cast<size_t>(__builtin_popcount(r.fds)) ||
+        (r.ok == 1 && ((r.fds & kReplyStatus) == 0 || r.pid <= 0))) {
+      if (r.ok == 1 && r.pid > 0) {
+        (void)::kill(r.pid, SIGKILL);
+      }
+      return send_error(reply, protocol_error("malformed reply from the warm-pool placeholder"));
+    }
+    r.request_id = h.request_id;
+    std::memcpy(d->bytes.data(), &r, sizeof r);
+    std::vector<int> out_fds;
+    for (const auto& fd : d->fds) {
+      out_fds.push_back(fd.get());
+    }
+    if (r.ok == 1) {
+      // Our child since clone3 (CLONE_PARENT); recorded before any reap() can see it exit.
+      live_.insert(r.pid);
+      int status_fd =
+          d->fds[static_cast<size_t>(__builtin_popcount(r.fds & (kReplyStatus - 1)))].get();
+      char go = 1;
+      if (::send(status_fd, &go, 1, MSG_NOSIGNAL) != 1) {
+        int err = errno;
+        (void)::kill(r.pid, SIGKILL);
+        return send_error(reply, Error::sys(err, "send the go byte"));
+      }
+    }
+    auto sent = send_datagram(sock_, d->bytes.data(), d->bytes.size(), out_fds);
+    if (!sent && r.ok == 1) {
+      (void)::kill(r.pid, SIGKILL);
+    }
+    return sent.has_value();
+  }
+
   int sock_;
   const ProfileLoader& load_profile_;
   UniqueFd sigfd_;
   std::set<pid_t> live_;  // started and not yet reaped
   std::map<std::pair<std::string, bool>, CompiledFilters> filters_;
   std::unique_ptr<BpfProgram> init_filter_;
+  std::map<uint64_t, Slot> slots_;  // warm-pool placeholders by slot id
 };
 
 }  // namespace
@@ -596,16 +896,31 @@ Result<SpawnerClient::Reply> SpawnerClient::spawn(const Request& request) {
   body.host_id = request.host_id;
   body.cgroupns_at_clone = request.cgroupns_at_clone;
   CORDON_TRY_CTX(bytes, encode_spawn_request(body), "encode the spawn request");
-  return spawn_encoded(bytes, request.cgroup_v2_fd, request.cgroup_v1_fds);
-}
-
-Result<SpawnerClient::Reply> SpawnerClient::spawn_encoded(std::string_view body, int cgroup_v2_fd,
-                                                          std::span<const int> cgroup_v1_fds) {
   std::lock_guard lock(*mu_);
   if (broken_ || !sock_) {
     return std::unexpected(protocol_error("the connection to the spawner is closed"));
   }
-  auto reply = exchange(next_id_++, body, cgroup_v2_fd, cgroup_v1_fds);
+  bool slot_gone = false;
+  auto reply = exchange(next_id_++, bytes, request.cgroup_v2_fd, request.cgroup_v1_fds,
+                        request.pool_slot, &slot_gone);
+  if (!reply && slot_gone) {
+    // Nothing was started: the same request into the same cgroups, placed the slow way.
+    reply = exchange(next_id_++, bytes, request.cgroup_v2_fd, request.cgroup_v1_fds, 0, nullptr);
+  }
+  if (!reply) {
+    return std::unexpected(std::move(reply.error()).wrap("spawn through the spawner"));
+  }
+  return reply;
+}
+
+Result<SpawnerClient::Reply> SpawnerClient::spawn_encoded(std::string_view body, int cgroup_v2_fd,
+                                                          std::span<const int> cgroup_v1_fds,
+                                                          uint64_t pool_slot) {
+  std::lock_guard lock(*mu_);
+  if (broken_ || !sock_) {
+    return std::unexpected(protocol_error("the connection to the spawner is closed"));
+  }
+  auto reply = exchange(next_id_++, body, cgroup_v2_fd, cgroup_v1_fds, pool_slot, nullptr);
   if (!reply) {
     return std::unexpected(std::move(reply.error()).wrap("spawn through the spawner"));
   }
@@ -614,7 +929,8 @@ Result<SpawnerClient::Reply> SpawnerClient::spawn_encoded(std::string_view body,
 
 Result<SpawnerClient::Reply> SpawnerClient::exchange(uint64_t id, std::string_view body,
                                                      int cgroup_v2_fd,
-                                                     std::span<const int> cgroup_v1_fds) {
+                                                     std::span<const int> cgroup_v1_fds,
+                                                     uint64_t pool_slot, bool* slot_gone) {
   if (cgroup_v1_fds.size() > kMaxCgroupV1Fds) {
     return invalid("{} v1 cgroup descriptors, at most {}", cgroup_v1_fds.size(), kMaxCgroupV1Fds);
   }
@@ -626,12 +942,18 @@ Result<SpawnerClient::Reply> SpawnerClient::exchange(uint64_t id, std::string_vi
   h.kind = SpawnerMessage::kSpawn;
   h.request_id = id;
   std::vector<int> fds{mem.get()};
-  if (cgroup_v2_fd >= 0) {
-    h.flags |= kRequestHasCgroupV2;
-    fds.push_back(cgroup_v2_fd);
+  if (pool_slot != 0) {
+    // The placeholder already holds the cgroups; the request names it instead.
+    h.flags = kRequestPooled;
+    h.pool_slot = pool_slot;
+  } else {
+    if (cgroup_v2_fd >= 0) {
+      h.flags |= kRequestHasCgroupV2;
+      fds.push_back(cgroup_v2_fd);
+    }
+    h.n_cgroup_v1 = static_cast<uint32_t>(cgroup_v1_fds.size());
+    fds.insert(fds.end(), cgroup_v1_fds.begin(), cgroup_v1_fds.end());
   }
-  h.n_cgroup_v1 = static_cast<uint32_t>(cgroup_v1_fds.size());
-  fds.insert(fds.end(), cgroup_v1_fds.begin(), cgroup_v1_fds.end());
 
   auto sent = send_datagram(sock_.get(), &h, sizeof h, fds);
   if (!sent) {
@@ -666,6 +988,9 @@ Result<SpawnerClient::Reply> SpawnerClient::exchange(uint64_t id, std::string_vi
     if (!d.fds.empty() || r.result_len != 0) {
       broken_ = true;
       return std::unexpected(protocol_error("an error reply carries data"));
+    }
+    if (slot_gone != nullptr && pool_slot != 0 && (r.flags & kReplySlotGone) != 0) {
+      *slot_gone = true;
     }
     return std::unexpected(Error(error_code_from_wire(r.error_code), r.sys_errno,
                                  std::string(r.message, r.message_len)));
@@ -702,6 +1027,65 @@ Result<SpawnerClient::Reply> SpawnerClient::exchange(uint64_t id, std::string_vi
   out.applied = std::move(result.applied);
   out.argv = std::move(result.argv);
   return out;
+}
+
+Result<SpawnerClient::PoolSlot> SpawnerClient::pool_add(const std::string& seccomp_profile_path,
+                                                        bool allow_ptrace, int cgroup_v2_fd,
+                                                        std::span<const int> cgroup_v1_fds) {
+  if (cgroup_v1_fds.size() > kMaxCgroupV1Fds) {
+    return invalid("{} v1 cgroup descriptors, at most {}", cgroup_v1_fds.size(), kMaxCgroupV1Fds);
+  }
+  if (seccomp_profile_path.empty() || seccomp_profile_path.size() > kMaxPoolBody) {
+    return invalid("the seccomp profile path must have 1 to {} bytes", kMaxPoolBody);
+  }
+  std::lock_guard lock(*mu_);
+  if (broken_ || !sock_) {
+    return std::unexpected(protocol_error("the connection to the spawner is closed"));
+  }
+  uint64_t id = next_id_++;
+  SpawnerRequestHeader h{};
+  h.kind = SpawnerMessage::kPoolAdd;
+  h.request_id = id;
+  h.body_len = static_cast<uint32_t>(seccomp_profile_path.size());
+  if (allow_ptrace) {
+    h.flags |= kRequestAllowPtrace;
+  }
+  std::vector<int> fds;
+  if (cgroup_v2_fd >= 0) {
+    h.flags |= kRequestHasCgroupV2;
+    fds.push_back(cgroup_v2_fd);
+  }
+  h.n_cgroup_v1 = static_cast<uint32_t>(cgroup_v1_fds.size());
+  fds.insert(fds.end(), cgroup_v1_fds.begin(), cgroup_v1_fds.end());
+  std::string buf(reinterpret_cast<const char*>(&h), sizeof h);
+  buf += seccomp_profile_path;
+  auto sent = send_datagram(sock_.get(), buf.data(), buf.size(), fds);
+  if (!sent) {
+    broken_ = true;
+    return std::unexpected(std::move(sent.error()).wrap("send a pool-add"));
+  }
+  broken_ = true;
+  CORDON_TRY_CTX(d, receive_datagram(sock_.get(), sizeof(SpawnerReplyHeader), 0),
+                 "receive the pool-add reply");
+  SpawnerReplyHeader r{};
+  if (d.eof) {
+    return std::unexpected(protocol_error("the spawner exited"));
+  }
+  if (d.truncated || !d.fds.empty() || d.bytes.size() != sizeof r) {
+    return std::unexpected(protocol_error("malformed pool-add reply"));
+  }
+  std::memcpy(&r, d.bytes.data(), sizeof r);
+  if (r.magic != kSpawnerMagic || r.version != kSpawnerProtocolVersion ||
+      r.kind != SpawnerMessage::kPoolAdd || r.request_id != id || r.ok > 1 ||
+      r.message_len > kMaxErrorMessage || (r.ok == 1 && r.pid <= 0)) {
+    return std::unexpected(protocol_error(fmt::format("malformed reply to pool-add {}", id)));
+  }
+  broken_ = false;
+  if (r.ok == 0) {
+    return std::unexpected(Error(error_code_from_wire(r.error_code), r.sys_errno,
+                                 std::string(r.message, r.message_len)));
+  }
+  return PoolSlot{id, r.pid};
 }
 
 Result<int> SpawnerClient::stop(std::chrono::milliseconds grace) {

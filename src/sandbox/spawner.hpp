@@ -32,6 +32,23 @@
 //                      final argv) follows the header inline (result_len bytes, at most
 //                      kMaxInlineResult), or is in that sealed memfd (at most kMaxResultBytes)
 //                      when larger.
+//   pool-add (warm pool): engine sends SpawnerRequestHeader{kind = kPoolAdd, request_id,
+//            flags, n_cgroup_v1, body_len} followed inline by the seccomp profile path
+//            (body_len ≤ kMaxPoolBody bytes; compiled now so the placeholder is born with it;
+//            kRequestAllowPtrace selects the variant), with SCM_RIGHTS: the v2 cgroup dirfd
+//            when kRequestHasCgroupV2, then the n_cgroup_v1 v1 dirfds of a fresh, unused
+//            cgroup set. The spawner forks a placeholder that moves ITSELF into all of them
+//            (the ~11 ms RCU grace period is spent there, in parallel, not on a spawn) and
+//            waits. The reply is SpawnerReplyHeader{kind = kPoolAdd, ok, pid = the
+//            placeholder}; the slot is named by the request_id of the pool-add.
+//   spawn from a slot: a spawn request with kRequestPooled and pool_slot = that id carries
+//            only the memfd. The placeholder prepares and clone3s the sandbox with
+//            CLONE_PARENT (born inside every job cgroup by inheritance, no CLONE_INTO_CGROUP, and
+//            the spawner's own child), hands the descriptors to the spawner and exits; the
+//            spawner reaps it, then sends the go byte and the usual spawn reply. A slot is
+//            used exactly once, and lives exactly as long as its placeholder: an unknown or
+//            dead slot gets an ok = 0 reply with flags kReplySlotGone, and nothing was
+//            started (the client then resends the request unpooled, with the cgroup fds).
 // A request the spawner cannot parse (bad header, wrong fds, a malformed or oversized body)
 // gets an ok = 0 reply (kInvalid) and the spawner keeps serving. Every received descriptor is
 // closed once the request is answered; none reaches a sandbox (the clone3 child closes all
@@ -72,27 +89,31 @@ namespace cordon::sandbox {
 
 inline constexpr int kSpawnerSocketFd = 3;
 inline constexpr uint32_t kSpawnerMagic = 0x4e505343;  // "CSPN"
-inline constexpr uint32_t kSpawnerProtocolVersion = 1;
+inline constexpr uint32_t kSpawnerProtocolVersion = 2;
 inline constexpr size_t kMaxRequestBytes = size_t{64} << 20;
 inline constexpr uint32_t kMaxCgroupV1Fds = 8;
 inline constexpr size_t kMaxErrorMessage = 1024;
 inline constexpr size_t kMaxInlineResult = size_t{16} << 10;
 inline constexpr size_t kMaxResultBytes = size_t{16} << 20;
+inline constexpr size_t kMaxPoolBody = 4096;
 
-enum class SpawnerMessage : uint32_t { kHello = 1, kSpawn = 2 };
+enum class SpawnerMessage : uint32_t { kHello = 1, kSpawn = 2, kPoolAdd = 3 };
 
 inline constexpr uint32_t kRequestHasCgroupV2 = 1u << 0;
+inline constexpr uint32_t kRequestPooled = 1u << 1;       // spawn: from pool_slot's placeholder
+inline constexpr uint32_t kRequestAllowPtrace = 1u << 2;  // pool-add: the profile's variant
 
 struct SpawnerRequestHeader {
   uint32_t magic = kSpawnerMagic;
   uint32_t version = kSpawnerProtocolVersion;
   SpawnerMessage kind = SpawnerMessage::kHello;
-  uint32_t flags = 0;  // kRequestHasCgroupV2
+  uint32_t flags = 0;  // kRequestHasCgroupV2, kRequestPooled, kRequestAllowPtrace
   uint64_t request_id = 0;
   uint32_t n_cgroup_v1 = 0;
-  uint32_t reserved = 0;
+  uint32_t body_len = 0;   // pool-add: inline profile path bytes after the header
+  uint64_t pool_slot = 0;  // spawn with kRequestPooled: the request_id of its pool-add
 };
-static_assert(sizeof(SpawnerRequestHeader) == 32);
+static_assert(sizeof(SpawnerRequestHeader) == 40);
 
 enum ReplyFd : uint32_t {
   kReplyPidfd = 1u << 0,
@@ -116,9 +137,15 @@ struct SpawnerReplyHeader {
   int32_t sys_errno = 0;
   uint32_t message_len = 0;
   uint32_t result_len = 0;  // inline SpawnResultBody bytes after this header
+  uint32_t flags = 0;       // kReplySlotGone
+  uint32_t reserved = 0;
   char message[kMaxErrorMessage] = {};
 };
-static_assert(sizeof(SpawnerReplyHeader) == 48 + kMaxErrorMessage);
+static_assert(sizeof(SpawnerReplyHeader) == 56 + kMaxErrorMessage);
+
+/// On an ok = 0 reply to a pooled spawn: the slot is unknown or its placeholder is gone, and
+/// nothing was started.
+inline constexpr uint32_t kReplySlotGone = 1u << 0;
 
 /// Reads and parses a seccomp profile file (policy::load_seccomp_profile in cordon-spawner;
 /// injected because the policy layer sits above this one).
@@ -138,6 +165,10 @@ class SpawnerClient {
     int cgroup_v2_fd = -1;           // borrowed; -1 for none
     std::vector<int> cgroup_v1_fds;  // borrowed
     bool cgroupns_at_clone = true;   // pure v2 hosts; false on hybrid (the child unshares)
+    // Warm pool: the slot (pool_add's return) whose placeholder sits in these cgroups; 0 for
+    // none. When the slot turns out to be gone (its placeholder died), spawn() spawns unpooled
+    // into the same cgroups, so the cgroup fds above are still required.
+    uint64_t pool_slot = 0;
   };
   struct Reply {
     pid_t pid = -1;  // the sandbox init, in the spawner's (and our) pid namespace
@@ -151,9 +182,23 @@ class SpawnerClient {
   /// is an Error too, and every later call fails at once.
   [[nodiscard]] Result<Reply> spawn(const Request& request);
   /// Sends `body` as the request body exactly as given (spawn() sends encode_spawn_request's
-  /// output). Public so tests can check that a malformed body is refused.
+  /// output), without spawn()'s fallback for a gone pool slot. Public so tests can check that
+  /// a malformed body is refused.
   [[nodiscard]] Result<Reply> spawn_encoded(std::string_view body, int cgroup_v2_fd,
-                                            std::span<const int> cgroup_v1_fds);
+                                            std::span<const int> cgroup_v1_fds,
+                                            uint64_t pool_slot = 0);
+
+  struct PoolSlot {
+    uint64_t id = 0;
+    pid_t placeholder = -1;  // the spawner's child, parked in the cgroups until used
+  };
+  /// Warm pool: asks the spawner to park a placeholder in a fresh, unused cgroup set (fds
+  /// borrowed) and to compile `seccomp_profile_path` now. Returns at once; the placement
+  /// happens in the placeholder. The slot is spent by one spawn (Request::pool_slot) and
+  /// dies with the placeholder (destroying the cgroups kills it).
+  [[nodiscard]] Result<PoolSlot> pool_add(const std::string& seccomp_profile_path,
+                                          bool allow_ptrace, int cgroup_v2_fd,
+                                          std::span<const int> cgroup_v1_fds);
 
   /// The spawner process.
   pid_t pid() const { return pid_; }
@@ -167,8 +212,9 @@ class SpawnerClient {
 
  private:
   SpawnerClient() = default;
+  // `slot_gone` (may be null) is set when a pooled request failed with kReplySlotGone.
   Result<Reply> exchange(uint64_t id, std::string_view body, int cgroup_v2_fd,
-                         std::span<const int> cgroup_v1_fds);
+                         std::span<const int> cgroup_v1_fds, uint64_t pool_slot, bool* slot_gone);
 
   pid_t pid_ = -1;
   UniqueFd pidfd_;  // of the spawner, our child

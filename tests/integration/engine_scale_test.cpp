@@ -58,5 +58,7 @@ BOOST_AUTO_TEST_CASE(many_concurrent_jobs_start_and_are_all_killed) {
   }
   BOOST_TEST(e->counters("s").running == 0u);
   BOOST_TEST(env.sandbox_pids().empty());
-  BOOST_TEST(open_fds() == baseline);
+  // The warm pool refills in the background as jobs settle; once full again it holds what it
+  // held at open.
+  BOOST_TEST(eventually([&] { return open_fds() == baseline; }), open_fds() << " != " << baseline);
 }
