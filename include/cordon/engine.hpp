@@ -43,6 +43,11 @@ struct EngineOptions {
 
 enum class StdinMode { kNull, kPipe };
 
+/// The policy a start is checked against. kGit is the git tools' private one-executable
+/// policy (only the git binary, the repository bound read-only, no network); nothing an
+/// agent sends selects it, only the git tools do.
+enum class JobPolicy { kMain, kGit };
+
 struct StartOptions {
   std::vector<std::string> argv;
   std::optional<std::string> cwd;
@@ -52,6 +57,17 @@ struct StartOptions {
   StdinMode stdin_mode = StdinMode::kNull;
   bool pty = false;
   uint16_t cols = 120, rows = 30;
+  JobPolicy policy = JobPolicy::kMain;
+};
+
+/// The policy's git section as the git tools need it (paths resolved by the policy).
+struct GitSettings {
+  std::string repo_root;      // as written in the policy
+  std::string resolved_root;  // the kernel's path of it
+  std::string binary;
+  uint64_t timeout_ms = 0;
+  uint64_t max_output_bytes = 0;
+  uint64_t preview_chars = 0;
 };
 
 struct ArtifactRef {
@@ -156,6 +172,8 @@ class Engine {
   [[nodiscard]] Counters counters(const std::string& session);
   /// The task ids a session knows (for refusals that list them).
   [[nodiscard]] std::vector<std::string> known_ids(const std::string& session);
+  /// The policy's git section, or nullopt when the git tools are not enabled.
+  [[nodiscard]] std::optional<GitSettings> git_settings();
   /// Calls `callback` for every job of every session that settles from now on, on the thread
   /// that settled it with the engine's lock held: it must return quickly and must not call
   /// this engine. Returns the id for unsubscribe_settled.

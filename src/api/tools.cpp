@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "api/git_tools.hpp"
 #include "api/schema.hpp"
 
 namespace cordon::api {
@@ -771,10 +772,16 @@ std::vector<Tool> build_table() {
                output_schema(art_props, art_required),
                {{"readOnlyHint", true}, {"openWorldHint", false}},
                retrieve_context});
+  add_git_tools(t);
   return t;
 }
 
 }  // namespace
+
+json result_schema(json properties, std::vector<std::string> required) {
+  return output_schema(std::move(properties), std::move(required));
+}
+json artifact_ref_schema() { return artifact_schema(); }
 
 json error_json(const Error& e) {
   std::string msg = e.message();

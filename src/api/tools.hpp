@@ -59,6 +59,10 @@ const Tool* find_tool(std::string_view name);
 ToolResult call_tool(Engine& engine, const Tool& tool, const std::string& session, const json& args,
                      const CallContext& ctx = {});
 
+/// For tool files beyond tools.cpp (git_tools.cpp): a result schema (the tool's fields, or
+/// `error`, plus the counters) and the schema of an artifact reference (nullable).
+json result_schema(json properties, std::vector<std::string> required);
+json artifact_ref_schema();
 /// What `tool` (run_command or run_command_bg) answers for a job it started, once the job has
 /// settled: waits without bound in cancellable slices (on a cancel: the status so far), marks
 /// the job read, adds the counters. An unknown task_id is the usual in-band not-found. This is

@@ -387,6 +387,12 @@ class Engine::Impl {
  public:
   EngineOptions opt;
   std::optional<policy::Policy> pol;
+  // The git tools' private policy (policy::git_job_policy), when the policy has a git
+  // section. A separate Policy object rather than a flag on the main one: the main policy's
+  // checks never see git allowed, and the git jobs never see the main allowlist, root or
+  // network. The jobs live in the same registry and session as every other job, so ids,
+  // counters, quotas, artifacts and retrieve_context work for them unchanged.
+  std::optional<policy::Policy> git_pol;
   std::optional<sandbox::SpawnerClient> spawner;
   sandbox::CgroupLayout layout;
   std::optional<sandbox::CgroupRecords> records;
@@ -1606,6 +1612,10 @@ Result<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
         {o.state_dir, o.spawner_path, o.init_path, o.default_seccomp_profile, bin_dir});
     CORDON_TRY_CTX(p, policy::load_policy(o.policy_path, guard), "load policy `{}`", o.policy_path);
     impl->pol.emplace(std::move(p));
+    if (impl->pol->git) {
+      CORDON_TRY_CTX(g, policy::git_job_policy(*impl->pol), "load policy `{}`", o.policy_path);
+      impl->git_pol.emplace(std::move(g));
+    }
   }
   CORDON_TRY_CTX(records, sandbox::CgroupRecords::open(o.state_dir + "/cgroups"),
                  "open cgroup records");
@@ -1665,7 +1675,18 @@ Result<JobStatus> Engine::start(const std::string& session, const StartOptions& 
   sr.cwd = options.cwd;
   sr.timeout_ms = options.timeout_ms;
   sr.env = options.env;
-  CORDON_TRY(session_policy, m.policy_for(session));
+  const policy::Policy* session_policy = nullptr;
+  if (options.policy == JobPolicy::kGit) {
+    if (!m.git_pol) {
+      return refusal(
+          "the git tools are not enabled: add \"git\": {{\"repoRoot\": \"/path/to/checkout\"}} "
+          "to the policy file (see docs/git.md)");
+    }
+    session_policy = &*m.git_pol;
+  } else {
+    CORDON_TRY(main_policy, m.policy_for(session));
+    session_policy = main_policy;
+  }
   auto checked_or = policy::check_start(session_policy, sr);
   // Failure fixed: a missing allowlisted executable came back from start() as an error with
   // no taskId. check_start() reports it as kNotFound after every other check passed: the
@@ -2051,6 +2072,16 @@ Counters Engine::counters(const std::string& session) {
 std::vector<std::string> Engine::known_ids(const std::string& session) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   return impl_->session_ids(session);
+}
+
+std::optional<GitSettings> Engine::git_settings() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (!impl_->pol || !impl_->pol->git) {
+    return std::nullopt;
+  }
+  const policy::GitPolicy& g = *impl_->pol->git;
+  return GitSettings{g.repo_root,        g.root,         g.binary, g.timeout_ms,
+                     g.max_output_bytes, g.preview_chars};
 }
 
 }  // namespace cordon

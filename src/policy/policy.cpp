@@ -46,17 +46,32 @@ constexpr const char* kShellChars = " \t\n\r\v\f;&|<>()$`\\\"'*?[]{}~!#";
 constexpr const char* kDefaultPath = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin";
 
 const std::vector<std::string> kTopKeys = {
-    "$schema",        "allowedExecutables",
-    "cwdRoot",        "defaultTimeoutMs",
-    "maxTimeoutMs",   "killGraceMs",
-    "maxOutputBytes", "limits",
-    "network",        "readOnlyPaths",
-    "maskPaths",      "env",
-    "seccompProfile", "runAsUid",
-    "concurrency",    "quotas",
-    "retention",      "rules",
-    "rootPerSession", "daemon",
+    "$schema",
+    "allowedExecutables",
+    "cwdRoot",
+    "defaultTimeoutMs",
+    "maxTimeoutMs",
+    "killGraceMs",
+    "maxOutputBytes",
+    "limits",
+    "network",
+    "readOnlyPaths",
+    "maskPaths",
+    "env",
+    "seccompProfile",
+    "runAsUid",
+    "concurrency",
+    "quotas",
+    "retention",
+    "rules",
+    "rootPerSession",
+    "daemon",
+    "git",
 };
+
+// The git section's bounds. The timeout and cap are for one git call; a tool waits for it.
+constexpr uint64_t kMaxGitTimeoutMs = 10ULL * 60 * 1000;
+constexpr uint64_t kMaxGitPreviewChars = 100000;
 
 template <class... Args>
 std::unexpected<Error> bad(const std::string& pointer, fmt::format_string<Args...> f,
@@ -384,6 +399,34 @@ Result<std::vector<Rule>> parse_rules(const json& j, const std::string& ptr) {
     out.push_back(std::move(rule));
   }
   return out;
+}
+
+Result<GitPolicy> parse_git(const json& j, const std::string& ptr) {
+  CORDON_CHECK(
+      expect_object(j, ptr, {"repoRoot", "binary", "timeoutMs", "maxOutputBytes", "previewChars"}));
+  GitPolicy g;
+  if (!j.contains("repoRoot")) {
+    return bad(ptr + "/repoRoot", "required: the checkout the git tools read");
+  }
+  CORDON_TRY(root, get_abs_path(j["repoRoot"], ptr + "/repoRoot"));
+  g.repo_root = root;
+  if (j.contains("binary")) {
+    CORDON_TRY(bin, get_abs_path(j["binary"], ptr + "/binary"));
+    g.binary = bin;
+  }
+  if (j.contains("timeoutMs")) {
+    CORDON_TRY(v, get_uint(j["timeoutMs"], ptr + "/timeoutMs", 1, kMaxGitTimeoutMs));
+    g.timeout_ms = v;
+  }
+  if (j.contains("maxOutputBytes")) {
+    CORDON_TRY(v, get_uint(j["maxOutputBytes"], ptr + "/maxOutputBytes", 1, kMaxOutputBytesBound));
+    g.max_output_bytes = v;
+  }
+  if (j.contains("previewChars")) {
+    CORDON_TRY(v, get_uint(j["previewChars"], ptr + "/previewChars", 1, kMaxGitPreviewChars));
+    g.preview_chars = v;
+  }
+  return g;
 }
 
 // Resolves `path` on the host (symlinks followed, magic links refused) to the kernel's path.
@@ -938,6 +981,10 @@ Result<Policy> parse_policy(std::string_view json_text) {
     CORDON_TRY(r, parse_rules(j["rules"], "/rules"));
     p.rules = std::move(r);
   }
+  if (j.contains("git")) {
+    CORDON_TRY(g, parse_git(j["git"], "/git"));
+    p.git = std::move(g);
+  }
   return p;
 }
 
@@ -956,6 +1003,17 @@ Result<void> bind_policy(Policy& p, const HostPathGuard& guard) {
   if (p.seccomp_profile) {
     // Load it now so a broken profile fails the policy, not the first start.
     CORDON_CHECK_CTX(load_seccomp_profile(*p.seccomp_profile), "policy: seccompProfile");
+  }
+  if (p.git) {
+    // The same guard as cwdRoot: the git jobs see all of repoRoot (read-only).
+    CORDON_TRY_CTX(
+        gfd,
+        sys::openat2_fd(AT_FDCWD, p.git->repo_root, O_PATH | O_DIRECTORY, RESOLVE_NO_MAGICLINKS),
+        "policy: git.repoRoot");
+    CORDON_TRY(groot, sys::fd_path(gfd.get()));
+    CORDON_CHECK_CTX(guard.check(groot, "git.repoRoot"), "policy");
+    p.git->root_fd = std::make_shared<const UniqueFd>(std::move(gfd));
+    p.git->root = groot;
   }
   p.root_fd = std::make_shared<const UniqueFd>(std::move(fd));
   p.root = root;
@@ -989,6 +1047,55 @@ Result<Policy> load_policy(const std::string& path, const HostPathGuard& guard) 
   return parsed;
 }
 
+Result<Policy> git_job_policy(const Policy& main) {
+  if (!main.git || !main.git->root_fd) {
+    return invalid("policy: no bound git section to derive the git tools' policy from");
+  }
+  const GitPolicy& g = *main.git;
+  Policy p;
+  p.allowed_executables = {AllowedExecutable{g.binary, std::nullopt}};
+  p.cwd_root = g.repo_root;
+  p.root = g.root;
+  p.root_fd = g.root_fd;
+  // The repository is bound read-only: a hostile config that still found a way to run a
+  // program, or a flag that slipped through, cannot change it (EROFS, then Landlock).
+  p.root_read_only = true;
+  p.default_timeout_ms = g.timeout_ms;
+  p.max_timeout_ms = g.timeout_ms;
+  p.kill_grace_ms = std::min<uint64_t>(main.kill_grace_ms, 2000);
+  p.max_output_bytes = g.max_output_bytes;
+  p.limits = main.limits;
+  p.network = sandbox::NetworkMode::kNone;  // whatever the main policy says
+  p.mask_paths = main.mask_paths;
+  p.seccomp_profile = main.seccomp_profile;
+  p.run_as_uid = main.run_as_uid;
+  p.concurrency = main.concurrency;
+  p.quotas = main.quotas;
+  p.retention = main.retention;
+  // A replaced environment: nothing from the engine's own (env.pass is the main policy's
+  // business), and every variable that would let git read configuration, attributes or
+  // replacement objects from outside the repository fixed.
+  std::string parent = g.root.substr(0, g.root.rfind('/'));
+  p.env.set = {
+      {"HOME", "/nonexistent"},
+      {"XDG_CONFIG_HOME", "/nonexistent"},
+      {"GIT_CONFIG_NOSYSTEM", "1"},
+      {"GIT_CONFIG_GLOBAL", "/dev/null"},
+      {"GIT_ATTR_NOSYSTEM", "1"},
+      {"GIT_TERMINAL_PROMPT", "0"},
+      {"GIT_OPTIONAL_LOCKS", "0"},
+      {"GIT_NO_REPLACE_OBJECTS", "1"},
+      {"GIT_NO_LAZY_FETCH", "1"},
+      {"GIT_LITERAL_PATHSPECS", "1"},
+      {"GIT_CEILING_DIRECTORIES", parent.empty() ? "/" : parent},
+      {"GIT_WORK_TREE", g.root},
+      {"GIT_PAGER", "cat"},
+      {"PAGER", "cat"},
+      {"TERM", "dumb"},
+  };
+  return p;
+}
+
 Result<CheckedStart> check_start(const Policy* policy, const StartRequest& req) {
   if (policy == nullptr) {
     return refusal("no policy is loaded: start cordon with --policy FILE; see docs/policy.md");
@@ -1012,6 +1119,7 @@ Result<CheckedStart> check_start(const Policy* policy, const StartRequest& req) 
   CheckedStart out;
   out.argv = req.argv;
   out.root = p.root;
+  out.root_read_only = p.root_read_only;
   out.cwd = cwd.path;
   out.cwd_dev = cwd.dev;
   out.cwd_ino = cwd.ino;
@@ -1037,6 +1145,7 @@ sandbox::SandboxSpec to_sandbox_spec(const CheckedStart& s) {
   spec.argv = s.argv;
   spec.env = s.env;
   spec.root = s.root;
+  spec.root_read_only = s.root_read_only;
   spec.cwd = s.cwd;
   spec.read_only_paths = s.read_only_paths;
   spec.extra_masked_paths = s.mask_paths;

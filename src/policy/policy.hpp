@@ -73,6 +73,21 @@ struct DaemonPolicy {
   uint32_t max_connections = 256;
 };
 
+/// The optional `git` section: the read-only git tools' repository and their bounds. The git
+/// tools run under their own private policy derived from it (git_job_policy()), never under
+/// the main one, so enabling them allows nothing new to run_command.
+struct GitPolicy {
+  std::string repo_root;  // as written (absolute, normalised)
+  std::string binary = "/usr/bin/git";
+  uint64_t timeout_ms = 30000;
+  uint64_t max_output_bytes = 16ULL << 20;  // per stream
+  uint64_t preview_chars = 4000;
+
+  // Filled by bind_policy(): repoRoot opened once (O_PATH directory) and its resolved path.
+  std::shared_ptr<const UniqueFd> root_fd;
+  std::string root;
+};
+
 struct Policy {
   std::vector<AllowedExecutable> allowed_executables;
   std::string cwd_root;  // as written (absolute, normalised)
@@ -95,6 +110,10 @@ struct Policy {
   Retention retention;
   DaemonPolicy daemon;
   std::vector<Rule> rules;
+  std::optional<GitPolicy> git;
+  // Bind the working root read-only (mount flag and Landlock). Never set by a policy file:
+  // only the private policy of the git tools has it.
+  bool root_read_only = false;
 
   // Filled by bind_policy(): the root opened once (O_PATH directory) and the kernel's paths.
   // Shared so a Policy stays copyable; the fd is only ever read.
@@ -118,6 +137,14 @@ const std::vector<std::string>& policy_keys();
 /// protected paths: a working root containing it would let a job rewrite its own policy.
 [[nodiscard]] Result<Policy> load_policy(const std::string& path, const HostPathGuard& guard);
 
+/// The private one-executable policy the git tools' jobs run under, derived from `main`'s git
+/// section: only the git binary, repoRoot as the working root bound read-only, no network, a
+/// fixed hardened environment (no config from the system or a home, no prompts, no optional
+/// locks, no replace objects), the git timeout and output cap, and no rules. Limits, uid,
+/// seccomp profile and masked paths are the main policy's. `main` must be bound and have a
+/// git section (kInvalid otherwise).
+[[nodiscard]] Result<Policy> git_job_policy(const Policy& main);
+
 struct StartRequest {
   std::vector<std::string> argv;
   std::optional<std::string> cwd;  // absolute, or relative to cwdRoot; default cwdRoot
@@ -128,7 +155,8 @@ struct StartRequest {
 /// What the engine needs to build a sandbox::SandboxSpec, everything resolved and checked.
 struct CheckedStart {
   std::vector<std::string> argv;
-  std::string root;   // resolved cwdRoot
+  std::string root;  // resolved cwdRoot
+  bool root_read_only = false;
   std::string cwd;    // resolved, inside root
   dev_t cwd_dev = 0;  // identity of the cwd that passed the check
   ino_t cwd_ino = 0;

@@ -331,11 +331,19 @@ Result<void> PreparedSandbox::prepare_mounts(const SandboxSpec& spec, uid_t host
   // The working root: read-write, nosuid, nodev, idmapped so files look owned by the sandbox
   // user inside and what it creates lands on disk owned by the root's owner.
   CORDON_TRY(root_st, sys::fstat_fd(root_fd_.get()));
+  uint64_t root_attr = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+  if (spec.root_read_only) {
+    root_attr |= MOUNT_ATTR_RDONLY;
+#ifdef CORDON_TEST_WALLS
+    if (spec.disabled_walls & static_cast<uint32_t>(Wall::kReadOnlyPaths)) {
+      root_attr &= ~static_cast<uint64_t>(MOUNT_ATTR_RDONLY);
+    }
+#endif
+  }
   UniqueFd root_tree;
   auto userns = make_idmap_userns(root_st.st_uid, root_st.st_gid, host_id, host_id);
   if (userns) {
-    auto idmapped = clone_tree(
-        root_fd_.get(), "", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_IDMAP, userns->get());
+    auto idmapped = clone_tree(root_fd_.get(), "", root_attr | MOUNT_ATTR_IDMAP, userns->get());
     if (idmapped) {
       root_tree = std::move(*idmapped);
       applied_.idmapped_root = true;
@@ -346,8 +354,7 @@ Result<void> PreparedSandbox::prepare_mounts(const SandboxSpec& spec, uid_t host
     applied_.idmap_fallback = userns.error().message();
   }
   if (!root_tree) {
-    CORDON_TRY_CTX(plain, clone_tree(root_fd_.get(), "", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV),
-                   "clone the working root");
+    CORDON_TRY_CTX(plain, clone_tree(root_fd_.get(), "", root_attr), "clone the working root");
     root_tree = std::move(plain);
     applied_.warnings.push_back("working root not idmapped (" + applied_.idmap_fallback +
                                 "): the command writes as its host uid");
@@ -398,7 +405,6 @@ Result<void> PreparedSandbox::prepare_mounts(const SandboxSpec& spec, uid_t host
 }
 
 Result<void> PreparedSandbox::prepare_landlock(const SandboxSpec& spec) {
-  (void)spec;
   int abi = sys::landlock_abi();
   if (abi < 1) {
     return unsupported(
@@ -425,7 +431,9 @@ Result<void> PreparedSandbox::prepare_landlock(const SandboxSpec& spec) {
     }
   }
   // Writes, and REFER (rename/link across directories), only in the writable places.
-  landlock_rules_.push_back({keep(root_), handled});
+  // A read-only root (the git jobs' repository) gets no write right either: the second wall
+  // behind the read-only mount.
+  landlock_rules_.push_back({keep(root_), spec.root_read_only ? kRead : handled});
   landlock_rules_.push_back({"/tmp", handled});
   landlock_rules_.push_back({"/dev/shm", handled});
   for (const char* node : dev_nodes_) {

@@ -30,7 +30,7 @@ enum class Wall : uint32_t {
   kNoNewPrivs = 1 << 9,
   kDumpable = 1 << 10,
   kCloseFds = 1 << 11,
-  kReadOnlyPaths = 1 << 12,  // --ro trees bound read-write (Landlock stays the only wall)
+  kReadOnlyPaths = 1 << 12,  // --ro trees (and a read-only root) bound read-write (Landlock stays)
 };
 
 struct Rlimit {
@@ -44,7 +44,10 @@ struct SandboxSpec {
   std::vector<std::string> env;   // final NAME=VALUE list
   // Paths are absolute and already resolved (no symlinks; the caller checked them with
   // policy::HostPathGuard): prepare() refuses a symlink appearing in them since.
-  std::string root;                             // working root, bound read-write at its own path
+  std::string root;  // working root, bound read-write at its own path
+  // The working root bound read-only instead (mount flag and Landlock): the git tools' jobs,
+  // whose repository a hostile config must not be able to change.
+  bool root_read_only = false;
   std::string cwd;                              // inside root
   std::vector<std::string> read_only_paths;     // host paths bound read-only at their own path
   std::vector<std::string> extra_masked_paths;  // under /etc, hidden in addition to the defaults

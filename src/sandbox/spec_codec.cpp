@@ -204,6 +204,7 @@ void encode_spec(Writer& w, const SandboxSpec& s) {
   w.u32(s.disabled_walls);
   w.u64(s.exec_dev);
   w.u64(s.exec_ino);
+  w.boolean(s.root_read_only);
 }
 
 bool decode_spec(Reader& r, SandboxSpec& s) {
@@ -250,7 +251,8 @@ bool decode_spec(Reader& r, SandboxSpec& s) {
     s.rlimits.push_back({resource, static_cast<rlim_t>(soft), static_cast<rlim_t>(hard)});
   }
   return r.boolean(s.allow_ptrace, "allow_ptrace") && r.u32(s.disabled_walls, "disabled_walls") &&
-         r.u64(s.exec_dev, "exec_dev") && r.u64(s.exec_ino, "exec_ino");
+         r.u64(s.exec_dev, "exec_dev") && r.u64(s.exec_ino, "exec_ino") &&
+         r.boolean(s.root_read_only, "root_read_only");
 }
 
 }  // namespace

@@ -100,7 +100,7 @@ BOOST_AUTO_TEST_CASE(initialize_negotiates_each_supported_version) {
     BOOST_TEST(caps.contains("logging"));
     BOOST_TEST(caps["resources"]["subscribe"] == true);
     bool structured = v >= "2025-06-18";
-    BOOST_TEST(s.output_schemas.size() == (structured ? 10u : 0u), v);
+    BOOST_TEST(s.output_schemas.size() == (structured ? 16u : 0u), v);
     json r = s.call("run_command", {{"argv", {"/bin/echo", "v"}}});
     BOOST_TEST(r.contains("structuredContent") == structured, v);
     json text = json::parse(r["content"].back()["text"].get<std::string>());
@@ -117,7 +117,7 @@ BOOST_AUTO_TEST_CASE(every_tool_has_input_and_output_schemas) {
   auto r = s.proc.request("tools/list");
   BOOST_REQUIRE(r.has_value());
   const json& tools = (*r)["result"]["tools"];
-  BOOST_TEST(tools.size() == 10u);
+  BOOST_TEST(tools.size() == 16u);  // 10 command tools, 6 git tools
   for (const auto& t : tools) {
     BOOST_TEST(t["inputSchema"]["type"] == "object", t["name"]);
     BOOST_TEST(t["outputSchema"]["type"] == "object", t["name"]);

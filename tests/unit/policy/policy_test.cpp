@@ -673,6 +673,7 @@ BOOST_AUTO_TEST_CASE(schema_lists_the_same_keys_and_defaults_as_the_parser) {
       {"concurrency", {"perSession", "total"}},
       {"quotas", {"maxJobs", "maxDiskBytes"}},
       {"retention", {"maxJobs", "maxAgeSeconds", "maxDiskBytes"}},
+      {"git", {"repoRoot", "binary", "timeoutMs", "maxOutputBytes", "previewChars"}},
   };
   for (const auto& [name, keys] : nested) {
     const json& o = s["properties"][name];
@@ -709,4 +710,59 @@ BOOST_AUTO_TEST_CASE(documented_example_policy_parses) {
   json ex = read_json(std::string(CORDON_SOURCE_DIR) + "/docs/policy.example.json");
   auto p = policy::parse_policy(ex.dump());
   BOOST_TEST(p.has_value(), (p ? "" : p.error().message()));
+}
+
+BOOST_AUTO_TEST_CASE(git_section_parses_with_defaults_and_bounds) {
+  const std::string head = R"({"allowedExecutables": [], "cwdRoot": "/srv/w", )";
+  auto p = policy::parse_policy(head + R"("git": {"repoRoot": "/srv/w"}})");
+  BOOST_REQUIRE_MESSAGE(p.has_value(), (p ? std::string() : p.error().message()));
+  BOOST_REQUIRE(p->git.has_value());
+  BOOST_TEST(p->git->repo_root == "/srv/w");
+  BOOST_TEST(p->git->binary == "/usr/bin/git");
+  json s = read_json(std::string(CORDON_SOURCE_DIR) + "/docs/policy.schema.json");
+  const json& gs = s["properties"]["git"]["properties"];
+  BOOST_TEST(gs["timeoutMs"]["default"] == p->git->timeout_ms);
+  BOOST_TEST(gs["maxOutputBytes"]["default"] == p->git->max_output_bytes);
+  BOOST_TEST(gs["previewChars"]["default"] == p->git->preview_chars);
+  BOOST_TEST(gs["binary"]["default"] == p->git->binary);
+  BOOST_TEST(!policy::parse_policy(R"({"allowedExecutables": [], "cwdRoot": "/w"})")->git);
+
+  BOOST_TEST(parse_error(head + R"("git": {}})") ==
+             "policy: /git/repoRoot: required: the checkout the git tools read");
+  BOOST_TEST(parse_error(head + R"("git": {"repoRoot": "rel"}})") ==
+             "policy: /git/repoRoot: \"rel\" is not an absolute path");
+  BOOST_TEST(parse_error(head + R"("git": {"repoRoot": "/w", "timeoutMs": 0}})") ==
+             "policy: /git/timeoutMs: 0 is out of range [1, 600000]");
+  BOOST_TEST(starts_with(parse_error(head + R"("git": {"repoRoot": "/w", "push": true}})"),
+                         "policy: /git/push: unknown key; allowed here: repoRoot, binary"));
+}
+
+BOOST_AUTO_TEST_CASE(git_job_policy_allows_only_git_with_a_read_only_root_and_no_network) {
+  char tmpl[] = "/tmp/cordon-gitpol-XXXXXX";
+  BOOST_REQUIRE(::mkdtemp(tmpl) != nullptr);
+  std::string dir = tmpl;
+  auto p = policy::parse_policy(
+      R"({"allowedExecutables": ["/bin/sh"], "network": "host", "cwdRoot": ")" + dir +
+      R"(", "git": {"repoRoot": ")" + dir + R"("}})");
+  BOOST_REQUIRE(p.has_value());
+  BOOST_REQUIRE(policy::bind_policy(*p, policy::HostPathGuard{}).has_value());
+  auto g = policy::git_job_policy(*p);
+  BOOST_REQUIRE_MESSAGE(g.has_value(), (g ? std::string() : g.error().message()));
+  BOOST_TEST(g->allowed_executables.size() == 1u);
+  BOOST_TEST(g->allowed_executables[0].path == "/usr/bin/git");
+  BOOST_TEST(g->root_read_only);
+  BOOST_TEST((g->network == cordon::sandbox::NetworkMode::kNone));
+  BOOST_TEST(g->env.set.at("GIT_CONFIG_NOSYSTEM") == "1");
+  BOOST_TEST(g->env.set.at("HOME") == "/nonexistent");
+  // The main policy is unchanged: git is not on its allowlist, its root is writable.
+  BOOST_TEST(!p->root_read_only);
+  auto sh = policy::check_start(&*g, {.argv = {"/bin/sh", "-c", "true"}});
+  BOOST_TEST(!sh.has_value());
+  auto main_git = policy::check_start(&*p, {.argv = {"/usr/bin/git", "status"}});
+  BOOST_TEST(!main_git.has_value());
+  auto ok = policy::check_start(&*g, {.argv = {"/usr/bin/git", "status"}});
+  BOOST_REQUIRE_MESSAGE(ok.has_value(), (ok ? std::string() : ok.error().message()));
+  BOOST_TEST(ok->root_read_only);
+  BOOST_TEST(policy::to_sandbox_spec(*ok).root_read_only);
+  ::rmdir(dir.c_str());
 }

@@ -25,6 +25,7 @@ SpawnRequestBody full_request() {
   s.argv = {"/usr/bin/env", "-i", "", std::string(70000, 'x')};
   s.env = {"PATH=/usr/bin:/bin", "HOME=/tmp/home", "EMPTY="};
   s.root = "/var/tmp/root";
+  s.root_read_only = true;
   s.cwd = "/var/tmp/root/sub dir";
   s.read_only_paths = {"/opt/a", "/opt/b"};
   s.extra_masked_paths = {"/etc/secret"};
@@ -53,6 +54,7 @@ void check_equal(const SpawnRequestBody& a, const SpawnRequestBody& b) {
   BOOST_TEST(a.spec.argv == b.spec.argv, boost::test_tools::per_element());
   BOOST_TEST(a.spec.env == b.spec.env, boost::test_tools::per_element());
   BOOST_TEST(a.spec.root == b.spec.root);
+  BOOST_TEST(a.spec.root_read_only == b.spec.root_read_only);
   BOOST_TEST(a.spec.cwd == b.spec.cwd);
   BOOST_TEST(a.spec.read_only_paths == b.spec.read_only_paths, boost::test_tools::per_element());
   BOOST_TEST(a.spec.extra_masked_paths == b.spec.extra_masked_paths,

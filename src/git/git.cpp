@@ -1,0 +1,638 @@
+#include "git/git.hpp"
+
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+#include <chrono>
+#include <thread>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "base/strings.hpp"
+#include "sys/fs.hpp"
+
+namespace cordon::git {
+namespace {
+
+using std::chrono::milliseconds;
+
+constexpr const char* kEllipsis = "\xE2\x80\xA6";  // "…"
+// Slack over the git timeout for the engine to settle the job (kill grace, banking).
+constexpr milliseconds kSettleSlack{5000};
+constexpr milliseconds kWaitSlice{200};
+
+// A string as a JSON-ish literal for refusals: quotes and backslashes escaped, control
+// characters shown as \xNN, so a hostile value cannot forge the rest of the message.
+std::string quoted(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20 || c == 0x7f) {
+      out += fmt::format("\\x{:02x}", c);
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
+Result<void> check_plain_value(const std::string& field, const std::string& value) {
+  if (value.empty()) {
+    return refusal("{} is empty; pass a value or leave it out", field);
+  }
+  if (value.size() > kMaxValueChars) {
+    return refusal("{} is longer than {} characters", field, kMaxValueChars);
+  }
+  // Values, never flags: git would read a leading "-" as an option (--output=FILE writes).
+  if (value[0] == '-') {
+    return refusal("{} {} must not start with \"-\": pass a value, never an option", field,
+                   quoted(value));
+  }
+  for (unsigned char c : value) {
+    if (c < 0x20 || c == 0x7f) {
+      return refusal("{} {} contains a control character", field, quoted(value));
+    }
+  }
+  return {};
+}
+
+bool all_digits(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isdigit(static_cast<unsigned char>(c)) != 0;
+  });
+}
+
+// YYYY-MM-DD, optionally followed by [T ]hh:mm[:ss] and Z or ±hh:mm.
+bool is_iso_date(std::string_view s) {
+  auto digits_at = [&](size_t pos, size_t n) {
+    return pos + n <= s.size() && all_digits(s.substr(pos, n));
+  };
+  if (!(digits_at(0, 4) && s.size() >= 10 && s[4] == '-' && digits_at(5, 2) && s[7] == '-' &&
+        digits_at(8, 2))) {
+    return false;
+  }
+  size_t i = 10;
+  if (i == s.size()) {
+    return true;
+  }
+  if (s[i] != 'T' && s[i] != ' ') {
+    return false;
+  }
+  ++i;
+  if (!(digits_at(i, 2) && i + 2 < s.size() && s[i + 2] == ':' && digits_at(i + 3, 2))) {
+    return false;
+  }
+  i += 5;
+  if (i < s.size() && s[i] == ':') {
+    if (!digits_at(i + 1, 2)) {
+      return false;
+    }
+    i += 3;
+  }
+  if (i == s.size()) {
+    return true;
+  }
+  if (s[i] == 'Z') {
+    return i + 1 == s.size();
+  }
+  if (s[i] == '+' || s[i] == '-') {
+    return i + 6 == s.size() && digits_at(i + 1, 2) && s[i + 3] == ':' && digits_at(i + 4, 2);
+  }
+  return false;
+}
+
+bool is_relative_date(std::string_view s) {
+  auto words = split(s, ' ');
+  if (words.size() != 3 || !all_digits(words[0]) || words[0].size() > 5 || words[2] != "ago") {
+    return false;
+  }
+  static const char* const kUnits[] = {"day",   "days",   "week", "weeks",
+                                       "month", "months", "year", "years"};
+  return std::any_of(std::begin(kUnits), std::end(kUnits),
+                     [&](const char* u) { return words[1] == u; });
+}
+
+// Reads a small file beneath `dirfd` (no symlink may lead out of it).
+Result<std::string> read_beneath(int dirfd, const std::string& rel) {
+  CORDON_TRY(fd, sys::openat2_fd(dirfd, rel, O_RDONLY | O_NOCTTY | O_NONBLOCK,
+                                 RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS));
+  CORDON_TRY(st, sys::fstat_fd(fd.get()));
+  if (!S_ISREG(st.st_mode)) {
+    return refusal("`{}` in the repository is not a regular file", rel);
+  }
+  std::string out;
+  char buf[4096];
+  while (out.size() < 65536) {
+    ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) {
+        continue;
+      }
+      return sys_error("read `{}`", rel);
+    }
+    if (n == 0) {
+      break;
+    }
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return out;
+}
+
+std::string trim(std::string s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) {
+    s.pop_back();
+  }
+  size_t i = 0;
+  while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) {
+    ++i;
+  }
+  return s.substr(i);
+}
+
+// `target` (absolute, or relative to `base`, an absolute directory) normalised; empty when it
+// leaves `root`.
+std::string inside_root(const std::string& root, const std::string& base,
+                        const std::string& target) {
+  std::string abs =
+      normalize_path(target.empty() || target[0] != '/' ? base + "/" + target : target);
+  return path_within(abs, root) ? abs : std::string();
+}
+
+std::string relative_to(const std::string& root, const std::string& abs) {
+  return abs.size() == root.size() ? "." : abs.substr(root.size() + (root == "/" ? 0 : 1));
+}
+
+// The commondir and alternates of a git directory must stay inside the root too.
+Result<void> check_git_dir_links(const GitSettings& s, int rootfd, const std::string& git_dir) {
+  std::string common = git_dir;
+  if (auto text = read_beneath(rootfd, relative_to(s.resolved_root, git_dir) + "/commondir")) {
+    std::string target = trim(*text);
+    common = inside_root(s.resolved_root, git_dir, target);
+    if (common.empty()) {
+      return refusal(
+          "the repository's git directory `{}` names a common directory {} outside the "
+          "repository root `{}`; only repoRoot is visible to the git tools: set git.repoRoot "
+          "to the main checkout",
+          git_dir, quoted(target), s.repo_root);
+    }
+  }
+  std::string objects = common + "/objects";
+  auto alternates =
+      read_beneath(rootfd, relative_to(s.resolved_root, objects) + "/info/alternates");
+  if (alternates) {
+    for (const auto& line : split(*alternates, '\n')) {
+      std::string entry = trim(line);
+      if (entry.empty() || entry[0] == '#') {
+        continue;
+      }
+      if (inside_root(s.resolved_root, objects, entry).empty()) {
+        return refusal(
+            "the repository borrows objects from {} (objects/info/alternates), outside the "
+            "repository root `{}`; only repoRoot is visible to the git tools: repack the "
+            "repository (`git repack -a -d`, then remove objects/info/alternates) or set "
+            "git.repoRoot to include it",
+            quoted(entry), s.repo_root);
+      }
+    }
+  }
+  return {};
+}
+
+std::string join_command(const std::vector<std::string>& argv) {
+  std::string out;
+  for (const auto& a : argv) {
+    if (!out.empty()) {
+      out += ' ';
+    }
+    bool plain = !a.empty() && std::all_of(a.begin(), a.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) || std::strchr("-_=./:,@^{}~+%", c);
+    });
+    out += plain ? a : quoted(a);
+  }
+  return out;
+}
+
+// The first `limit` chars of a stream, "…" appended when there is more.
+Result<std::string> preview_of(Engine& engine, const std::string& session, const std::string& id,
+                               const std::string& stream, uint64_t limit) {
+  CORDON_TRY(page, engine.output(session, id, {.stream = stream, .offset = 0, .limit = limit}));
+  std::string out = std::move(page.content);
+  if (page.has_more) {
+    out += kEllipsis;
+  }
+  return out;
+}
+
+}  // namespace
+
+const std::vector<std::string>& hardened_prefix() {
+  // Measured on git 2.39 with a hostile repository (tests/security/git_test.cpp): each of
+  // these closes a path by which the repository's config made a read-only command run a
+  // program. `-c` on the command line outranks every config file, included ones too.
+  static const char* const kConfig[] = {
+      "color.ui=false",
+      "diff.external=",            // an external diff program (tree-to-tree diffs too)
+      "core.fsmonitor=false",      // the fsmonitor hook runs on every index read
+      "core.hooksPath=/dev/null",  // hooks (post-index-change runs on an index refresh)
+      "log.showSignature=false",   // with gpg.program: ran on git log and git show
+      "gpg.program=/bin/false",    // and every signature program, should one be asked
+      "gpg.openpgp.program=/bin/false",
+      "gpg.ssh.program=/bin/false",
+      "gpg.x509.program=/bin/false",
+      "protocol.allow=never",  // no transport at all (ext:: runs commands; lazy fetch)
+      "core.sshCommand=/bin/false",
+      "core.askPass=/bin/false",
+      "credential.helper=",
+      "core.alternateRefsCommand=/bin/false",
+      // The repository may be owned by another uid (as the sandbox sees it): git would refuse
+      // it as "dubious ownership". The sandbox, not ownership, is what contains it here.
+      "safe.directory=*",
+  };
+  static const std::vector<std::string> kPrefix = [] {
+    std::vector<std::string> p = {
+        "--no-pager",            // core.pager / pager.<cmd>
+        "--literal-pathspecs",   // no :(exclude), :/ or glob magic in paths
+        "--no-replace-objects",  // refs/replace cannot swap what a commit id shows
+    };
+    for (const char* c : kConfig) {
+      p.push_back("-c");
+      p.push_back(c);
+    }
+    return p;
+  }();
+  return kPrefix;
+}
+
+Error not_enabled() {
+  return Error::refused(
+      "the git tools are not enabled: add \"git\": {\"repoRoot\": \"/path/to/checkout\"} to "
+      "the policy file (optionally binary, timeoutMs, maxOutputBytes, previewChars; see "
+      "docs/git.md) and restart cordon");
+}
+
+Result<void> check_ref(const std::string& field, const std::string& ref) {
+  CORDON_CHECK(check_plain_value(field, ref));
+  for (unsigned char c : ref) {
+    if (std::isspace(c)) {
+      return refusal("{} {} is not a valid git revision (it contains whitespace)", field,
+                     quoted(ref));
+    }
+  }
+  return {};
+}
+
+Result<std::string> check_path(const GitSettings& s, const std::string& field,
+                               const std::string& path) {
+  CORDON_CHECK(check_plain_value(field, path));
+  if (path[0] == ':') {
+    return refusal(
+        "{} {} looks like pathspec magic (:(exclude), :/, :(glob)…), which the git tools do "
+        "not take; pass a plain path relative to the repository root",
+        field, quoted(path));
+  }
+  std::string abs;
+  if (path[0] == '/') {
+    abs = normalize_path(path);
+  } else {
+    abs = normalize_path(s.repo_root + "/" + path);
+  }
+  // Both spellings of the root count: as written in the policy and as the kernel resolved it.
+  for (const std::string* root : {&s.repo_root, &s.resolved_root}) {
+    if (path_within(abs, *root)) {
+      return relative_to(*root, abs);
+    }
+  }
+  return refusal(
+      "{} {} is outside the repository root `{}`; pass a path inside it (a relative path is "
+      "taken from the repository root)",
+      field, quoted(path), s.repo_root);
+}
+
+Result<void> check_since(const std::string& since) {
+  CORDON_CHECK(check_plain_value("since", since));
+  if (is_iso_date(since) || is_relative_date(since)) {
+    return {};
+  }
+  return refusal(
+      "since {} is not a date: pass an ISO date (\"2024-05-01\" or \"2024-05-01T12:00:00Z\") "
+      "or \"N days ago\" (days, weeks, months or years)",
+      quoted(since));
+}
+
+Result<std::string> git_dir_for(const GitSettings& s) {
+  CORDON_TRY_CTX(rootfd,
+                 sys::openat2_fd(AT_FDCWD, s.resolved_root, O_PATH | O_DIRECTORY,
+                                 RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS),
+                 "open the repository root `{}`", s.repo_root);
+  auto dotgit = sys::openat2_fd(rootfd.get(), ".git", O_PATH,
+                                RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS);
+  if (!dotgit) {
+    int err = dotgit.error().sys_errno();
+    if (err == ELOOP) {
+      return refusal(
+          "`.git` in the repository root `{}` is a symlink; the git tools read only a .git "
+          "directory (or a .git file pointing inside the root)",
+          s.repo_root);
+    }
+    if (err != ENOENT) {
+      return std::unexpected(std::move(dotgit.error()).wrap("open `{}/.git`", s.repo_root));
+    }
+    // A bare repository: repoRoot is the git directory.
+    auto head = sys::openat2_fd(rootfd.get(), "HEAD", O_PATH, RESOLVE_BENEATH);
+    auto objects = sys::openat2_fd(rootfd.get(), "objects", O_PATH | O_DIRECTORY, RESOLVE_BENEATH);
+    if (head && objects) {
+      CORDON_CHECK(check_git_dir_links(s, rootfd.get(), s.resolved_root));
+      return s.resolved_root;
+    }
+    return refusal(
+        "there is no git repository at the repository root `{}` (no .git); set git.repoRoot "
+        "in the policy to a checkout",
+        s.repo_root);
+  }
+  CORDON_TRY(st, sys::fstat_fd(dotgit->get()));
+  std::string git_dir = s.resolved_root + "/.git";
+  if (S_ISREG(st.st_mode)) {
+    // A worktree or submodule: "gitdir: <path>". Only a target inside the root is visible
+    // in the sandbox; a hostile one could point at another repository on the host.
+    CORDON_TRY(text, read_beneath(rootfd.get(), ".git"));
+    std::string line = trim(text.substr(0, text.find('\n')));
+    if (line.rfind("gitdir:", 0) != 0) {
+      return refusal("`{}/.git` is a file but not a gitdir link", s.repo_root);
+    }
+    std::string target = trim(line.substr(7));
+    git_dir = inside_root(s.resolved_root, s.resolved_root, target);
+    if (git_dir.empty()) {
+      return refusal(
+          "`{}/.git` is a file pointing to {}, outside the repository root; only repoRoot is "
+          "visible to the git tools: set git.repoRoot to the main checkout (the one whose "
+          ".git directory holds the objects)",
+          s.repo_root, quoted(target));
+    }
+  } else if (!S_ISDIR(st.st_mode)) {
+    return refusal("`{}/.git` is neither a directory nor a gitdir file", s.repo_root);
+  }
+  CORDON_CHECK(check_git_dir_links(s, rootfd.get(), git_dir));
+  return git_dir;
+}
+
+// ---- Runner -----------------------------------------------------------------------------------
+
+Runner::Runner(Engine& engine, std::string session, GitSettings settings,
+               std::function<bool()> cancelled)
+    : engine_(engine),
+      session_(std::move(session)),
+      settings_(std::move(settings)),
+      cancelled_(std::move(cancelled)) {}
+
+Result<JobStatus> Runner::run_job(const std::vector<std::string>& args) {
+  if (git_dir_.empty()) {
+    CORDON_TRY(dir, git_dir_for(settings_));
+    git_dir_ = std::move(dir);
+  }
+  StartOptions o;
+  o.policy = JobPolicy::kGit;
+  o.argv.push_back(settings_.binary);
+  const auto& prefix = hardened_prefix();
+  o.argv.insert(o.argv.end(), prefix.begin(), prefix.end());
+  o.argv.insert(o.argv.end(), args.begin(), args.end());
+  o.env["GIT_DIR"] = git_dir_;
+  o.label = "git " + (args.empty() ? std::string() : args[0]);
+  CORDON_TRY(started, engine_.start(session_, o));
+  JobStatus st = std::move(started);
+  auto deadline =
+      std::chrono::steady_clock::now() + milliseconds(settings_.timeout_ms) + kSettleSlack;
+  while (!st.settled()) {
+    if (cancelled_ && cancelled_()) {
+      (void)engine_.kill(session_, st.task_id, 9);
+      return refusal("the git call was cancelled (job {} killed)", st.task_id);
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      (void)engine_.kill(session_, st.task_id, 9);
+      return std::unexpected(
+          Error(ErrorCode::kInternal, 0,
+                fmt::format("git job {} did not settle within its timeout", st.task_id)));
+    }
+    CORDON_TRY(next, engine_.status(session_, st.task_id, kWaitSlice));
+    st = std::move(next);
+  }
+  // Reading it marks it read: the `finished` counter belongs to the agent's own commands.
+  CORDON_TRY(final_status, engine_.status(session_, st.task_id));
+  return final_status;
+}
+
+Result<std::string> Runner::resolve(const std::string& field, const std::string& ref) {
+  CORDON_CHECK(check_ref(field, ref));
+  CORDON_TRY(st,
+             run_job({"rev-parse", "--verify", "--quiet", "--end-of-options", ref + "^{commit}"}));
+  if (st.state != "exited") {
+    // A missing or refused git binary settles as `failed` with the reason.
+    return refusal("could not resolve {} {}: git did not run to the end ({}{}{})", field,
+                   quoted(ref), st.state, st.error.empty() ? "" : ": ", st.error);
+  }
+  CORDON_TRY(out, engine_.output(session_, st.task_id, {.stream = "stdout", .limit = 200}));
+  std::string oid = trim(out.content);
+  bool hex =
+      (oid.size() == 40 || oid.size() == 64) && std::all_of(oid.begin(), oid.end(), [](char c) {
+        return std::isdigit(static_cast<unsigned char>(c)) || (c >= 'a' && c <= 'f');
+      });
+  if (st.exit_code.value_or(-1) != 0 || !hex) {
+    return refusal(
+        "{} {} is not a valid git revision (no commit by that name in the repository); pass "
+        "a branch, tag, commit id or an expression such as HEAD~1",
+        field, quoted(ref));
+  }
+  return oid;
+}
+
+Result<GitResult> Runner::run(const std::vector<std::string>& args) {
+  CORDON_TRY(st, run_job(args));
+  GitResult r;
+  r.task_id = st.task_id;
+  r.command = join_command(st.argv);
+  r.state = st.state;
+  r.exit_code = st.exit_code;
+  r.ok = st.state == "exited" && st.exit_code.value_or(-1) == 0;
+  r.message = st.error;
+  r.output = st.stdout_artifact;
+  if (st.state != "failed") {
+    CORDON_TRY(out, preview_of(engine_, session_, st.task_id, "stdout", settings_.preview_chars));
+    r.preview = std::move(out);
+    CORDON_TRY(err, preview_of(engine_, session_, st.task_id, "stderr", kStderrPreviewChars));
+    r.stderr_preview = std::move(err);
+  }
+  return r;
+}
+
+// ---- the tools --------------------------------------------------------------------------------
+
+Result<GitResult> log(Runner& runner, const LogRequest& req) {
+  // Every value is checked before any job runs.
+  std::string ref = req.ref.value_or("HEAD");
+  CORDON_CHECK(check_ref("ref", ref));
+  std::optional<std::string> path;
+  if (req.path) {
+    CORDON_TRY(p, check_path(runner.settings(), "path", *req.path));
+    path = p;
+  }
+  if (req.since) {
+    CORDON_CHECK(check_since(*req.since));
+  }
+  if (req.max_count < 1 || req.max_count > kMaxLogCount) {
+    return refusal("maxCount {} is out of range: pass 1 to {}", req.max_count, kMaxLogCount);
+  }
+  CORDON_TRY(oid, runner.resolve("ref", ref));
+  std::vector<std::string> args = {"log",           "--no-show-signature",
+                                   "--no-ext-diff", "--no-textconv",
+                                   "--no-decorate", fmt::format("--max-count={}", req.max_count)};
+  if (req.since) {
+    args.push_back("--since=" + *req.since);
+  }
+  switch (req.format) {
+    case LogFormat::kOneline:
+      args.push_back("--format=%H %cs %an: %s");
+      break;
+    case LogFormat::kFull:
+      args.push_back("--format=fuller");
+      break;
+    case LogFormat::kStat:
+      args.push_back("--format=medium");
+      args.push_back("--stat");
+      break;
+    case LogFormat::kNameOnly:
+      args.push_back("--format=%H %cs %an: %s");
+      args.push_back("--name-only");
+      break;
+  }
+  args.push_back("--end-of-options");
+  args.push_back(oid);
+  args.push_back("--");
+  if (path) {
+    args.push_back(*path);
+  }
+  return runner.run(args);
+}
+
+Result<GitResult> show(Runner& runner, const ShowRequest& req) {
+  CORDON_CHECK(check_ref("ref", req.ref));
+  std::optional<std::string> path;
+  if (req.path) {
+    CORDON_TRY(p, check_path(runner.settings(), "path", *req.path));
+    if (p == ".") {
+      return refusal(
+          "path is the repository root; pass a file inside it, or leave path out "
+          "to show the commit");
+    }
+    path = p;
+  }
+  CORDON_TRY(oid, runner.resolve("ref", req.ref));
+  std::vector<std::string> args = {"show", "--no-show-signature", "--no-ext-diff", "--no-textconv",
+                                   "--no-decorate"};
+  if (path) {
+    // <oid>:<path> names the blob at that revision; git does not apply textconv or filters
+    // to it (and --no-textconv says so twice).
+    args.push_back("--end-of-options");
+    args.push_back(oid + ":" + *path);
+  } else {
+    args.push_back("--format=fuller");
+    args.push_back("--stat");
+    args.push_back("--patch");
+    args.push_back("--end-of-options");
+    args.push_back(oid);
+  }
+  return runner.run(args);
+}
+
+Result<GitResult> diff(Runner& runner, const DiffRequest& req) {
+  if (!req.base) {
+    return refusal(
+        "git_diff needs a base: the revision to compare from (e.g. \"HEAD~1\" or \"main\"); "
+        "head defaults to HEAD. The diff is between two commits' trees and never reads the "
+        "worktree");
+  }
+  CORDON_CHECK(check_ref("base", *req.base));
+  CORDON_CHECK(check_ref("head", req.head));
+  std::optional<std::string> path;
+  if (req.path) {
+    CORDON_TRY(p, check_path(runner.settings(), "path", *req.path));
+    path = p;
+  }
+  if (req.unified > kMaxUnified) {
+    return refusal("unified {} is out of range: pass 0 to {}", req.unified, kMaxUnified);
+  }
+  CORDON_TRY(base, runner.resolve("base", *req.base));
+  CORDON_TRY(head, runner.resolve("head", req.head));
+  // Tree to tree only: a worktree diff would run clean filters and refresh the index.
+  std::vector<std::string> args = {"diff", "--no-ext-diff", "--no-textconv"};
+  if (req.name_only) {
+    args.push_back("--name-only");
+  } else {
+    args.push_back(fmt::format("--unified={}", req.unified));
+  }
+  args.push_back("--end-of-options");
+  args.push_back(base);
+  args.push_back(head);
+  args.push_back("--");
+  if (path) {
+    args.push_back(*path);
+  }
+  return runner.run(args);
+}
+
+Result<GitResult> blame(Runner& runner, const BlameRequest& req) {
+  CORDON_TRY(path, check_path(runner.settings(), "path", req.path));
+  if (path == ".") {
+    return refusal("path is the repository root; git_blame needs a file");
+  }
+  CORDON_CHECK(check_ref("ref", req.ref));
+  uint64_t start = req.line_start.value_or(1);
+  if (start < 1 || start > kMaxLine ||
+      (req.line_end && (*req.line_end < start || *req.line_end > kMaxLine))) {
+    return refusal(
+        "the line range {}..{} is not valid: lines count from 1 and lineEnd is at "
+        "least lineStart",
+        start, req.line_end ? std::to_string(*req.line_end) : std::string("end"));
+  }
+  CORDON_TRY(oid, runner.resolve("ref", req.ref));
+  // Always at a revision (never the worktree file, which would run clean filters); no
+  // textconv (which also ran the smudge filter). git 2.39's blame does not take
+  // --end-of-options: the revision is an object id cordon resolved, the path follows "--".
+  std::vector<std::string> args = {"blame", "--no-textconv"};
+  if (req.line_start || req.line_end) {
+    args.push_back("-L");
+    args.push_back(req.line_end ? fmt::format("{},{}", start, *req.line_end)
+                                : fmt::format("{},", start));
+  }
+  args.push_back(oid);
+  args.push_back("--");
+  args.push_back(path);
+  return runner.run(args);
+}
+
+Result<GitResult> merge_base(Runner& runner, const MergeBaseRequest& req) {
+  CORDON_CHECK(check_ref("base", req.base));
+  CORDON_CHECK(check_ref("head", req.head));
+  CORDON_TRY(base, runner.resolve("base", req.base));
+  CORDON_TRY(head, runner.resolve("head", req.head));
+  return runner.run({"merge-base", "--end-of-options", base, head});
+}
+
+Result<GitResult> ls_files(Runner& runner, const LsFilesRequest& req) {
+  // Not --end-of-options here: ls-files would take the "--" after it as a pathspec (and list
+  // nothing). "--" alone ends its options; the path after it is never read as one.
+  std::vector<std::string> args = {"ls-files", "--"};
+  if (req.path) {
+    CORDON_TRY(p, check_path(runner.settings(), "path", *req.path));
+    args.push_back(p);
+  }
+  return runner.run(args);
+}
+
+}  // namespace cordon::git

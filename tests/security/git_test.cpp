@@ -1,0 +1,382 @@
+#define BOOST_TEST_MODULE security_git
+#include <boost/test/unit_test.hpp>
+
+// A hostile repository cannot turn the read-only git tools into a program run or a write.
+//
+// The repository's config arms every config-driven execution path measured on git 2.39
+// (fsmonitor, textconv, a diff driver command, diff.external from an included file outside
+// the repository, clean/smudge filters, log.showSignature + gpg.program, a pager, an alias, a
+// hook). Each program is a script inside the repository (so it is visible, and executable,
+// inside the sandbox) that announces itself on stderr and appends to a marker file outside
+// the sandbox. The walls and their controls:
+//   - the git tools: every tool answers, no program announces itself, no marker appears;
+//   - control 1: the same sandbox and policy, the same git commands WITHOUT cordon's hardened
+//     flags: the programs do run (so the flags, not the sandbox, stop them);
+//   - control 2: plain git outside cordon runs every program (so the repository is armed);
+//   - the read-only repository: a write that slipped past the flags fails with EROFS in the
+//     git policy's sandbox, and succeeds with the same argv under the main policy;
+//   - a .git file or alternates leading outside repoRoot are refused by name (control: plain
+//     git follows them);
+//   - enabling git does not let run_command_bg run git.
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <set>
+
+#include "api/schema.hpp"
+#include "api/tools.hpp"
+#include "git/git.hpp"
+#include "helpers/engine_fixture.hpp"
+#include "helpers/git_fixture.hpp"
+
+using namespace cordon;
+using namespace cordon::test;
+using namespace std::chrono_literals;
+using json = nlohmann::json;
+
+namespace {
+
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+// The programs the hostile config names, each a script in <repo>/.git/hostile-bin.
+const std::vector<std::string> kPrograms = {"fsmonitor", "textconv", "drivercmd", "extdiff",
+                                            "clean",     "smudge",   "gpg",       "pager",
+                                            "alias",     "hook"};
+
+struct HostileEnv {
+  EngineEnv env;
+  GitRepo repo;
+  std::string bin, markers, outside_cfg;
+  std::string third, signed_commit;
+  std::unique_ptr<Engine> engine;
+
+  explicit HostileEnv(json policy_extra = json::object())
+      : env(policy_extra), repo(env.box.root + "/repo", env.box.base + "/home") {
+    bin = repo.dir + "/.git/hostile-bin";
+    markers = env.box.base + "/markers";
+    outside_cfg = env.box.base + "/outside.cfg";
+    std::filesystem::create_directories(bin);
+    std::filesystem::create_directories(markers);
+    ::chmod(markers.c_str(), 0777);  // the sandbox user could write here, were it visible
+    // A third commit that changes a file with the hostile diff driver (src/lib.c) and one
+    // without (README.md, for diff.external), and a commit with a PGP signature header.
+    repo.write("README.md", "# fixture, third\n");
+    repo.write("src/lib.c", "int one(void) { return 1; }\nint three(void) { return 3; }\n");
+    repo.git({"commit", "-q", "-a", "-m", "third: change both"});
+    third = repo.head();
+    std::string tree = repo.git({"rev-parse", "HEAD^{tree}"});
+    tree = tree.substr(0, tree.find('\n'));
+    std::string body = "tree " + tree + "\nparent " + third +
+                       "\nauthor Ada Lovelace <ada@example.com> 1709290000 +0000\n"
+                       "committer Ada Lovelace <ada@example.com> 1709290000 +0000\n"
+                       "gpgsig -----BEGIN PGP SIGNATURE-----\n \n iQEzBAABCAAdFiEE\n"
+                       " -----END PGP SIGNATURE-----\n\nsigned: a signed commit\n";
+    std::string obj_file = env.box.base + "/signed.commit";
+    std::ofstream(obj_file) << body;
+    std::string oid = repo.git({"hash-object", "-t", "commit", "-w", obj_file});
+    signed_commit = oid.substr(0, oid.find('\n'));
+    repo.git({"update-ref", "refs/heads/signed", signed_commit});
+    arm();
+    env.policy["git"] = {{"repoRoot", repo.dir}};
+    env.write_policy();
+    engine = open_engine(env);
+  }
+
+  void script(const std::string& name, const std::string& tail) const {
+    std::string path = bin + "/" + name;
+    std::ofstream(path) << "#!/bin/sh\necho \"HOSTILE-" << name << " ran\" >&2\necho ran >> '"
+                        << markers << "/" << name << "' 2>/dev/null\n"
+                        << tail << "\n";
+    ::chmod(path.c_str(), 0755);
+  }
+
+  void arm() const {
+    script("fsmonitor", "exit 1");
+    script("textconv", "cat \"$1\"");
+    script("drivercmd", "exit 0");
+    script("extdiff", "exit 0");
+    script("clean", "cat");
+    script("smudge", "cat");
+    script("gpg", "exit 1");
+    script("pager", "cat");
+    script("alias", "exit 0");
+    script("hook", "exit 0");
+    std::filesystem::create_directories(repo.dir + "/.git/hooks");
+    std::filesystem::copy_file(bin + "/hook", repo.dir + "/.git/hooks/post-index-change",
+                               std::filesystem::copy_options::overwrite_existing);
+    ::chmod((repo.dir + "/.git/hooks/post-index-change").c_str(), 0755);
+    std::ofstream(repo.dir + "/.git/info/attributes") << "*.c diff=hostile filter=hostile\n";
+    // From outside the repository (and outside the sandbox): the external diff.
+    std::ofstream(outside_cfg) << "[diff]\n\texternal = " << bin << "/extdiff\n";
+    std::ofstream(repo.dir + "/.git/config", std::ios::app)
+        << "[core]\n\tfsmonitor = " << bin << "/fsmonitor\n\tpager = " << bin << "/pager\n"
+        << "[diff \"hostile\"]\n\ttextconv = " << bin << "/textconv\n\tcommand = " << bin
+        << "/drivercmd\n"
+        << "[filter \"hostile\"]\n\tclean = " << bin << "/clean\n\tsmudge = " << bin << "/smudge\n"
+        << "[log]\n\tshowSignature = true\n"
+        << "[gpg]\n\tprogram = " << bin << "/gpg\n"
+        << "[alias]\n\thostile = !" << bin << "/alias\n"
+        << "[include]\n\tpath = " << outside_cfg << "\n";
+  }
+
+  std::set<std::string> markers_present() const {
+    std::set<std::string> out;
+    for (const auto& e : std::filesystem::directory_iterator(markers)) {
+      out.insert(e.path().filename().string());
+    }
+    return out;
+  }
+  void clear_markers() const {
+    for (const auto& e : std::filesystem::directory_iterator(markers)) {
+      std::filesystem::remove(e.path());
+    }
+  }
+
+  api::ToolResult call(const std::string& tool, const json& args) {
+    const api::Tool* t = api::find_tool(tool);
+    BOOST_REQUIRE(t != nullptr);
+    return api::call_tool(*engine, *t, "s1", args);
+  }
+
+  // A job under the git tools' private policy with this argv (no hardening flags added) and
+  // the environment the git tools give it; returns its settled status.
+  JobStatus git_job(const std::vector<std::string>& args, JobPolicy policy = JobPolicy::kGit) {
+    StartOptions o;
+    o.policy = policy;
+    o.argv = {kGitBin};
+    o.argv.insert(o.argv.end(), args.begin(), args.end());
+    o.cwd = repo.dir;
+    if (policy == JobPolicy::kGit) {
+      o.env["GIT_DIR"] = repo.dir + "/.git";
+    }
+    auto s = engine->start("s1", o);
+    BOOST_REQUIRE_MESSAGE(s.has_value(), (s ? std::string() : s.error().message()));
+    auto done = engine->status("s1", s->task_id, 60s);
+    BOOST_REQUIRE(done.has_value());
+    BOOST_REQUIRE_MESSAGE(done->settled(), "git job did not settle");
+    return *done;
+  }
+  std::string stream(const JobStatus& s, const std::string& name) {
+    return read_all_bytes(*engine, "s1", s.task_id, name);
+  }
+};
+
+std::string announced(const std::string& text) {
+  std::string out;
+  for (const auto& p : kPrograms) {
+    if (contains(text, "HOSTILE-" + p + " ran")) out += p + " ";
+  }
+  return out;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(no_hostile_program_runs_through_any_git_tool) {
+  HostileEnv h;
+  const std::vector<std::pair<std::string, json>> calls = {
+      {"git_ls_files", json::object()},
+      {"git_log", json::object()},
+      {"git_log", {{"ref", "signed"}, {"format", "full"}}},
+      {"git_log", {{"format", "stat"}}},
+      {"git_log", {{"format", "name-only"}, {"path", "src/lib.c"}}},
+      {"git_show", {{"ref", "signed"}}},
+      {"git_show", {{"ref", h.third}}},
+      {"git_show", {{"ref", h.third}, {"path", "src/lib.c"}}},
+      {"git_diff", {{"base", h.repo.first}, {"head", h.third}}},
+      {"git_diff", {{"base", h.repo.first}, {"head", h.third}, {"nameOnly", true}}},
+      {"git_blame", {{"path", "src/lib.c"}}},
+      {"git_blame", {{"path", "README.md"}, {"ref", h.third}}},
+      {"git_merge_base", {{"base", "main"}, {"head", "feature"}}},
+  };
+  for (const auto& [tool, args] : calls) {
+    auto r = h.call(tool, args);
+    std::string what = tool + " " + args.dump();
+    BOOST_REQUIRE_MESSAGE(!r.is_error, what << ": " << r.text);
+    BOOST_TEST(r.structured["ok"].get<bool>(), what << ": " << r.structured.dump());
+    std::string out = read_all_bytes(*h.engine, "s1", r.structured["taskId"], "stdout");
+    std::string err = read_all_bytes(*h.engine, "s1", r.structured["taskId"], "stderr");
+    BOOST_TEST(announced(out + err) == "", what << " ran a hostile program");
+    BOOST_TEST(!contains(err, "cannot run"), what << ": " << err);
+    BOOST_TEST(!contains(err, "error:"), what << ": " << err);
+  }
+  // The tools still answered the questions: the signed commit's log, the diff of both files.
+  auto log = h.call("git_log", {{"ref", "signed"}});
+  BOOST_TEST(contains(log.structured["preview"], "signed: a signed commit"));
+  auto diff = h.call("git_diff", {{"base", h.repo.first}, {"head", h.third}});
+  BOOST_TEST(contains(diff.structured["preview"], "+int three(void) { return 3; }"));
+  BOOST_TEST(contains(diff.structured["preview"], "+# fixture, third"));
+  BOOST_TEST(h.markers_present().empty());
+}
+
+BOOST_AUTO_TEST_CASE(control_the_same_sandbox_without_the_flags_runs_the_programs) {
+  HostileEnv h;
+  // The git policy's sandbox, the repository's config, none of cordon's hardening flags.
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      {"fsmonitor", {"ls-files"}},
+      {"textconv", {"show", h.third}},
+      {"drivercmd", {"diff", h.repo.first, h.third}},
+      {"smudge", {"blame", h.third, "--", "src/lib.c"}},
+      {"clean", {"blame", "src/lib.c"}},
+      {"gpg", {"log", "-1", "signed"}},
+      {"alias", {"hostile"}},
+  };
+  for (const auto& [program, args] : cases) {
+    JobStatus s = h.git_job(args);
+    // git shows a signature program's output on stdout (log --show-signature).
+    std::string err = h.stream(s, "stdout") + h.stream(s, "stderr");
+    BOOST_TEST(contains(err, "HOSTILE-" + program + " ran"),
+               program << " did not run without the flags: " << err);
+  }
+  // Outside the sandbox the marker would land; inside, the marker directory is not there.
+  BOOST_TEST(h.markers_present().empty());
+}
+
+BOOST_AUTO_TEST_CASE(control_plain_git_outside_cordon_runs_every_program) {
+  HostileEnv h;
+  auto ran = [&](const std::string& program, const std::vector<std::string>& args) {
+    h.clear_markers();
+    auto r = h.repo.run(args);
+    std::set<std::string> m = h.markers_present();
+    BOOST_TEST(m.count(program) == 1u,
+               program << " did not run under plain git; stderr: " << r.err);
+    BOOST_TEST(contains(r.out + r.err, "HOSTILE-" + program + " ran"), program);
+  };
+  ran("fsmonitor", {"ls-files"});
+  ran("textconv", {"show", h.third});
+  ran("drivercmd", {"diff", h.repo.first, h.third});
+  ran("extdiff", {"diff", h.repo.first, h.third});  // diff.external from the included file
+  ran("smudge", {"blame", h.third, "--", "src/lib.c"});
+  ran("clean", {"blame", "src/lib.c"});
+  ran("gpg", {"log", "-1", "signed"});
+  ran("alias", {"hostile"});
+  // The hook: a stat-dirty index is refreshed and written, which runs post-index-change.
+  struct timespec times[2] = {{0, UTIME_NOW}, {0, UTIME_NOW}};
+  ::utimensat(AT_FDCWD, (h.repo.dir + "/src/lib.c").c_str(), times, 0);
+  ::utimensat(AT_FDCWD, (h.repo.dir + "/README.md").c_str(), times, 0);
+  ran("hook", {"status"});
+
+  // The pager runs when stdout is a terminal.
+  h.clear_markers();
+  int master = ::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+  BOOST_REQUIRE(master >= 0);
+  BOOST_REQUIRE(::grantpt(master) == 0 && ::unlockpt(master) == 0);
+  int slave = ::open(::ptsname(master), O_RDWR | O_NOCTTY | O_CLOEXEC);
+  BOOST_REQUIRE(slave >= 0);
+  ProcessOptions o;
+  o.env = plain_git_env(h.repo.home);
+  o.stdin_fd = slave;
+  o.stdout_fd = slave;
+  auto r = run_process({kGitBin, "-C", h.repo.dir, "log", "-1", "--no-show-signature"}, o);
+  ::close(slave);
+  ::close(master);
+  BOOST_TEST(r.exit_code() == 0);
+  BOOST_TEST(h.markers_present().count("pager") == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(the_repository_stays_read_only_even_if_a_flag_slipped_through) {
+  HostileEnv h;
+  std::string target = h.repo.dir + "/.git/pwned";
+  std::string config_before = read_file(h.repo.dir + "/.git/config");
+  // Under the git tools' policy, argv built by hand (as if validation had let a flag through).
+  JobStatus out = h.git_job(
+      {"-c", "core.fsmonitor=false", "log", "-1", "--no-show-signature", "--output=" + target});
+  BOOST_TEST(out.exit_code.value_or(0) != 0);
+  BOOST_TEST(contains(h.stream(out, "stderr"), "Read-only file system"), h.stream(out, "stderr"));
+  BOOST_TEST(::access(target.c_str(), F_OK) != 0);
+  JobStatus cfg = h.git_job({"config", "--file", h.repo.dir + "/.git/config", "core.pwned", "1"});
+  BOOST_TEST(cfg.exit_code.value_or(0) != 0);
+  BOOST_TEST(contains(h.stream(cfg, "stderr"), "Read-only file system"), h.stream(cfg, "stderr"));
+  BOOST_TEST(read_file(h.repo.dir + "/.git/config") == config_before);
+
+  // Control: the same argv under the main policy (which allows git and binds its working
+  // root, which holds the repository, read-write) writes the file.
+  JobStatus ctl = h.git_job(
+      {"-c", "core.fsmonitor=false", "log", "-1", "--no-show-signature", "--output=" + target},
+      JobPolicy::kMain);
+  BOOST_TEST(ctl.exit_code.value_or(-1) == 0, h.stream(ctl, "stderr"));
+  BOOST_TEST(::access(target.c_str(), F_OK) == 0);
+}
+
+BOOST_AUTO_TEST_CASE(a_git_file_or_alternates_leading_outside_the_root_are_refused) {
+  HostileEnv h;
+  // Another repository outside repoRoot, with its own armed config.
+  GitRepo other(h.env.box.base + "/other", h.env.box.base + "/home2");
+  other.write("other-only.txt", "a commit the hostile repository does not have\n");
+  other.git({"add", "."});
+  other.git({"commit", "-q", "-m", "other only"});
+  std::string other_only = other.head();
+  std::string dotgit = h.repo.dir + "/.git";
+  std::string real = h.repo.dir + "/.git-real";
+  std::ofstream(other.dir + "/.git/config", std::ios::app)
+      << "[core]\n\tfsmonitor = " << real << "/hostile-bin/fsmonitor\n";
+
+  BOOST_REQUIRE(::rename(dotgit.c_str(), real.c_str()) == 0);
+  std::ofstream(dotgit) << "gitdir: " << other.dir << "/.git\n";
+  auto r = h.call("git_ls_files", json::object());
+  BOOST_TEST(r.is_error);
+  BOOST_TEST(contains(r.text, "is a file pointing to \"" + other.dir +
+                                  "/.git\", outside the "
+                                  "repository root"),
+             r.text);
+  // Control: plain git follows the link and runs the other repository's program.
+  h.clear_markers();
+  h.repo.run({"ls-files"});
+  BOOST_TEST(h.markers_present().count("fsmonitor") == 1u);
+  // A .git file pointing inside the root is followed.
+  std::ofstream(dotgit) << "gitdir: .git-real\n";
+  auto inside = h.call("git_ls_files", json::object());
+  BOOST_TEST(!inside.is_error, inside.text);
+  BOOST_TEST(contains(inside.structured["preview"], "src/lib.c"), inside.structured.dump());
+  // A symlinked .git is refused.
+  ::unlink(dotgit.c_str());
+  BOOST_REQUIRE(::symlink(real.c_str(), dotgit.c_str()) == 0);
+  BOOST_TEST(contains(h.call("git_ls_files", json::object()).text, "is a symlink"));
+  ::unlink(dotgit.c_str());
+  BOOST_REQUIRE(::rename(real.c_str(), dotgit.c_str()) == 0);
+
+  // Alternates outside the root: refused. Control: plain git reads objects through them.
+  std::string alternates = dotgit + "/objects/info/alternates";
+  std::filesystem::create_directories(dotgit + "/objects/info");
+  std::ofstream(alternates) << other.dir << "/.git/objects\n";
+  auto alt = h.call("git_log", json::object());
+  BOOST_TEST(alt.is_error);
+  BOOST_TEST(contains(alt.text, "borrows objects from \"" + other.dir + "/.git/objects\""),
+             alt.text);
+  BOOST_TEST(h.repo.run({"cat-file", "-e", other_only}).exit_code() == 0);
+  ::unlink(alternates.c_str());
+  BOOST_TEST(h.repo.run({"cat-file", "-e", other_only}).exit_code() != 0);
+  BOOST_TEST(!h.call("git_log", json::object()).is_error);
+}
+
+BOOST_AUTO_TEST_CASE(enabling_git_never_lets_run_command_run_git) {
+  // The main policy does not allow git; the git section is set.
+  HostileEnv h(json::object({{"allowedExecutables", {"/bin/sh", "/usr/bin/true"}}}));
+  const api::Tool* bg = api::find_tool("run_command_bg");
+  BOOST_REQUIRE(bg != nullptr);
+  auto r = api::call_tool(*h.engine, *bg, "s1", {{"argv", {kGitBin, "log"}}});
+  BOOST_TEST(r.is_error);
+  BOOST_TEST(contains(r.text, "Executable \"/usr/bin/git\" is not allowed"), r.text);
+  // The engine refuses it too when asked for the main policy directly.
+  StartOptions o;
+  o.argv = {kGitBin, "log"};
+  auto s = h.engine->start("s1", o);
+  BOOST_TEST(!s.has_value());
+  // And the git policy allows nothing but git: not even an executable the main policy allows.
+  StartOptions sh;
+  sh.policy = JobPolicy::kGit;
+  sh.argv = {"/bin/sh", "-c", "true"};
+  auto shr = h.engine->start("s1", sh);
+  BOOST_TEST(!shr.has_value());
+  BOOST_TEST(contains(shr.error().message(),
+                      "Allowed executables, matched exactly as argv[0]: "
+                      "/usr/bin/git"),
+             shr.error().message());
+  // Meanwhile the git tools work.
+  BOOST_TEST(!h.call("git_ls_files", json::object()).is_error);
+}
