@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -102,6 +103,9 @@ struct WriteInput {
   bool submit = false, eof = false;
 };
 
+/// Called once for each job that settles, with its final status (already on disk).
+using SettleCallback = std::function<void(const JobStatus&)>;
+
 class Engine {
  public:
   /// Opens (or recovers) the state dir, loads the policy, starts the spawner and the loop.
@@ -140,6 +144,12 @@ class Engine {
   [[nodiscard]] Counters counters(const std::string& session);
   /// The task ids a session knows (for refusals that list them).
   [[nodiscard]] std::vector<std::string> known_ids(const std::string& session);
+  /// Calls `callback` for every job of every session that settles from now on, on the thread
+  /// that settled it with the engine's lock held: it must return quickly and must not call
+  /// this engine. Returns the id for unsubscribe_settled.
+  uint64_t subscribe_settled(SettleCallback callback);
+  /// Once this returns, the callback is not running and is never called again.
+  void unsubscribe_settled(uint64_t id);
 
   class Impl;
 

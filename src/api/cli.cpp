@@ -66,7 +66,8 @@ and its running commands with it, when stdin closes. Jobs are kept in the state 
 session (default `default`), so a restarted server answers for them.
 
 `cordon serve` (alias `cordon daemon`) serves the same tools on a unix socket (default <state-dir>/daemon.sock) to
-root, its own uid and each --allow-uid; sessions are per peer uid and outlive connections.
+root, its own uid, the policy's daemon.allowedUids and each --allow-uid; sessions are per
+peer uid; a named session outlives its connection, an unnamed one ends with it.
 `cordon mcp --connect SOCKET` is a thin MCP front on stdio for it, so long jobs survive the
 agent's restarts.
 

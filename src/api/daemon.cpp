@@ -1,6 +1,8 @@
 #include "api/daemon.hpp"
 
+#include <fcntl.h>
 #include <poll.h>
+#include <sys/random.h>
 #include <signal.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -8,7 +10,11 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <fstream>
+#include <iterator>
 #include <cerrno>
 #include <cstring>
 #include <list>
@@ -23,6 +29,7 @@
 #include <spdlog/spdlog.h>
 
 #include "api/mcp.hpp"
+#include "policy/policy.hpp"
 #include "base/unique_fd.hpp"
 
 namespace cordon::api {
@@ -97,14 +104,48 @@ Result<sockaddr_un> socket_address(const std::string& path) {
   return addr;
 }
 
-Result<UniqueFd> listen_on(const std::string& path) {
-  CORDON_TRY(addr, socket_address(path));
+// The socket's directory must be writable by cordon alone: then nobody can swap the path
+// between our checks and bind, or replace the socket later. Created 0755 when missing.
+Result<UniqueFd> open_socket_dir(const std::string& dir) {
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    return sys_error("mkdir `{}` for the socket", dir);
+  }
+  UniqueFd dfd(::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!dfd) {
+    return sys_error("open the socket's directory `{}`", dir);
+  }
+  struct stat st {};
+  if (::fstat(dfd.get(), &st) != 0) {
+    return sys_error("fstat `{}`", dir);
+  }
+  if ((st.st_uid != ::geteuid() && st.st_uid != 0) || (st.st_mode & 022) != 0) {
+    return refusal(
+        "the socket's directory `{}` (owner uid {}, mode {:o}) can be written by others, who "
+        "could replace the socket; put --socket in a directory only cordon's uid (or root) can "
+        "write, e.g. /run/cordon",
+        dir, st.st_uid, st.st_mode & 07777);
+  }
+  return dfd;
+}
+
+// Created with its final mode (umask around bind), in a directory checked above and reached
+// through its fd, before listen: no window in which the path or its mode is wrong. 0600 when
+// only root and cordon's uid are served; 0666 when other uids are (SO_PEERCRED decides).
+Result<UniqueFd> listen_on(const std::string& path, bool others) {
+  auto slash = path.rfind('/');
+  if (slash == std::string::npos || slash + 1 == path.size()) {
+    return invalid("--socket `{}` must be an absolute path to a file", path);
+  }
+  std::string dir = slash == 0 ? "/" : path.substr(0, slash), name = path.substr(slash + 1);
+  CORDON_TRY(dfd, open_socket_dir(dir));
+  std::string via = fmt::format("/proc/self/fd/{}/{}", dfd.get(), name);
+  CORDON_TRY(addr, socket_address(via));
   UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!fd) {
     return sys_error("socket");
   }
   struct stat st {};
-  if (::lstat(path.c_str(), &st) == 0) {
+  if (::fstatat(dfd.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
     if (!S_ISSOCK(st.st_mode)) {
       return refusal("`{}` exists and is not a socket; choose another --socket", path);
     }
@@ -113,19 +154,100 @@ Result<UniqueFd> listen_on(const std::string& path) {
     if (::connect(probe.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
       return refusal("a daemon already listens on `{}`", path);
     }
-    ::unlink(path.c_str());
+    if (::unlinkat(dfd.get(), name.c_str(), 0) != 0) {
+      return sys_error("unlink the stale socket `{}`", path);
+    }
   }
-  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    return sys_error("bind `{}`", path);
-  }
-  // Reachable by anyone who can reach the directory; SO_PEERCRED decides who is served.
-  if (::chmod(path.c_str(), 0666) != 0) {
-    return sys_error("chmod `{}`", path);
+  mode_t old = ::umask(others ? 0111 : 0177);
+  int rc = ::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  int err = errno;
+  ::umask(old);
+  if (rc != 0) {
+    return errno_error(err, "bind `{}`", path);
   }
   if (::listen(fd.get(), 128) != 0) {
     return sys_error("listen `{}`", path);
   }
   return fd;
+}
+
+// systemd socket activation (sd_listen_fds(3)): fd 3 when LISTEN_PID is this process.
+Result<std::optional<UniqueFd>> activated_socket() {
+  const char* pid = std::getenv("LISTEN_PID");
+  const char* fds = std::getenv("LISTEN_FDS");
+  if (pid == nullptr || fds == nullptr || std::to_string(::getpid()) != pid) {
+    return std::optional<UniqueFd>();
+  }
+  ::unsetenv("LISTEN_PID");
+  ::unsetenv("LISTEN_FDS");
+  ::unsetenv("LISTEN_FDNAMES");
+  if (std::string(fds) != "1") {
+    return invalid("LISTEN_FDS={}: the socket unit must pass exactly one socket", fds);
+  }
+  int domain = 0, type = 0, listening = 0;
+  socklen_t len = sizeof(int);
+  if (::getsockopt(3, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0) {
+    return sys_error("getsockopt SO_DOMAIN on the activated fd 3");
+  }
+  len = sizeof(int);
+  ::getsockopt(3, SOL_SOCKET, SO_TYPE, &type, &len);
+  len = sizeof(int);
+  ::getsockopt(3, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len);
+  if (domain != AF_UNIX || type != SOCK_STREAM || !listening) {
+    return invalid(
+        "the activated fd 3 is not a listening unix stream socket (ListenStream=PATH in the "
+        "socket unit)");
+  }
+  if (::fcntl(3, F_SETFD, FD_CLOEXEC) != 0) {
+    return sys_error("fcntl FD_CLOEXEC on the activated fd 3");
+  }
+  return std::optional<UniqueFd>(UniqueFd(3));
+}
+
+// What the first line of a connection asked for.
+struct Hello {
+  std::optional<std::string> name;  // a named session; unset: one for this connection only
+  std::string first_message;        // a JSON-RPC message sent without a handshake
+  std::string error;
+  bool reply = true;  // the handshake is answered; a bare JSON-RPC start is not
+};
+
+Hello parse_hello(const std::optional<std::string>& line) {
+  Hello h;
+  constexpr const char* kFormat =
+      "the first line must be {\"cordon\": \"connect\", \"session\": \"NAME\"} (NAME of letters, "
+      "digits, - _ . (at most 100); without \"session\" the session ends with the connection) "
+      "or a JSON-RPC message";
+  json j = line ? json::parse(*line, nullptr, false) : json();
+  if (!j.is_object()) {
+    h.error = line ? kFormat : "no first line within the handshake time";
+    return h;
+  }
+  if (j.contains("jsonrpc")) {
+    h.first_message = *line;
+    h.reply = false;
+    return h;
+  }
+  if (j.value("cordon", json()) != "connect") {
+    h.error = kFormat;
+    return h;
+  }
+  if (j.contains("session")) {
+    if (!j["session"].is_string() || !valid_session(j["session"].get<std::string>())) {
+      h.error = kFormat;
+      return h;
+    }
+    h.name = j["session"].get<std::string>();
+  }
+  return h;
+}
+
+std::string random_hex() {
+  uint64_t v = 0;
+  if (::getrandom(&v, sizeof v, 0) != sizeof v) {
+    v = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  }
+  return fmt::format("{:016x}", v);
 }
 
 struct Connection {
@@ -136,12 +258,75 @@ struct Connection {
 
 }  // namespace
 
+namespace {
+
+// The policy's `daemon` section. The engine loads the same file for everything else.
+Result<policy::DaemonPolicy> daemon_policy(const std::string& policy_path) {
+  if (policy_path.empty()) {
+    return policy::DaemonPolicy{};
+  }
+  std::ifstream in(policy_path);
+  if (!in) {
+    return sys_error("read the policy `{}`", policy_path);
+  }
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CORDON_TRY_CTX(p, policy::parse_policy(text), "policy `{}`", policy_path);
+  return p.daemon;
+}
+
+// An unnamed session ends with its connection: its running jobs are killed (records kept).
+void end_session(Engine& engine, const std::string& session) {
+  auto jobs = engine.list(session, std::nullopt);
+  if (!jobs) {
+    return;
+  }
+  for (const auto& j : *jobs) {
+    if (!j.settled()) {
+      (void)engine.kill(session, j.task_id);
+    }
+  }
+}
+
+void serve_connection(int fd, uid_t uid, const std::shared_ptr<Engine>& engine,
+                      const ConnectionLimits& limits, const std::shared_ptr<spdlog::logger>& log) {
+  Hello hello = parse_hello(read_line(fd, kMaxHandshake, kHandshakeTimeoutMs));
+  if (!hello.error.empty()) {
+    send_line(fd, {{"ok", false}, {"error", hello.error}});
+    return;
+  }
+  // Sessions are scoped by the peer's uid: one user never sees another's jobs. A named one
+  // is `u<uid>-NAME`; an unnamed one `u<uid>.conn-<random>`, which no name can spell.
+  std::string session = hello.name ? fmt::format("u{}-{}", uid, *hello.name)
+                                   : fmt::format("u{}.conn-{}", uid, random_hex());
+  if (hello.reply && !send_line(fd, {{"ok", true}, {"session", session}})) {
+    return;
+  }
+  log->info("connection: session `{}`{}", session, hello.name ? "" : " (ends with it)");
+  int code = serve_mcp_connection(engine, session, fd, fd, limits, hello.first_message);
+  if (!hello.name) {
+    end_session(*engine, session);
+  }
+  log->info("connection closed{}: session `{}`", code != 0 ? " by a limit" : "", session);
+}
+
+}  // namespace
+
 int run_daemon(const DaemonOptions& options) {
   auto log = spdlog::get("daemon");
   if (!log) {
     log = spdlog::stderr_logger_mt("daemon");
   }
   spdlog::set_default_logger(log);
+  auto settings = daemon_policy(options.engine.policy_path);
+  if (!settings) {
+    log->error("cannot start: {}", settings.error().message());
+    return 1;
+  }
+  std::set<uid_t> allowed(options.allowed_uids.begin(), options.allowed_uids.end());
+  allowed.insert(settings->allowed_uids.begin(), settings->allowed_uids.end());
+  bool others = !allowed.empty();
+  allowed.insert(0);
+  allowed.insert(::geteuid());
   std::string path =
       options.socket_path.empty() ? options.engine.state_dir + "/daemon.sock" : options.socket_path;
   // Signals arrive on a signalfd so the accept loop can stop cleanly.
@@ -151,25 +336,47 @@ int run_daemon(const DaemonOptions& options) {
   sigaddset(&mask, SIGINT);
   sigaddset(&mask, SIGHUP);
   ::sigprocmask(SIG_BLOCK, &mask, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
   UniqueFd sigfd(::signalfd(-1, &mask, SFD_CLOEXEC));
   if (!sigfd) {
     log->error("signalfd: {}", errno_name(errno));
     return 1;
   }
+  // The listener comes first, while this process has one thread (bind changes the umask).
+  auto activated = activated_socket();
+  if (!activated) {
+    log->error("cannot use the activated socket: {}", activated.error().message());
+    return 1;
+  }
+  bool own_socket = !activated->has_value();
+  UniqueFd listener;
+  if (own_socket) {
+    if (!options.engine.state_dir.empty()) {
+      ::mkdir(options.engine.state_dir.c_str(), 0700);  // the default socket lives in it
+    }
+    auto l = listen_on(path, others);
+    if (!l) {
+      log->error("cannot listen: {}", l.error().message());
+      return 1;
+    }
+    listener = std::move(*l);
+  } else {
+    listener = std::move(**activated);
+    path = "(socket activation)";
+  }
   auto engine = Engine::open(options.engine);
   if (!engine) {
     log->error("cannot start: {}", engine.error().message());
+    if (own_socket) {
+      ::unlink(path.c_str());
+    }
     return 1;
   }
   std::shared_ptr<Engine> shared(std::move(*engine));
-  auto listener = listen_on(path);
-  if (!listener) {
-    log->error("cannot listen: {}", listener.error().message());
-    return 1;
-  }
-  std::set<uid_t> allowed(options.allowed_uids.begin(), options.allowed_uids.end());
-  allowed.insert(0);
-  allowed.insert(::geteuid());
+  ConnectionLimits limits;
+  limits.idle_timeout = std::chrono::milliseconds(settings->idle_timeout_ms);
+  limits.stall_timeout = std::chrono::milliseconds(settings->stall_timeout_ms);
+  size_t max_connections = std::min<size_t>(options.max_connections, settings->max_connections);
   log->info("listening on `{}`; state dir `{}`", path, options.engine.state_dir);
 
   std::list<std::unique_ptr<Connection>> conns;
@@ -187,7 +394,7 @@ int run_daemon(const DaemonOptions& options) {
     }
   };
   for (;;) {
-    struct pollfd p[2] = {{listener->get(), POLLIN, 0}, {sigfd.get(), POLLIN, 0}};
+    struct pollfd p[2] = {{listener.get(), POLLIN, 0}, {sigfd.get(), POLLIN, 0}};
     if (::poll(p, 2, 1000) < 0 && errno != EINTR) {
       log->error("poll: {}", errno_name(errno));
       break;
@@ -200,62 +407,57 @@ int run_daemon(const DaemonOptions& options) {
     if (!(p[0].revents & POLLIN)) {
       continue;
     }
-    int c = ::accept4(listener->get(), nullptr, nullptr, SOCK_CLOEXEC);
+    int c = ::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC);
     if (c < 0) {
       continue;
     }
     UniqueFd cfd(c);
+    // A client that stops reading must not hold a writer forever: a send blocked this long
+    // fails and the connection closes.
+    struct timeval tv {
+      static_cast<time_t>(limits.stall_timeout.count() / 1000),
+          static_cast<suseconds_t>((limits.stall_timeout.count() % 1000) * 1000)
+    };
+    ::setsockopt(c, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     struct ucred cred {};
     socklen_t len = sizeof cred;
+    std::string refused;
     if (::getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
         allowed.count(cred.uid) == 0) {
-      send_line(c, {{"ok", false},
-                    {"error", fmt::format("uid {} may not use this daemon; ask its operator to "
-                                          "start it with --allow-uid {}",
-                                          cred.uid, cred.uid)}});
-      continue;
+      refused = fmt::format(
+          "uid {} may not use this daemon; ask its operator to add {} to the policy's "
+          "daemon.allowedUids",
+          cred.uid, cred.uid);
     }
-    if (conns.size() >= options.max_connections) {
+    if (conns.size() >= max_connections) {
       send_line(c, {{"ok", false},
                     {"error", fmt::format("the daemon serves {} connections already; retry later",
-                                          options.max_connections)}});
+                                          max_connections)}});
       continue;
     }
     auto conn = std::make_unique<Connection>();
     conn->fd = std::move(cfd);
     Connection* raw = conn.get();
     uid_t uid = cred.uid;
-    conn->thread = std::thread([raw, uid, shared, log] {
-      int fd = raw->fd.get();
-      auto line = read_line(fd, kMaxHandshake, kHandshakeTimeoutMs);
-      json hello = line ? json::parse(*line, nullptr, false) : json();
-      // `== "connect"` on the json, not json::value(): that throws when "cordon" is not a
-      // string, and an exception here would end the whole daemon.
-      std::string name = hello.is_object() && hello.contains("cordon") &&
-                                 hello["cordon"] == "connect" && hello.contains("session") &&
-                                 hello["session"].is_string()
-                             ? hello["session"].get<std::string>()
-                             : "";
-      if (!valid_session(name)) {
-        send_line(fd, {{"ok", false},
-                       {"error",
-                        "the first line must be {\"cordon\": \"connect\", \"session\": "
-                        "\"NAME\"} with NAME of letters, digits, - _ . (at most 100)"}});
+    conn->thread = std::thread([raw, uid, shared, limits, log, refused] {
+      if (!refused.empty()) {
+        // Read the client's first line before answering: closing a socket with unread input
+        // resets it, and the client would never see why.
+        (void)read_line(raw->fd.get(), kMaxHandshake, kHandshakeTimeoutMs);
+        send_line(raw->fd.get(), {{"ok", false}, {"error", refused}});
+        log->warn("refused a connection: {}", refused);
       } else {
-        // Sessions are scoped by the peer's uid: one user never sees another's jobs.
-        std::string session = fmt::format("u{}-{}", uid, name);
-        if (send_line(fd, {{"ok", true}, {"session", session}})) {
-          log->info("connection: session `{}`", session);
-          serve_mcp_connection(shared, session, fd, fd);
-        }
+        serve_connection(raw->fd.get(), uid, shared, limits, log);
       }
       raw->done = true;
     });
     conns.push_back(std::move(conn));
   }
   reap(true);
-  listener->reset();
-  ::unlink(path.c_str());
+  listener.reset();
+  if (own_socket) {
+    ::unlink(path.c_str());
+  }
   return 0;
 }
 

@@ -1,14 +1,19 @@
 #pragma once
 
-// The unix-socket daemon: one engine, many connections. Each connection starts with a
-// one-line handshake naming its session, then speaks the same MCP JSON-RPC as `cordon mcp`.
-// Peer credentials are checked (SO_PEERCRED); sessions are scoped by the peer's uid, so one
-// user never sees another's jobs. Jobs outlive their connection: an agent that reconnects
-// with the same session name finds them.
+// The unix-socket daemon: one engine, many connections, each served by the same MCP
+// JSON-RPC as `cordon mcp`. Peer credentials are checked (SO_PEERCRED) against the policy's
+// daemon.allowedUids; sessions are scoped by the peer's uid, so one user never sees another's
+// jobs. A connection either names its session in a one-line handshake (its jobs outlive the
+// connection; a reconnecting client of the same uid finds them) or starts speaking JSON-RPC at
+// once, and then its session ends with it (running jobs killed, records kept).
 //
 // Handshake (one line each way):
-//   client → {"cordon": "connect", "session": "NAME"}
+//   client → {"cordon": "connect", "session": "NAME"}   (without "session": unnamed)
 //   daemon → {"ok": true, "session": "u<uid>-NAME"}   or   {"ok": false, "error": "..."}
+// Limits: a request line of at most 16 MiB (longer: a JSON-RPC error, the line skipped); a
+// line begun and not finished within daemon.stallTimeoutMs, or a client that does not read its
+// answers that long, closes the connection; so does daemon.idleTimeoutMs without a request
+// while no call is in flight. Every connection has its own thread: one never stalls another.
 
 #include <string>
 #include <sys/types.h>
@@ -23,7 +28,7 @@ namespace cordon::api {
 struct DaemonOptions {
   EngineOptions engine;
   std::string socket_path;          // default: <state_dir>/daemon.sock
-  std::vector<uid_t> allowed_uids;  // besides root and the daemon's own uid
+  std::vector<uid_t> allowed_uids;  // added to the policy's daemon.allowedUids (--allow-uid)
   size_t max_connections = 256;
 };
 

@@ -62,6 +62,8 @@ class LineSplitter {
   std::vector<Line> feed(std::string_view bytes);
   /// At EOF: the unterminated last line, if any (an overlong one is reported as such).
   std::vector<Line> finish();
+  /// A line has begun and not ended (the daemon's stall timeout watches this).
+  bool pending() const { return skipping_ || !buf_.empty(); }
 
  private:
   size_t max_;

@@ -1,15 +1,22 @@
 #include "api/mcp.hpp"
 
+#include <poll.h>
+#include <signal.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <list>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
+#include <string_view>
 #include <thread>
 
 #include <fmt/format.h>
@@ -17,6 +24,7 @@
 #include <spdlog/spdlog.h>
 
 #include "api/jsonrpc.hpp"
+#include "api/schema.hpp"
 #include "api/tools.hpp"
 
 namespace cordon::api {
@@ -27,6 +35,14 @@ namespace rpc = jsonrpc;
 
 constexpr const char* kJobUriPrefix = "cordon://jobs/";
 constexpr size_t kSettleTailChars = 400;
+// MCP tasks (2025-11-25, experimental).
+constexpr const char* kTasksVersion = "2025-11-25";
+constexpr const char* kRelatedTaskKey = "io.modelcontextprotocol/related-task";
+constexpr const char* kImmediateResponseKey = "io.modelcontextprotocol/model-immediate-response";
+constexpr uint64_t kTaskPollMs = 500;
+constexpr size_t kTaskPage = 100;       // tasks/list page size
+constexpr size_t kRecentSettled = 256;  // settles remembered for a watch that comes late
+constexpr size_t kMaxRefusedTasks = 256;
 
 // RFC 5424 severities as MCP names them, least severe first.
 const std::vector<std::string> kLogLevels = {"debug", "info",     "notice", "warning",
@@ -34,6 +50,13 @@ const std::vector<std::string> kLogLevels = {"debug", "info",     "notice", "war
 
 bool has_structured_content(const std::string& version) {
   return version >= "2025-06-18";  // ISO dates compare as strings
+}
+
+bool has_tasks(const std::string& version) { return version >= kTasksVersion; }
+
+// The tools whose call can be a task: the ones that start a command.
+bool task_tool(const std::string& name) {
+  return name == "run_command" || name == "run_command_bg";
 }
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
@@ -60,21 +83,75 @@ class Server {
         log_(std::move(log)),
         rpc_([this](const json& m) { send(m); }) {
     register_methods();
+    // Called by the engine with its lock held: only queue the status for the watcher.
+    settle_sub_ = engine_->subscribe_settled([this](const JobStatus& s) {
+      if (s.session != session_) {
+        return;
+      }
+      {
+        std::lock_guard<std::mutex> lock(settle_mu_);
+        settle_queue_.push_back(s);
+      }
+      watch_cv_.notify_all();
+    });
   }
 
-  int serve(int in_fd) {
+  ~Server() { unsubscribe(); }
+
+  int serve(int in_fd, const ConnectionLimits& limits = {}, const std::string& first_line = {}) {
     watcher_ = std::thread([this] { watch_loop(); });
     rpc::LineSplitter lines;
+    if (!first_line.empty()) {
+      rpc_.handle_line(first_line);
+    }
     char buf[65536];
+    using Clock = std::chrono::steady_clock;
+    auto last_input = Clock::now();
+    int code = 0;
     for (;;) {
+      if (output_broken()) {
+        log_->warn("closing: the client stopped reading its answers");
+        code = 1;
+        break;
+      }
+      if (limits.idle_timeout.count() > 0 || limits.stall_timeout.count() > 0) {
+        // Wake at least once a second: a call that ends does not wake poll().
+        struct pollfd p {
+          in_fd, POLLIN, 0
+        };
+        int r = ::poll(&p, 1, 1000);
+        if (r < 0 && errno != EINTR) {
+          log_->error("poll: {}", errno_name(errno));
+          break;
+        }
+        if (r <= 0) {
+          reap_calls(false);
+          auto still = Clock::now() - last_input;
+          if (lines.pending() && limits.stall_timeout.count() > 0 &&
+              still >= limits.stall_timeout) {
+            log_->warn("closing: a request line stalled for {} ms unfinished",
+                       limits.stall_timeout.count());
+            code = 1;
+            break;
+          }
+          if (!lines.pending() && limits.idle_timeout.count() > 0 && still >= limits.idle_timeout &&
+              live_calls() == 0) {
+            log_->info("closing: idle for {} ms", limits.idle_timeout.count());
+            code = 1;
+            break;
+          }
+          continue;
+        }
+      }
       ssize_t n = ::read(in_fd, buf, sizeof buf);
       if (n < 0 && errno == EINTR) {
         continue;
       }
       if (n < 0) {
-        log_->error("read stdin: {}", errno_name(errno));
+        log_->error("read: {}", errno_name(errno));
         break;
       }
+      last_input = Clock::now();
       if (n == 0) {
         for (auto& l : lines.finish()) {
           rpc_.handle_line(l.text);
@@ -93,13 +170,13 @@ class Server {
     }
     log_->info("input closed: ending this server (and, standalone, its running commands)");
     shutdown();
-    return 0;
+    return code;
   }
 
  private:
   struct Call {
     json id;
-    std::string tool;
+    std::string tool;  // the tool's name, or the method (tasks/result)
     std::atomic<bool> cancelled{false};
     std::atomic<bool> done{false};
     std::thread thread;
@@ -171,6 +248,14 @@ class Server {
         std::lock_guard<std::mutex> lock(mu_);
         version_ = chosen;
       }
+      json capabilities = {{"tools", {{"listChanged", false}}},
+                           {"logging", json::object()},
+                           {"resources", {{"subscribe", true}, {"listChanged", true}}}};
+      if (has_tasks(chosen)) {
+        capabilities["tasks"] = {{"list", json::object()},
+                                 {"cancel", json::object()},
+                                 {"requests", {{"tools", {{"call", json::object()}}}}}};
+      }
       // Batches exist in JSON-RPC 2.0 and MCP up to 2025-03-26; 2025-06-18 removed them.
       rpc_.set_allow_batch(!has_structured_content(chosen));
       initialized_ = true;
@@ -181,10 +266,7 @@ class Server {
       reply(rpc::make_result(
           r.id,
           {{"protocolVersion", chosen},
-           {"capabilities",
-            {{"tools", {{"listChanged", false}}},
-             {"logging", json::object()},
-             {"resources", {{"subscribe", true}, {"listChanged", true}}}}},
+           {"capabilities", capabilities},
            {"serverInfo", {{"name", "cordon"}, {"title", "cordon sandbox"}, {"version", "0.1.0"}}},
            {"instructions",
             "cordon runs commands in a kernel-enforced sandbox, with NO shell: argv arrays of an "
@@ -212,7 +294,8 @@ class Server {
                      fmt::format("`/level` must be one of {}", fmt::join(kLogLevels, ", ")));
     });
     rpc_.on("tools/list", [this](const rpc::Request& r, rpc::Reply reply) {
-      bool structured = has_structured_content(version());
+      std::string v = version();
+      bool structured = has_structured_content(v);
       json tools = json::array();
       for (const auto& t : tool_table()) {
         json j = {{"name", t.name},
@@ -222,6 +305,9 @@ class Server {
                   {"annotations", t.annotations}};
         if (structured) {
           j["outputSchema"] = t.output_schema;
+        }
+        if (has_tasks(v)) {
+          j["execution"] = {{"taskSupport", task_tool(t.name) ? "optional" : "forbidden"}};
         }
         tools.push_back(std::move(j));
       }
@@ -289,6 +375,7 @@ class Server {
         reply(rpc::make_result(r.id, json::object()));
       }
     });
+    register_task_methods();
     rpc_.on_notification("notifications/initialized",
                          [this](const rpc::Request&) { log_->info("client initialized"); });
     rpc_.on_notification("notifications/cancelled", [this](const rpc::Request& r) {
@@ -332,6 +419,38 @@ class Server {
   }
 
   // ---- tool calls -----------------------------------------------------------------------------
+  // Registers a request that answers on its own thread. Null (and the error sent) when the
+  // id is in use or too many calls are in flight.
+  std::shared_ptr<Call> begin_call(const rpc::Request& r, const rpc::Reply& reply,
+                                   const std::string& what) {
+    auto call = std::make_shared<Call>();
+    call->id = r.id;
+    call->tool = what;
+    std::lock_guard<std::mutex> lock(mu_);
+    size_t live = 0;
+    for (const auto& c : calls_) {
+      if (!c->done) {
+        ++live;
+        if (c->id == r.id) {
+          reply(rpc::make_error(r.id, rpc::kInvalidRequest,
+                                "Invalid Request: this id is already in use by a request in "
+                                "flight"));
+          return nullptr;
+        }
+      }
+    }
+    if (live >= max_calls_) {
+      reply(rpc::make_error(
+          r.id, rpc::kServerBusy,
+          fmt::format("{} requests are already in flight (the limit); wait for one to finish "
+                      "or cancel one",
+                      live)));
+      return nullptr;
+    }
+    calls_.push_back(call);
+    return call;
+  }
+
   void start_call(const rpc::Request& r, const rpc::Reply& reply) {
     if (!r.params.is_object() || !r.params.contains("name") || !r.params["name"].is_string()) {
       return invalid_params(r, reply, "`/name` must be a string");
@@ -351,6 +470,24 @@ class Server {
     if (!args.is_object()) {
       return invalid_params(r, reply, "`/arguments` must be an object");
     }
+    // A task request is honoured only where the tasks capability was declared; an older
+    // session's call is processed normally, as the spec asks.
+    bool as_task = false;
+    if (auto t = r.params.find("task"); t != r.params.end() && has_tasks(version())) {
+      if (!t->is_object() ||
+          (t->contains("ttl") && !(*t)["ttl"].is_number() && !(*t)["ttl"].is_null())) {
+        return invalid_params(r, reply, "`/task` must be an object {ttl?: number}");
+      }
+      if (!task_tool(name)) {
+        return reply(rpc::make_error(
+            r.id, rpc::kMethodNotFound,
+            fmt::format("Method not found: {} cannot run as a task (its execution.taskSupport "
+                        "is forbidden); call it without `task`. run_command and run_command_bg "
+                        "can.",
+                        name)));
+      }
+      as_task = true;
+    }
     json token;
     if (auto m = r.params.find("_meta"); m != r.params.end() && m->is_object()) {
       if (auto t = m->find("progressToken");
@@ -358,35 +495,32 @@ class Server {
         token = *t;
       }
     }
-    auto call = std::make_shared<Call>();
-    call->id = r.id;
-    call->tool = name;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      size_t live = 0;
-      for (const auto& c : calls_) {
-        if (!c->done) {
-          ++live;
-          if (c->id == r.id) {
-            return reply(rpc::make_error(r.id, rpc::kInvalidRequest,
-                                         "Invalid Request: this id is already in use by a "
-                                         "request in flight"));
-          }
-        }
-      }
-      if (live >= max_calls_) {
-        return reply(rpc::make_error(
-            r.id, rpc::kServerBusy,
-            fmt::format("{} tool calls are already in flight (the limit); wait for one to finish "
-                        "or cancel one",
-                        live)));
-      }
-      calls_.push_back(call);
+    auto call = begin_call(r, reply, name);
+    if (!call) {
+      return;
     }
-    call->thread = std::thread([this, call, tool, args, token, reply] {
-      run_call(*call, *tool, args, token, reply);
+    call->thread = std::thread([this, call, tool, args, token, reply, as_task] {
+      if (as_task) {
+        run_task_call(*call, *tool, args, reply);
+      } else {
+        run_call(*call, *tool, args, token, reply);
+      }
       call->done = true;
     });
+  }
+
+  // A CallToolResult for this session's protocol version.
+  json call_result(const ToolResult& res) {
+    json content = json::array();
+    if (res.is_error) {
+      content.push_back({{"type", "text"}, {"text", res.text}});
+    }
+    content.push_back({{"type", "text"}, {"text", dump(res.structured)}});
+    json result = {{"content", content}, {"isError", res.is_error}};
+    if (has_structured_content(version())) {
+      result["structuredContent"] = res.structured;
+    }
+    return result;
   }
 
   void run_call(Call& call, const Tool& tool, const json& args, const json& token,
@@ -416,26 +550,333 @@ class Server {
     const json& s = res.structured;
     if (s.contains("taskId") && s.contains("state") && s["state"].is_string() &&
         (s["state"] == "running" || s["state"] == "queued")) {
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        watched_.insert(s["taskId"].get<std::string>());
-      }
-      watch_cv_.notify_all();
+      watch(s["taskId"].get<std::string>());
     }
     if (tool.name == "run_command" || tool.name == "run_command_bg" ||
         (tool.name == "command_remove" && !res.is_error)) {
       notify("notifications/resources/list_changed", nullptr);
     }
-    json content = json::array();
-    if (res.is_error) {
-      content.push_back({{"type", "text"}, {"text", res.text}});
+    reply(rpc::make_result(call.id, call_result(res)));
+  }
+
+  // ---- MCP tasks (2025-11-25) -----------------------------------------------------------------
+  // A task is a cordon job: the task id is its taskId. A tools/call with `task` starts the
+  // command as run_command_bg would and answers with the task at once; tasks/result answers
+  // what the tool would have answered once the job settled. Every job of the session is a
+  // task (tasks/list shows them all). A start that is refused gets a task of its own, already
+  // failed, kept in memory, whose result is the refusal.
+  struct TaskInfo {
+    std::string tool;
+    std::string created;
+  };
+  struct RefusedTask {
+    json task;
+    json result;  // the CallToolResult
+  };
+
+  void run_task_call(Call& call, const Tool& tool, const json& args, const rpc::Reply& reply) {
+    std::string created = now_rfc3339();
+    ToolResult res;
+    if (!validate_schema(tool.input_schema, args).empty()) {
+      res = call_tool(*engine_, tool, session_, args);  // the in-band invalid-arguments answer
+    } else {
+      json bg = args;
+      bg.erase("yieldMs");  // a task waits as long as its command runs
+      res = call_tool(*engine_, *find_tool("run_command_bg"), session_, bg);
     }
-    content.push_back({{"type", "text"}, {"text", dump(res.structured)}});
-    json result = {{"content", content}, {"isError", res.is_error}};
-    if (has_structured_content(version())) {
-      result["structuredContent"] = res.structured;
+    const json& s = res.structured;
+    json task;
+    std::string id;
+    if (s.contains("taskId") && s["taskId"].is_string()) {
+      id = s["taskId"].get<std::string>();
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        tasks_[id] = {tool.name, created};
+      }
+      task = task_of(s);
+      if (s.value("state", "") == "running" || s.value("state", "") == "queued") {
+        watch(id);
+      }
+      notify("notifications/resources/list_changed", nullptr);
+    } else {
+      json refusal = call_result(res);  // before taking mu_: it reads the version under mu_
+      std::lock_guard<std::mutex> lock(mu_);
+      id = fmt::format("refused-{}", ++refused_seq_);
+      task = {{"taskId", id},
+              {"status", "failed"},
+              {"statusMessage", "refused, nothing was started: " + res.text},
+              {"createdAt", created},
+              {"lastUpdatedAt", created},
+              {"ttl", nullptr}};
+      refused_[id] = {task, std::move(refusal)};
+      refused_order_.push_back(id);
+      if (refused_order_.size() > kMaxRefusedTasks) {
+        refused_.erase(refused_order_.front());
+        refused_order_.pop_front();
+      }
+    }
+    if (call.cancelled) {
+      log_->info("request {} cancelled; task {} was created anyway", dump(call.id), id);
+      return;
+    }
+    json result = {{"task", task}};
+    result["_meta"] = {
+        {kImmediateResponseKey,
+         fmt::format("{} is running as task {}: its result comes with tasks/result; meanwhile "
+                     "command_status, command_output and command_wait take the same id.",
+                     tool.name, id)}};
+    if (task["status"] == "failed") {
+      result["_meta"][kImmediateResponseKey] = task["statusMessage"];
     }
     reply(rpc::make_result(call.id, std::move(result)));
+  }
+
+  size_t live_calls() {
+    std::lock_guard<std::mutex> lock(mu_);
+    size_t live = 0;
+    for (const auto& c : calls_) {
+      live += c->done ? 0 : 1;
+    }
+    return live;
+  }
+
+  bool output_broken() {
+    std::lock_guard<std::mutex> lock(out_mu_);
+    return out_broken_;
+  }
+
+  static std::string now_rfc3339() {
+    timespec ts{};
+    ::clock_gettime(CLOCK_REALTIME, &ts);
+    struct tm tm {};
+    ::gmtime_r(&ts.tv_sec, &tm);
+    char buf[40];
+    size_t n = ::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+    return fmt::format("{}.{:03}Z", std::string_view(buf, n), ts.tv_nsec / 1000000);
+  }
+
+  // The task view of a job (its status_json): working while queued or running; completed
+  // once it ran and settled, whatever its exit code (the result says it); failed when it
+  // could not start or its output could not be kept (the tool result is isError then);
+  // cancelled once tasks/cancel was accepted, whatever happens after.
+  json task_of(const json& st) {
+    std::string id = st.value("taskId", "");
+    std::string state = st.value("state", "");
+    std::string message = st.value("message", "");
+    bool cancelled;
+    std::string created;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      cancelled = cancelled_.contains(id);
+      if (auto it = tasks_.find(id); it != tasks_.end()) {
+        created = it->second.created;
+      }
+    }
+    std::string started = st.value("startedAt", "");
+    if (started.empty()) {
+      started = created.empty() ? now_rfc3339() : created;  // queued: not started yet
+    }
+    std::string updated = st.contains("endedAt") && st["endedAt"].is_string()
+                              ? st["endedAt"].get<std::string>()
+                              : started;
+    std::string status, text;
+    if (cancelled) {
+      status = "cancelled";
+      text =
+          "cancelled by tasks/cancel: the sandbox got SIGTERM (SIGKILL after the policy's "
+          "grace); what it printed is kept (command_output)";
+    } else if (state == "queued") {
+      status = "working";
+      text = "queued: waiting for a free slot (the policy's concurrency limit)";
+    } else if (state == "running") {
+      status = "working";
+      text =
+          "running; tasks/result waits for the end, command_output pages what it printed "
+          "so far";
+    } else if (state == "failed") {
+      status = "failed";
+      text = message.empty() ? "failed" : message;
+    } else {
+      status = "completed";
+      if (state == "exited" && st["exitCode"].is_number_integer()) {
+        text = fmt::format("exited with code {}", st["exitCode"].get<int>());
+      } else if (state == "killed" && st["signal"].is_string()) {
+        text = "killed by " + st["signal"].get<std::string>();
+      } else {
+        text = message.empty() ? state : state + ": " + message;
+      }
+      text += "; tasks/result has the full result";
+    }
+    return {{"taskId", id},
+            {"status", status},
+            {"statusMessage", text},
+            {"createdAt", started},
+            {"lastUpdatedAt", updated},
+            {"ttl", nullptr},
+            {"pollInterval", kTaskPollMs}};
+  }
+
+  // A job's status without marking it read (tasks/get is polling, not reading the result).
+  std::optional<json> find_status(const std::string& id) {
+    auto jobs = engine_->list(session_, std::nullopt);
+    if (jobs) {
+      for (const auto& s : *jobs) {
+        if (s.task_id == id) {
+          return status_json(s);
+        }
+      }
+    }
+    return std::nullopt;
+  }
+
+  std::optional<std::string> task_id_param(const rpc::Request& r, const rpc::Reply& reply) {
+    if (!r.params.is_object() || !r.params.contains("taskId") || !r.params["taskId"].is_string()) {
+      invalid_params(r, reply, "`/taskId` must be a string");
+      return std::nullopt;
+    }
+    return r.params["taskId"].get<std::string>();
+  }
+
+  void task_not_found(const rpc::Request& r, const rpc::Reply& reply, const std::string& id) {
+    auto known = engine_->known_ids(session_);
+    std::string which = known.empty()
+                            ? "this session has none; a tools/call of run_command or "
+                              "run_command_bg with `task` creates one"
+                            : fmt::format("this session's are {}", fmt::join(known, ", "));
+    invalid_params(r, reply, fmt::format("Failed to retrieve task: no task `{}`; {}", id, which));
+  }
+
+  void register_task_methods() {
+    rpc_.on("tasks/get", [this](const rpc::Request& r, rpc::Reply reply) {
+      auto id = task_id_param(r, reply);
+      if (!id) {
+        return;
+      }
+      if (auto refused = refused_task(*id)) {
+        return reply(rpc::make_result(r.id, refused->task));
+      }
+      auto st = find_status(*id);
+      if (!st) {
+        return task_not_found(r, reply, *id);
+      }
+      reply(rpc::make_result(r.id, task_of(*st)));
+    });
+    rpc_.on("tasks/list", [this](const rpc::Request& r, rpc::Reply reply) {
+      size_t from = 0;
+      if (r.params.is_object() && r.params.contains("cursor")) {
+        const json& c = r.params["cursor"];
+        std::string text = c.is_string() ? c.get<std::string>() : "";
+        if (text.empty() || text.size() > 9 ||
+            text.find_first_not_of("0123456789") != std::string::npos) {
+          return invalid_params(r, reply, "`/cursor` is not a cursor tasks/list gave");
+        }
+        from = std::stoul(text);
+      }
+      auto jobs = engine_->list(session_, std::nullopt);
+      if (!jobs) {
+        return reply(rpc::make_error(r.id, rpc::kInternalError, jobs.error().message()));
+      }
+      json all = json::array();
+      for (const auto& s : *jobs) {
+        all.push_back(task_of(status_json(s)));
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (const auto& id : refused_order_) {
+          all.push_back(refused_.at(id).task);
+        }
+      }
+      if (from > all.size()) {
+        return invalid_params(r, reply, "`/cursor` is past the end of the list");
+      }
+      json page = json::array();
+      for (size_t i = from; i < all.size() && i < from + kTaskPage; ++i) {
+        page.push_back(all[i]);
+      }
+      json result = {{"tasks", page}};
+      if (from + kTaskPage < all.size()) {
+        result["nextCursor"] = std::to_string(from + kTaskPage);
+      }
+      reply(rpc::make_result(r.id, std::move(result)));
+    });
+    rpc_.on("tasks/cancel", [this](const rpc::Request& r, rpc::Reply reply) {
+      auto id = task_id_param(r, reply);
+      if (!id) {
+        return;
+      }
+      if (refused_task(*id)) {
+        return invalid_params(r, reply,
+                              fmt::format("task `{}` already failed (nothing was started)", *id));
+      }
+      auto st = find_status(*id);
+      if (!st) {
+        return task_not_found(r, reply, *id);
+      }
+      json now = task_of(*st);
+      if (now["status"] != "working") {
+        return invalid_params(
+            r, reply,
+            fmt::format("task `{}` is already {} ({}); a finished task cannot be cancelled", *id,
+                        now["status"].get<std::string>(), now["statusMessage"].get<std::string>()));
+      }
+      // The same as command_kill: SIGTERM to the whole sandbox, SIGKILL after the grace.
+      auto k = engine_->kill(session_, *id, SIGTERM);
+      if (!k) {
+        return reply(rpc::make_error(r.id, rpc::kInternalError,
+                                     "Internal error: cancel: " + k.error().message()));
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        cancelled_.insert(*id);
+      }
+      json task = task_of(status_json(*k));
+      notify("notifications/tasks/status", task);
+      reply(rpc::make_result(r.id, task));
+    });
+    rpc_.on("tasks/result", [this](const rpc::Request& r, rpc::Reply reply) {
+      auto id = task_id_param(r, reply);
+      if (!id) {
+        return;
+      }
+      if (auto refused = refused_task(*id)) {
+        json result = refused->result;
+        result["_meta"] = {{kRelatedTaskKey, {{"taskId", *id}}}};
+        return reply(rpc::make_result(r.id, std::move(result)));
+      }
+      if (!find_status(*id)) {
+        return task_not_found(r, reply, *id);
+      }
+      auto call = begin_call(r, reply, "tasks/result");
+      if (!call) {
+        return;
+      }
+      call->thread = std::thread([this, call, id = *id, reply] {
+        std::string tool = "run_command";  // a job not started as a task: the fuller answer
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          if (auto it = tasks_.find(id); it != tasks_.end()) {
+            tool = it->second.tool;
+          }
+        }
+        CallContext ctx;
+        ctx.cancelled = [this, &c = *call] { return c.cancelled.load() || shutting_down_.load(); };
+        ToolResult res = settled_result(*engine_, *find_tool(tool), session_, id, ctx);
+        if (!call->cancelled) {
+          json result = call_result(res);
+          result["_meta"] = {{kRelatedTaskKey, {{"taskId", id}}}};
+          reply(rpc::make_result(call->id, std::move(result)));
+        }
+        call->done = true;
+      });
+    });
+  }
+
+  std::optional<RefusedTask> refused_task(const std::string& id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = refused_.find(id); it != refused_.end()) {
+      return it->second;
+    }
+    return std::nullopt;
   }
 
   void reap_calls(bool all) {
@@ -459,43 +900,55 @@ class Server {
   }
 
   // ---- settle announcements -------------------------------------------------------------------
-  // The engine has no settle callback; a job this server left running is looked up by
-  // listing (which, unlike status, does not mark it read) twice a second while any is watched.
+  // The engine tells us (subscribe_settled) when a job settles; the watcher thread announces
+  // the ones this server left running. A settle can come before the call that started the job
+  // has asked to watch it, so recent settles are remembered for a watch that comes late.
+  void watch(const std::string& id) {
+    std::optional<JobStatus> early;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto it = recent_.begin(); it != recent_.end(); ++it) {
+        if (it->task_id == id) {
+          early = *it;
+          recent_.erase(it);
+          break;
+        }
+      }
+      if (!early) {
+        watched_.insert(id);
+      }
+    }
+    if (early) {
+      announce(*early);
+    }
+  }
+
   void watch_loop() {
-    std::unique_lock<std::mutex> lock(mu_);
-    while (!stopping_) {
-      if (watched_.empty()) {
-        watch_cv_.wait(lock, [this] { return stopping_ || !watched_.empty(); });
-        continue;
+    for (;;) {
+      std::deque<JobStatus> batch;
+      {
+        std::unique_lock<std::mutex> lock(settle_mu_);
+        watch_cv_.wait(lock, [this] { return stopping_ || !settle_queue_.empty(); });
+        if (stopping_) {
+          return;
+        }
+        batch.swap(settle_queue_);
       }
-      watch_cv_.wait_for(lock, std::chrono::milliseconds(500), [this] { return stopping_; });
-      if (stopping_) {
-        break;
-      }
-      std::set<std::string> ids = watched_;
-      lock.unlock();
-      auto jobs = engine_->list(session_, std::nullopt);
-      std::vector<JobStatus> settled;
-      std::set<std::string> gone = ids;
-      if (jobs) {
-        for (const auto& s : *jobs) {
-          if (ids.contains(s.task_id)) {
-            gone.erase(s.task_id);
-            if (s.settled()) {
-              settled.push_back(s);
+      for (const auto& s : batch) {
+        bool watched;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          watched = watched_.erase(s.task_id) > 0;
+          if (!watched) {
+            recent_.push_back(s);
+            if (recent_.size() > kRecentSettled) {
+              recent_.pop_front();
             }
           }
         }
-      }
-      for (const auto& s : settled) {
-        announce(s);
-      }
-      lock.lock();
-      for (const auto& s : settled) {
-        watched_.erase(s.task_id);
-      }
-      for (const auto& id : gone) {
-        watched_.erase(id);  // removed meanwhile
+        if (watched) {
+          announce(s);
+        }
       }
     }
   }
@@ -513,13 +966,25 @@ class Server {
                                         "for the full result",
                                         s.task_id)}});
     std::string uri = kJobUriPrefix + s.task_id;
-    bool subscribed;
+    bool subscribed, task, cancelled;
     {
       std::lock_guard<std::mutex> lock(mu_);
       subscribed = subscribed_.contains(uri);
+      task = tasks_.contains(s.task_id);
+      cancelled = cancelled_.contains(s.task_id);
     }
     if (subscribed) {
       notify("notifications/resources/updated", {{"uri", uri}});
+    }
+    if (task && !cancelled) {  // a cancelled task's last change was announced by tasks/cancel
+      notify("notifications/tasks/status", task_of(status_json(s)));
+    }
+  }
+
+  void unsubscribe() {
+    if (engine_ && settle_sub_ != 0) {
+      engine_->unsubscribe_settled(settle_sub_);
+      settle_sub_ = 0;
     }
   }
 
@@ -529,14 +994,15 @@ class Server {
     shutting_down_ = true;
     reap_calls(true);
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      std::lock_guard<std::mutex> lock(settle_mu_);
       stopping_ = true;
     }
     watch_cv_.notify_all();
     if (watcher_.joinable()) {
       watcher_.join();
     }
-    engine_.reset();  // kills every running sandbox
+    unsubscribe();    // before the engine goes: its settles must not reach a server that ended
+    engine_.reset();  // standalone, the last owner: kills every running sandbox
   }
 
   // Shared with the daemon, which serves every connection on one engine; standalone, this
@@ -547,14 +1013,25 @@ class Server {
   size_t max_calls_;
   std::shared_ptr<spdlog::logger> log_;
   rpc::Dispatcher rpc_;
+  uint64_t settle_sub_ = 0;
 
   std::mutex out_mu_;
   bool out_broken_ = false;
 
-  std::mutex mu_;  // guards what follows
+  std::mutex mu_;  // guards what follows; never held while calling the engine
   std::string version_ = kMcpVersions[0];
   std::list<std::shared_ptr<Call>> calls_;
   std::set<std::string> watched_, subscribed_;
+  std::deque<JobStatus> recent_;           // settled while not (yet) watched, newest last
+  std::map<std::string, TaskInfo> tasks_;  // jobs started as tasks by this server
+  std::set<std::string> cancelled_;        // tasks/cancel accepted
+  std::map<std::string, RefusedTask> refused_;
+  std::deque<std::string> refused_order_;
+  uint64_t refused_seq_ = 0;
+
+  // The engine's settle callback only queues here (it runs with the engine's lock held).
+  std::mutex settle_mu_;  // guards what follows
+  std::deque<JobStatus> settle_queue_;
   bool stopping_ = false;
   std::condition_variable watch_cv_;
 
@@ -584,7 +1061,8 @@ int run_mcp_server(const McpOptions& options) {
 }
 
 int serve_mcp_connection(std::shared_ptr<Engine> engine, const std::string& session, int in_fd,
-                         int out_fd, size_t max_calls) {
+                         int out_fd, const ConnectionLimits& limits,
+                         const std::string& first_line) {
   auto log = spdlog::get("mcp");
   if (!log) {
     log = spdlog::stderr_logger_mt("mcp");
@@ -593,9 +1071,9 @@ int serve_mcp_connection(std::shared_ptr<Engine> engine, const std::string& sess
   o.session = session;
   o.in_fd = in_fd;
   o.out_fd = out_fd;
-  o.max_calls = max_calls;
+  o.max_calls = limits.max_calls;
   Server server(std::move(engine), o, log);
-  return server.serve(in_fd);
+  return server.serve(in_fd, limits, first_line);
 }
 
 }  // namespace cordon::api

@@ -5,6 +5,7 @@
 // McpOptions::max_calls at once) so a long wait never holds up the reading of the next
 // message, a cancel included; every write to the output is one serialized line.
 
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -26,10 +27,20 @@ struct McpOptions {
   size_t max_calls = 32;
 };
 
+/// How long a daemon connection may sit still before it is closed (0: never).
+struct ConnectionLimits {
+  size_t max_calls = 32;
+  std::chrono::milliseconds idle_timeout{0};   // no bytes, no partial line, no call in flight
+  std::chrono::milliseconds stall_timeout{0};  // a line begun and not finished
+};
+
 /// One MCP session on a connection of the daemon: like run_mcp_server, on a shared engine that
-/// outlives the connection (its jobs keep running when the client goes away).
+/// outlives the connection (its jobs keep running when the client goes away). `first_line` is a
+/// message the daemon already read (a client that skipped the handshake). Returns 0 when the
+/// client closed, 1 when a limit closed the connection.
 int serve_mcp_connection(std::shared_ptr<Engine> engine, const std::string& session, int in_fd,
-                         int out_fd, size_t max_calls = 32);
+                         int out_fd, const ConnectionLimits& limits,
+                         const std::string& first_line = {});
 
 /// Serves until EOF on in_fd. Returns a process exit code: 0 after a clean EOF, 1 when the
 /// engine could not be opened (the reason is logged on stderr).

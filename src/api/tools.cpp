@@ -358,28 +358,10 @@ std::optional<json> await_status(Engine& engine, const std::string& session, con
   return std::nullopt;
 }
 
-json run_command(Engine& engine, const std::string& session, const json& args,
-                 const CallContext& ctx) {
-  auto opts = start_options(args);
-  auto started = engine.start(session, *opts);
-  if (!started) {
-    return error_with_ids(engine, session, started.error());
-  }
-  std::string id = started->task_id;
-  JobStatus st = *started;
-  milliseconds yield(get_u64(args, "yieldMs", kDefaultYieldMs));
-  if (auto err = await_status(engine, session, id, yield, ctx, st)) {
-    return *err;
-  }
+// run_command's answer for a settled job: its status and its output inline (the tails).
+json settled_with_output(Engine& engine, const std::string& session, const JobStatus& st) {
+  const std::string& id = st.task_id;
   json out = status_json(st);
-  if (!st.settled()) {
-    out["hint"] = fmt::format(
-        "still running after {} ms and left running: use command_wait {{\"taskIds\": "
-        "[\"{}\"]}} or command_status {{\"taskId\": \"{}\", \"waitMs\": 30000}}; "
-        "command_output pages what it printed so far",
-        yield.count(), id, id);
-    return out;
-  }
   json output = json::object();
   std::string first = st.pty ? "pty" : "stdout";
   auto a = inline_stream(engine, session, id, first, kInlineOutputChars);
@@ -406,6 +388,31 @@ json run_command(Engine& engine, const std::string& session, const json& args,
         id);
   }
   return out;
+}
+
+json run_command(Engine& engine, const std::string& session, const json& args,
+                 const CallContext& ctx) {
+  auto opts = start_options(args);
+  auto started = engine.start(session, *opts);
+  if (!started) {
+    return error_with_ids(engine, session, started.error());
+  }
+  std::string id = started->task_id;
+  JobStatus st = *started;
+  milliseconds yield(get_u64(args, "yieldMs", kDefaultYieldMs));
+  if (auto err = await_status(engine, session, id, yield, ctx, st)) {
+    return *err;
+  }
+  json out = status_json(st);
+  if (!st.settled()) {
+    out["hint"] = fmt::format(
+        "still running after {} ms and left running: use command_wait {{\"taskIds\": "
+        "[\"{}\"]}} or command_status {{\"taskId\": \"{}\", \"waitMs\": 30000}}; "
+        "command_output pages what it printed so far",
+        yield.count(), id, id);
+    return out;
+  }
+  return settled_with_output(engine, session, st);
 }
 
 json command_status(Engine& engine, const std::string& session, const json& args,
@@ -825,6 +832,29 @@ const Tool* find_tool(std::string_view name) {
   return nullptr;
 }
 
+namespace {
+
+// Adds the counters and decides isError, for every answer a tool gives.
+ToolResult finish_result(Engine& engine, const std::string& session, json structured) {
+  ToolResult r;
+  r.structured = std::move(structured);
+  Counters c = engine.counters(session);
+  r.structured["running"] = c.running;
+  r.structured["finished"] = c.finished;
+  if (auto e = r.structured.find("error"); e != r.structured.end()) {
+    r.is_error = true;
+    r.text = (*e)["message"].get<std::string>();
+  } else if (r.structured.value("state", "") == "failed") {
+    // It could not start (setup failure): an error the caller must act on.
+    r.is_error = true;
+    r.text = fmt::format("the command could not start: {}",
+                         r.structured.value("message", std::string("(no detail)")));
+  }
+  return r;
+}
+
+}  // namespace
+
 ToolResult call_tool(Engine& engine, const Tool& tool, const std::string& session,
                      const json& args_in, const CallContext& ctx) {
   ToolResult r;
@@ -849,19 +879,22 @@ ToolResult call_tool(Engine& engine, const Tool& tool, const std::string& sessio
             {"message", fmt::format("cordon failed handling {}: {}", tool.name, e.what())}}}};
     }
   }
-  Counters c = engine.counters(session);
-  r.structured["running"] = c.running;
-  r.structured["finished"] = c.finished;
-  if (auto e = r.structured.find("error"); e != r.structured.end()) {
-    r.is_error = true;
-    r.text = (*e)["message"].get<std::string>();
-  } else if (r.structured.value("state", "") == "failed") {
-    // It could not start (setup failure): an error the caller must act on.
-    r.is_error = true;
-    r.text = fmt::format("the command could not start: {}",
-                         r.structured.value("message", std::string("(no detail)")));
+  return finish_result(engine, session, std::move(r.structured));
+}
+
+ToolResult settled_result(Engine& engine, const Tool& tool, const std::string& session,
+                          const std::string& task_id, const CallContext& ctx) {
+  // A task lives as long as its command: no bound but the caller's cancel.
+  constexpr milliseconds kForever(std::chrono::hours(24 * 365));
+  JobStatus st;
+  CallContext quiet{.cancelled = ctx.cancelled, .progress = {}};
+  if (auto err = await_status(engine, session, task_id, kForever, quiet, st)) {
+    return finish_result(engine, session, std::move(*err));
   }
-  return r;
+  if (st.settled() && tool.name == "run_command") {
+    return finish_result(engine, session, settled_with_output(engine, session, st));
+  }
+  return finish_result(engine, session, status_json(st));
 }
 
 }  // namespace cordon::api

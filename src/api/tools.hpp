@@ -59,6 +59,13 @@ const Tool* find_tool(std::string_view name);
 ToolResult call_tool(Engine& engine, const Tool& tool, const std::string& session, const json& args,
                      const CallContext& ctx = {});
 
+/// What `tool` (run_command or run_command_bg) answers for a job it started, once the job has
+/// settled: waits without bound in cancellable slices (on a cancel: the status so far), marks
+/// the job read, adds the counters. An unknown task_id is the usual in-band not-found. This is
+/// the tasks/result of an MCP task.
+ToolResult settled_result(Engine& engine, const Tool& tool, const std::string& session,
+                          const std::string& task_id, const CallContext& ctx = {});
+
 /// A job's status as the tools show it (also the body of a `cordon://jobs/<id>` resource).
 json status_json(const JobStatus& s);
 /// The `error` object for an engine Error.

@@ -55,7 +55,7 @@ const std::vector<std::string> kTopKeys = {
     "seccompProfile", "runAsUid",
     "concurrency",    "quotas",
     "retention",      "rules",
-    "rootPerSession",
+    "rootPerSession", "daemon",
 };
 
 template <class... Args>
@@ -904,6 +904,34 @@ Result<Policy> parse_policy(std::string_view json_text) {
     if (r.contains("maxDiskBytes")) {
       CORDON_TRY(v, get_uint(r["maxDiskBytes"], "/retention/maxDiskBytes", kMinDiskBytes, kBig));
       p.retention.max_disk_bytes = v;
+    }
+  }
+  if (j.contains("daemon")) {
+    const json& d = j["daemon"];
+    CORDON_CHECK(expect_object(
+        d, "/daemon", {"allowedUids", "idleTimeoutMs", "stallTimeoutMs", "maxConnections"}));
+    if (d.contains("allowedUids")) {
+      if (!d["allowedUids"].is_array()) {
+        return invalid("policy: /daemon/allowedUids: expected an array of uids, got {}",
+                       d["allowedUids"].type_name());
+      }
+      for (size_t i = 0; i < d["allowedUids"].size(); ++i) {
+        CORDON_TRY(v, get_uint(d["allowedUids"][i], fmt::format("/daemon/allowedUids/{}", i), 0,
+                               0xfffffffe));
+        p.daemon.allowed_uids.push_back(static_cast<uid_t>(v));
+      }
+    }
+    if (d.contains("idleTimeoutMs")) {
+      CORDON_TRY(v, get_uint(d["idleTimeoutMs"], "/daemon/idleTimeoutMs", 0, 604800000));
+      p.daemon.idle_timeout_ms = v;
+    }
+    if (d.contains("stallTimeoutMs")) {
+      CORDON_TRY(v, get_uint(d["stallTimeoutMs"], "/daemon/stallTimeoutMs", 100, 3600000));
+      p.daemon.stall_timeout_ms = v;
+    }
+    if (d.contains("maxConnections")) {
+      CORDON_TRY(v, get_uint(d["maxConnections"], "/daemon/maxConnections", 1, 4096));
+      p.daemon.max_connections = static_cast<uint32_t>(v);
     }
   }
   if (j.contains("rules")) {

@@ -65,6 +65,14 @@ struct Retention {
   std::optional<uint64_t> max_disk_bytes;
 };
 
+// Read by `cordon serve` only: who may connect and how long a connection may sit idle.
+struct DaemonPolicy {
+  std::vector<uid_t> allowed_uids;     // besides root and the daemon's own uid
+  uint64_t idle_timeout_ms = 3600000;  // no request and no call in flight; 0: never
+  uint64_t stall_timeout_ms = 30000;   // a request line started and not finished
+  uint32_t max_connections = 256;
+};
+
 struct Policy {
   std::vector<AllowedExecutable> allowed_executables;
   std::string cwd_root;  // as written (absolute, normalised)
@@ -85,6 +93,7 @@ struct Policy {
   Concurrency concurrency;
   Quotas quotas;
   Retention retention;
+  DaemonPolicy daemon;
   std::vector<Rule> rules;
 
   // Filled by bind_policy(): the root opened once (O_PATH directory) and the kernel's paths.

@@ -106,7 +106,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(in >= 0 && out >= 0, "memfd_create");
   FUZZ_CHECK(::write(in, data, size) == static_cast<ssize_t>(size), "write the input");
   FUZZ_CHECK(::lseek(in, 0, SEEK_SET) == 0, "lseek");
-  int rc = cordon::api::serve_mcp_connection(g_engine, "fuzz", in, out, 4);
+  cordon::api::ConnectionLimits limits;
+  limits.max_calls = 4;
+  int rc = cordon::api::serve_mcp_connection(g_engine, "fuzz", in, out, limits);
   FUZZ_CHECK(rc == 0, "the server returned {}", rc);
 
   // What the input asked, by id.

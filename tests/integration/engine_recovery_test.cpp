@@ -1,7 +1,6 @@
 #define BOOST_TEST_MODULE engine_recovery
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -10,6 +9,7 @@
 #include <filesystem>
 
 #include "helpers/engine_fixture.hpp"
+#include "helpers/engine_host.hpp"
 
 // Durability: an engine process SIGKILLed while its jobs write, a second engine on a live
 // state dir, and a state dir on a full disk.
@@ -20,75 +20,7 @@ using namespace std::chrono_literals;
 
 namespace fs = std::filesystem;
 
-extern char** environ;
-
 namespace {
-
-// engine_host (tests/helpers/engine_host.cpp) in its own process, driven line by line.
-struct EngineHost {
-  pid_t pid = -1;
-  FILE* to = nullptr;
-  FILE* from = nullptr;
-
-  explicit EngineHost(const EngineEnv& env) {
-    int in[2], out[2];
-    if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0) {
-      throw std::runtime_error("pipe2");
-    }
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, in[0], 0);
-    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-    EngineOptions o = env.options();
-    std::string host = env_or("CORDON_ENGINE_HOST", "build/tests/engine_host");
-    std::vector<std::string> args = {host,
-                                     o.state_dir,
-                                     o.policy_path,
-                                     o.spawner_path,
-                                     o.init_path,
-                                     o.default_seccomp_profile,
-                                     std::to_string(o.host_id_base),
-                                     std::to_string(o.host_id_count)};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    int rc = ::posix_spawn(&pid, host.c_str(), &fa, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
-    ::close(in[0]);
-    ::close(out[1]);
-    if (rc != 0) {
-      throw std::runtime_error("posix_spawn engine_host: " + std::string(strerror(rc)));
-    }
-    to = ::fdopen(in[1], "w");
-    from = ::fdopen(out[0], "r");
-  }
-  ~EngineHost() {
-    if (pid > 0) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-    }
-    if (to) ::fclose(to);
-    if (from) ::fclose(from);
-  }
-  std::string line() {
-    char buf[4096];
-    if (::fgets(buf, sizeof buf, from) == nullptr) return "EOF";
-    std::string s(buf);
-    if (!s.empty() && s.back() == '\n') s.pop_back();
-    return s;
-  }
-  std::string ask(const std::string& cmd) {
-    std::fputs((cmd + "\n").c_str(), to);
-    std::fflush(to);
-    return line();
-  }
-  void sigkill() {
-    ::kill(pid, SIGKILL);
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    pid = -1;
-  }
-};
 
 uint64_t file_size(const std::string& path) {
   struct stat st {};

@@ -5,6 +5,7 @@
 
 #include <fstream>
 #include <map>
+#include <set>
 
 #include "api/schema.hpp"
 #include "helpers/engine_fixture.hpp"
@@ -359,22 +360,25 @@ BOOST_AUTO_TEST_CASE(jobs_are_resources_with_update_notifications) {
 BOOST_AUTO_TEST_CASE(a_restarted_server_answers_for_the_previous_jobs) {
   EngineEnv env;
   std::string done_id, running_id;
+  // A sleep length of this test process's own, so a parallel run's sandbox is never counted.
+  std::string secs = std::to_string(31337 + ::getpid() % 100000);
   {
     Server s(env, "2025-11-25", "agent-1");
     done_id = s.sc("run_command", {{"argv", {"/bin/echo", "kept"}}})["taskId"];
     running_id = s.sc("run_command_bg",
-                      {{"argv", {"/bin/sh", "-c", "echo up; exec /bin/sleep 31337"}}})["taskId"];
-    // Once it printed, the sleep has replaced the shell (the control: it is visible).
-    for (int i = 0; i < 2000; ++i) {
-      if (s.sc("command_output", {{"taskId", running_id}})["content"] == "up\n") break;
+                      {{"argv", {"/bin/sh", "-c", "echo up; exec /bin/sleep " + secs}}})["taskId"];
+    // The control: the sleep is visible once the shell has exec'd it (after its echo, so the
+    // output alone does not say so; a ping round trip paces the bounded wait).
+    for (int i = 0; i < 2000 && count_processes({"/bin/sleep", secs}) == 0; ++i) {
+      BOOST_REQUIRE(s.proc.request("ping").has_value());
     }
-    BOOST_TEST(count_processes({"/bin/sleep", "31337"}) == 1);
+    BOOST_TEST(count_processes({"/bin/sleep", secs}) == 1);
     s.proc.close_stdin();
     BOOST_REQUIRE_MESSAGE(s.proc.wait_exit(20s), "the server did not end at EOF");
     BOOST_TEST(WIFEXITED(s.proc.exit_status()));
     BOOST_TEST(WEXITSTATUS(s.proc.exit_status()) == 0);
     // EOF ended the sandbox with the server.
-    BOOST_TEST(count_processes({"/bin/sleep", "31337"}) == 0);
+    BOOST_TEST(count_processes({"/bin/sleep", secs}) == 0);
   }
   Server s(env, "2025-11-25", "agent-1");
   json d = s.sc("command_status", {{"taskId", done_id}});
@@ -386,4 +390,203 @@ BOOST_AUTO_TEST_CASE(a_restarted_server_answers_for_the_previous_jobs) {
   BOOST_REQUIRE(s.proc.wait_exit(20s));
   Server other(env, "2025-11-25", "agent-2");
   BOOST_TEST(other.call("command_status", {{"taskId", done_id}})["isError"] == true);
+}
+
+// ---- settle announcements through the engine's settle event ----------------------------------
+
+BOOST_AUTO_TEST_CASE(every_background_start_is_announced_once_even_one_that_ends_at_once) {
+  EngineEnv env;
+  Server s(env);
+  // /bin/true often settles before run_command_bg has answered: the announcement must not be
+  // lost to that race (the settle comes before the server asks to watch the job).
+  std::set<std::string> ids;
+  for (int i = 0; i < 6; ++i) {
+    json bg = s.sc("run_command_bg", {{"argv", {"/bin/echo", fmt::format("n{}", i)}}});
+    BOOST_REQUIRE(bg.contains("taskId"));
+    ids.insert(bg["taskId"].get<std::string>());
+  }
+  std::map<std::string, int> heard;
+  while (heard.size() < ids.size()) {
+    auto note = s.proc.notification([&](const json& m) {
+      return m.value("method", "") == "notifications/message" &&
+             m["params"]["data"].value("event", "") == "command-settled";
+    });
+    BOOST_REQUIRE_MESSAGE(note.has_value(), "settle announcements missing; heard "
+                                                << heard.size() << " of " << ids.size());
+    std::string id = (*note)["params"]["data"]["taskId"];
+    BOOST_TEST(ids.contains(id), id);
+    ++heard[id];
+    BOOST_TEST((*note)["params"]["data"]["state"] == "exited");
+  }
+  // No second announcement of any of them arrives (a ping flushes what was already sent).
+  BOOST_REQUIRE(s.proc.request("ping").has_value());
+  for (const auto& m : s.proc.seen()) {
+    BOOST_TEST(m.value("method", "") != "notifications/message", m.dump());
+  }
+}
+
+// ---- MCP tasks (2025-11-25) -------------------------------------------------------------------
+
+namespace {
+
+json task_call(Server& s, const std::string& tool, const json& args, const json& task) {
+  auto r = s.proc.request("tools/call", {{"name", tool}, {"arguments", args}, {"task", task}});
+  BOOST_REQUIRE_MESSAGE(r.has_value(), "no answer to a task call of " + tool);
+  return *r;
+}
+
+json rpc(Server& s, const std::string& method, const json& params) {
+  auto r = s.proc.request(method, params, 60s);
+  BOOST_REQUIRE_MESSAGE(r.has_value(), "no answer to " + method);
+  return *r;
+}
+
+// A CallToolResult from tasks/result, checked as a tools/call result of `tool` is.
+void check_tool_result(Server& s, const std::string& tool, const json& res) {
+  BOOST_REQUIRE(res.contains("structuredContent"));
+  auto issues = api::validate_schema(s.output_schemas.at(tool), res["structuredContent"]);
+  BOOST_TEST(issues.empty(),
+             tool << " task result does not validate: " << api::describe_issues(issues) << "\n"
+                  << res["structuredContent"].dump());
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(tasks_are_declared_only_to_2025_11_25_sessions) {
+  EngineEnv env;
+  {
+    Server s(env, "2025-11-25");
+    const json& tasks = s.init["result"]["capabilities"]["tasks"];
+    BOOST_TEST(tasks["list"] == json::object());
+    BOOST_TEST(tasks["cancel"] == json::object());
+    BOOST_TEST(tasks["requests"]["tools"]["call"] == json::object());
+    auto tools = s.proc.request("tools/list");
+    for (const auto& t : (*tools)["result"]["tools"]) {
+      bool starts = t["name"] == "run_command" || t["name"] == "run_command_bg";
+      BOOST_TEST(t["execution"]["taskSupport"] == (starts ? "optional" : "forbidden"), t["name"]);
+    }
+    // A task on a tool that forbids it: -32601, as the spec asks.
+    json r = task_call(s, "command_list", json::object(), json::object());
+    BOOST_TEST(r["error"]["code"] == -32601, r.dump());
+    json bad = task_call(s, "run_command_bg", {{"argv", {"/bin/true"}}}, "soon");
+    BOOST_TEST(bad["error"]["code"] == -32602, bad.dump());
+  }
+  Server old(env, "2025-06-18");
+  BOOST_TEST(!old.init["result"]["capabilities"].contains("tasks"));
+  auto tools = old.proc.request("tools/list");
+  BOOST_TEST(!(*tools)["result"]["tools"][0].contains("execution"));
+  // Undeclared, a `task` is ignored: the call is processed normally.
+  json r = task_call(old, "run_command", {{"argv", {"/bin/echo", "plain"}}}, json::object());
+  BOOST_TEST(!r["result"].contains("task"), r.dump());
+  BOOST_TEST(r["result"]["structuredContent"]["output"]["stdout"]["content"] == "plain\n");
+}
+
+BOOST_AUTO_TEST_CASE(a_task_is_completed_whatever_the_exit_code_and_its_result_is_the_tools) {
+  EngineEnv env;
+  Server s(env);
+  json created =
+      task_call(s, "run_command",
+                {{"argv", {"/bin/sh", "-c", "read x; echo got:$x; exit 5"}}, {"stdin", "pipe"}},
+                {{"ttl", 60000}});
+  BOOST_REQUIRE_MESSAGE(created.contains("result"), created.dump());
+  const json& task = created["result"]["task"];
+  std::string id = task["taskId"];
+  BOOST_TEST(task["status"] == "working");
+  BOOST_TEST(task["ttl"].is_null());  // cordon keeps jobs by its retention policy, not a ttl
+  BOOST_TEST(task["createdAt"].is_string());
+  BOOST_TEST(task["lastUpdatedAt"].is_string());
+  BOOST_TEST(
+      created["result"]["_meta"].contains("io.modelcontextprotocol/model-immediate-response"));
+  // The task is the job: the command_* tools take its id.
+  BOOST_TEST(s.sc("command_status", {{"taskId", id}})["state"] == "running");
+  json got = rpc(s, "tasks/get", {{"taskId", id}});
+  BOOST_TEST(got["result"]["status"] == "working");
+  BOOST_TEST(got["result"]["taskId"] == id);
+  // tasks/result blocks while the task works: a ping is answered, the result is not.
+  int result_id = s.proc.allocate_id();
+  s.proc.send({{"jsonrpc", "2.0"},
+               {"id", result_id},
+               {"method", "tasks/result"},
+               {"params", {{"taskId", id}}}});
+  BOOST_REQUIRE(s.proc.request("ping").has_value());
+  for (const auto& m : s.proc.seen()) {
+    BOOST_TEST(!(m.contains("id") && m["id"] == result_id), m.dump());
+  }
+  s.sc("command_write", {{"taskId", id}, {"data", "abc\n"}, {"eof", true}});
+  auto res = s.proc.response_to(result_id, 30s);
+  BOOST_REQUIRE(res.has_value());
+  const json& r = (*res)["result"];
+  BOOST_TEST(r["isError"] == false);
+  check_tool_result(s, "run_command", r);
+  BOOST_TEST(r["structuredContent"]["exitCode"] == 5);
+  BOOST_TEST(r["structuredContent"]["output"]["stdout"]["content"] == "got:abc\n");
+  BOOST_TEST(r["_meta"]["io.modelcontextprotocol/related-task"]["taskId"] == id);
+  json done = rpc(s, "tasks/get", {{"taskId", id}});
+  BOOST_TEST(done["result"]["status"] == "completed");
+  BOOST_TEST(done["result"]["statusMessage"].get<std::string>().find("exited with code 5") !=
+             std::string::npos);
+  auto note = s.proc.notification([&](const json& m) {
+    return m.value("method", "") == "notifications/tasks/status" && m["params"]["taskId"] == id;
+  });
+  BOOST_REQUIRE(note.has_value());
+  BOOST_TEST((*note)["params"]["status"] == "completed");
+  // tasks/list shows it, and any other job of the session.
+  std::string plain = s.sc("run_command", {{"argv", {"/bin/echo", "x"}}})["taskId"];
+  json list = rpc(s, "tasks/list", json::object());
+  std::set<std::string> listed;
+  for (const auto& t : list["result"]["tasks"]) listed.insert(t["taskId"].get<std::string>());
+  BOOST_TEST(listed.contains(id));
+  BOOST_TEST(listed.contains(plain));
+  BOOST_TEST(!list["result"].contains("nextCursor"));
+  BOOST_TEST(rpc(s, "tasks/list", {{"cursor", "bogus"}})["error"]["code"] == -32602);
+}
+
+BOOST_AUTO_TEST_CASE(tasks_cancel_kills_the_command_and_the_task_stays_cancelled) {
+  EngineEnv env;
+  Server s(env);
+  std::string secs = std::to_string(4242 + ::getpid() % 100000);  // this run's own sleep
+  json created = task_call(s, "run_command_bg", {{"argv", {"/bin/sleep", secs}}}, json::object());
+  std::string id = created["result"]["task"]["taskId"];
+  for (int i = 0; i < 2000 && count_processes({"/bin/sleep", secs}) == 0; ++i) {
+    BOOST_REQUIRE(s.proc.request("ping").has_value());
+  }
+  BOOST_REQUIRE(count_processes({"/bin/sleep", secs}) == 1);  // the control
+  json c = rpc(s, "tasks/cancel", {{"taskId", id}});
+  BOOST_REQUIRE_MESSAGE(c.contains("result"), c.dump());
+  BOOST_TEST(c["result"]["status"] == "cancelled");
+  BOOST_TEST(rpc(s, "tasks/get", {{"taskId", id}})["result"]["status"] == "cancelled");
+  // Its result is what run_command_bg answers for the settled job: killed by SIGTERM.
+  json r = rpc(s, "tasks/result", {{"taskId", id}});
+  check_tool_result(s, "run_command_bg", r["result"]);
+  BOOST_TEST(r["result"]["structuredContent"]["state"] == "killed");
+  BOOST_TEST(r["result"]["structuredContent"]["signal"] == "SIGTERM");
+  BOOST_TEST(count_processes({"/bin/sleep", secs}) == 0);
+  BOOST_TEST(rpc(s, "tasks/get", {{"taskId", id}})["result"]["status"] == "cancelled");
+  // A terminal task cannot be cancelled (-32602), nor can an unknown one.
+  BOOST_TEST(rpc(s, "tasks/cancel", {{"taskId", id}})["error"]["code"] == -32602);
+  json unknown = rpc(s, "tasks/get", {{"taskId", "t-none"}});
+  BOOST_TEST(unknown["error"]["code"] == -32602);
+  BOOST_TEST(unknown["error"]["message"].get<std::string>().find(id) != std::string::npos);
+  BOOST_TEST(rpc(s, "tasks/result", {{"taskId", "t-none"}})["error"]["code"] == -32602);
+}
+
+BOOST_AUTO_TEST_CASE(a_refused_start_is_a_failed_task_whose_result_is_the_refusal) {
+  EngineEnv env;
+  Server s(env);
+  json created =
+      task_call(s, "run_command", {{"argv", {"/usr/bin/rm", "-rf", "/"}}}, json::object());
+  const json& task = created["result"]["task"];
+  BOOST_TEST(task["status"] == "failed");
+  BOOST_TEST(task["statusMessage"].get<std::string>().find("allow") != std::string::npos,
+             task.dump());
+  std::string id = task["taskId"];
+  BOOST_TEST(rpc(s, "tasks/get", {{"taskId", id}})["result"]["status"] == "failed");
+  json r = rpc(s, "tasks/result", {{"taskId", id}});
+  BOOST_TEST(r["result"]["isError"] == true);
+  check_tool_result(s, "run_command", r["result"]);
+  BOOST_TEST(r["result"]["structuredContent"]["error"]["code"] == "refused");
+  BOOST_TEST(r["result"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"] == id);
+  json list = rpc(s, "tasks/list", json::object());
+  BOOST_TEST(list["result"]["tasks"].back()["taskId"] == id);
+  BOOST_TEST(rpc(s, "tasks/cancel", {{"taskId", id}})["error"]["code"] == -32602);
 }

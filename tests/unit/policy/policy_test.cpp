@@ -429,6 +429,10 @@ BOOST_AUTO_TEST_CASE(defaults_are_filled) {
   BOOST_TEST(!p->retention.max_age_seconds.has_value());
   BOOST_TEST(!p->retention.max_disk_bytes.has_value());
   BOOST_TEST(p->rules.empty());
+  BOOST_TEST(p->daemon.allowed_uids.empty());
+  BOOST_TEST(p->daemon.idle_timeout_ms == 3600000u);
+  BOOST_TEST(p->daemon.stall_timeout_ms == 30000u);
+  BOOST_TEST(p->daemon.max_connections == 256u);
   BOOST_TEST(!p->root_fd);  // parse touches no file
 }
 
@@ -446,6 +450,8 @@ BOOST_AUTO_TEST_CASE(every_field_parses) {
     "concurrency": {"perSession": 2, "total": 4},
     "quotas": {"maxJobs": 50, "maxDiskBytes": 1073741824},
     "retention": {"maxJobs": 40, "maxAgeSeconds": 86400, "maxDiskBytes": 536870912},
+    "daemon": {"allowedUids": [1000, 1001], "idleTimeoutMs": 0, "stallTimeoutMs": 5000,
+               "maxConnections": 8},
     "rules": [{"argvPrefix": ["/usr/bin/git", "push"], "refuse": "no"},
               {"argvContains": "--force", "refuse": "no force"}]
   })");
@@ -463,6 +469,10 @@ BOOST_AUTO_TEST_CASE(every_field_parses) {
   BOOST_TEST(p->rules.size() == 2u);
   BOOST_TEST(p->rules[0].argv_prefix == (std::vector<std::string>{"/usr/bin/git", "push"}));
   BOOST_TEST(p->rules[1].argv_contains.value_or("") == "--force");
+  BOOST_TEST(p->daemon.allowed_uids == (std::vector<uid_t>{1000, 1001}));
+  BOOST_TEST(p->daemon.idle_timeout_ms == 0u);
+  BOOST_TEST(p->daemon.stall_timeout_ms == 5000u);
+  BOOST_TEST(p->daemon.max_connections == 8u);
 }
 
 BOOST_AUTO_TEST_CASE(unknown_keys_and_wrong_types_name_the_json_pointer) {
@@ -516,6 +526,12 @@ BOOST_AUTO_TEST_CASE(refuses_bad_values_with_the_json_pointer) {
              "policy: /defaultTimeoutMs: defaultTimeoutMs 5000 is above maxTimeoutMs 4000");
   BOOST_TEST(parse_error(head + R"("maxTimeoutMs": 60000})") ==
              "policy: /maxTimeoutMs: defaultTimeoutMs 120000 is above maxTimeoutMs 60000");
+  BOOST_TEST(parse_error(head + R"("daemon": {"allowedUids": ["root"]}})") ==
+             "policy: /daemon/allowedUids/0: expected a non-negative integer, got string");
+  BOOST_TEST(parse_error(head + R"("daemon": {"allowedUids": 1000}})") ==
+             "policy: /daemon/allowedUids: expected an array of uids, got number");
+  BOOST_TEST(starts_with(parse_error(head + R"("daemon": {"allowUids": [1]}})"),
+                         "policy: /daemon/allowUids"));
   BOOST_TEST(parse_error(head + R"("defaultTimeoutMs": 0})") ==
              "policy: /defaultTimeoutMs: 0 is out of range [1, 604800000]");
   BOOST_TEST(parse_error(head + R"("limits": {"pids": 1}})") ==

@@ -1,0 +1,423 @@
+#define BOOST_TEST_MODULE faults
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <boost/test/unit_test.hpp>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "helpers/engine_fixture.hpp"
+#include "helpers/engine_host.hpp"
+
+// Faults (issue 7): the engine process SIGKILLed under load, a state dir that fills up, and
+// commands that try to outlive their job (SIGTERM ignored, double fork, setsid, closed
+// pipes). Each checks what is left afterwards by pidfd, by host uid and by cgroup directory.
+// engine_recovery_test.cpp holds the smaller restart and disk-full cases this builds on.
+
+using namespace cordon;
+using namespace cordon::test;
+using namespace std::chrono_literals;
+
+namespace fs = std::filesystem;
+
+namespace {
+
+uint64_t file_size(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+}
+
+// A small tmpfs of our own, unmounted (lazily) when the test ends.
+struct SmallDisk {
+  std::string path;
+  SmallDisk(std::string p, const char* size) : path(std::move(p)) {
+    fs::create_directories(path);
+    if (::mount("cordon-faults", path.c_str(), "tmpfs", MS_NOSUID | MS_NODEV,
+                (std::string("mode=0700,size=") + size).c_str()) != 0) {
+      throw std::runtime_error("mount tmpfs: " + std::string(strerror(errno)));
+    }
+  }
+  ~SmallDisk() { ::umount2(path.c_str(), MNT_DETACH); }
+};
+
+}  // namespace
+
+// 20 jobs print on both streams as fast as they can; the engine process is SIGKILLed. The
+// logs on disk at that moment are the ground truth: the restarted engine must page back
+// exactly those bytes, bank them with their digest, and call every job `abandoned`; no
+// sandbox process may survive (pidfds taken before the kill) and no job cgroup may remain
+// (the sweep at the next start removes what the dead engine left).
+BOOST_AUTO_TEST_CASE(sigkill_with_twenty_writers_keeps_every_byte_and_leaves_nothing) {
+  EngineEnv env(nlohmann::json{{"concurrency", {{"perSession", 32}, {"total", 32}}}});
+  constexpr int kJobs = 20;
+  std::vector<std::string> ids;
+  std::vector<std::string> cgroups;
+  std::map<std::string, std::pair<std::string, std::string>> on_disk;  // id → stdout, stderr
+  {
+    EngineHost host(env);
+    BOOST_REQUIRE_EQUAL(host.line(), "ready");
+    for (int k = 0; k < kJobs; ++k) {
+      std::string script = "i=0; while :; do echo \"j" + std::to_string(k) + " out $i\"; echo \"j" +
+                           std::to_string(k) + " err $i\" >&2; i=$((i+1)); done";
+      std::string id = host.ask("start " + script);
+      BOOST_REQUIRE_MESSAGE(id.rfind("t", 0) == 0, id);
+      ids.push_back(id);
+    }
+    BOOST_REQUIRE(eventually(
+        [&] {
+          for (const auto& id : ids) {
+            if (file_size(env.job_dir(id) + "/stdout.log") < 2000 ||
+                file_size(env.job_dir(id) + "/stderr.log") < 2000) {
+              return false;
+            }
+          }
+          return true;
+        },
+        60s));
+    for (const auto& id : ids) {
+      auto cg = existing_job_cgroups(id);
+      BOOST_REQUIRE_MESSAGE(!cg.empty(), "no cgroup for " << id);
+      cgroups.insert(cgroups.end(), cg.begin(), cg.end());
+    }
+    auto pids = env.sandbox_pids();
+    BOOST_TEST(pids.size() >= static_cast<size_t>(2 * kJobs));  // an init and a shell each
+    PidWatch watch(pids);
+    BOOST_REQUIRE(watch.fds.size() >= static_cast<size_t>(2 * kJobs));
+
+    host.sigkill();  // mid-write: nothing has settled
+    // The engine is gone: nothing writes the logs any more. This is what must come back.
+    for (const auto& id : ids) {
+      on_disk[id] = {read_file(env.job_dir(id) + "/stdout.log"),
+                     read_file(env.job_dir(id) + "/stderr.log")};
+    }
+    // The dead engine removed no cgroup: what removes them below is the next engine's sweep.
+    size_t still = 0;
+    for (const auto& p : cgroups) still += fs::exists(p) ? 1 : 0;
+    BOOST_TEST(still == cgroups.size());
+
+    auto e = open_engine(env);
+    // Every sandbox process is gone: each pidfd says so, and no process runs as a host uid.
+    BOOST_REQUIRE(eventually([&] { return watch.alive().empty(); }, 10s));
+    BOOST_TEST(env.sandbox_pids().empty());
+    for (const auto& p : cgroups) BOOST_TEST(!fs::exists(p), p);
+    BOOST_TEST(fs::is_empty(env.state_dir + "/cgroups"));
+
+    for (const auto& id : ids) {
+      BOOST_TEST_CONTEXT(id) {
+        auto st = e->status("s", id);
+        BOOST_REQUIRE_MESSAGE(st.has_value(), describe(st));
+        BOOST_TEST(st->state == "abandoned");
+        BOOST_TEST(st->error.find("restarted") != std::string::npos, st->error);
+        const auto& [out, err] = on_disk[id];
+        BOOST_TEST(out.size() >= 2000u);
+        BOOST_TEST(st->stdout_bytes == out.size());
+        BOOST_TEST(st->stderr_bytes == err.size());
+        BOOST_TEST((read_all_bytes(*e, "s", id, "stdout") == out));
+        BOOST_TEST((read_all_bytes(*e, "s", id, "stderr") == err));
+        BOOST_TEST(st->stdout_artifact->sha256 == sha256_hex(out));
+        BOOST_TEST(st->stderr_artifact->sha256 == sha256_hex(err));
+        BOOST_TEST((read_file(env.artifact_path(st->stdout_artifact->artifact_id)) == out));
+        // The bytes are the ones the job printed, in order (cut at most inside a line).
+        std::string k = std::to_string(&id - ids.data());
+        std::string want;
+        for (int i = 0; want.size() < out.size(); ++i) {
+          want += "j" + k + " out " + std::to_string(i) + "\n";
+        }
+        BOOST_TEST((want.compare(0, out.size(), out) == 0));
+      }
+    }
+  }
+}
+
+// The state dir's filesystem fills up while two jobs write and one waits on stdin. Each
+// writer settles `failed` naming ENOSPC and the bytes it could not keep; its log, size and
+// digest agree; the quiet job goes on; status, list and paging keep working on the full disk;
+// a job banked before is untouched; a restart reads the same.
+BOOST_AUTO_TEST_CASE(a_filling_state_dir_fails_the_writers_and_the_engine_keeps_serving) {
+  EngineEnv env;
+  SmallDisk disk(env.box.base + "/small", "8m");
+  env.state_dir = disk.path + "/state";
+  env.box.write("gen.py", "import sys\nsys.stdout.buffer.write(bytes(range(256)) * 2048)\n");
+  auto e = open_engine(env);
+
+  auto banked = e->start("s", {.argv = {"/usr/bin/python3", "gen.py"}});
+  BOOST_REQUIRE_MESSAGE(banked.has_value(), describe(banked));
+  auto b = e->status("s", banked->task_id, 30s);
+  BOOST_REQUIRE(b.has_value());
+  BOOST_REQUIRE_MESSAGE(b->state == "exited", b->error);
+  const std::string banked_bytes = read_file(env.artifact_path(b->stdout_artifact->artifact_id));
+  BOOST_REQUIRE(banked_bytes.size() == 512u * 1024);
+
+  auto quiet = e->start("s", {.argv = {"/bin/cat"}, .stdin_mode = StdinMode::kPipe});
+  BOOST_REQUIRE_MESSAGE(quiet.has_value(), describe(quiet));
+
+  std::vector<std::string> writers;
+  for (const char* word : {"first", "second"}) {
+    auto w = e->start("s", {.argv = {"/usr/bin/yes", word}});
+    BOOST_REQUIRE_MESSAGE(w.has_value(), describe(w));
+    writers.push_back(w->task_id);
+  }
+  auto done = e->wait("s", writers, 60s, true);
+  BOOST_REQUIRE_MESSAGE(done.has_value(), describe(done));
+  uint64_t kept = 0;
+  for (const auto& st : *done) {
+    BOOST_TEST_CONTEXT(st.task_id) {
+      BOOST_TEST(st.state == "failed");
+      BOOST_TEST(st.error.find("ENOSPC") != std::string::npos, st.error);
+      BOOST_TEST(st.error.find("bytes of stdout") != std::string::npos, st.error);
+      BOOST_TEST(st.error.find("could not be kept") != std::string::npos, st.error);
+      std::string log = read_file(env.job_dir(st.task_id) + "/stdout.log");
+      BOOST_TEST(st.stdout_bytes == log.size());
+      BOOST_TEST(st.stdout_artifact->size_bytes == log.size());
+      BOOST_TEST(st.stdout_artifact->sha256 == sha256_hex(log));
+      BOOST_TEST((read_all_bytes(*e, "s", st.task_id, "stdout") == log));
+      kept += log.size();
+      // The meta on disk says so too: settling reached the full disk.
+      auto meta =
+          nlohmann::json::parse(read_file(env.job_dir(st.task_id) + "/meta.json"), nullptr, false);
+      BOOST_REQUIRE(meta.is_object());
+      BOOST_TEST(meta.value("state", "") == "failed");
+      BOOST_TEST(meta.value("error", "").find("ENOSPC") != std::string::npos);
+    }
+  }
+  BOOST_TEST(kept > 4000000u);  // most of the 8 MiB went to the writers
+
+  // The engine keeps serving on the full disk: status, list, paging of another job.
+  auto q = e->status("s", quiet->task_id);
+  BOOST_REQUIRE_MESSAGE(q.has_value(), describe(q));
+  BOOST_TEST(q->state == "running");
+  auto listed = e->list("s", std::nullopt);
+  BOOST_REQUIRE_MESSAGE(listed.has_value(), describe(listed));
+  BOOST_TEST(listed->size() == 4u);
+  BOOST_TEST((read_all_bytes(*e, "s", banked->task_id, "stdout") == banked_bytes));
+  BOOST_TEST(sha256_hex(banked_bytes) == b->stdout_artifact->sha256);
+  BOOST_TEST((read_file(env.artifact_path(b->stdout_artifact->artifact_id)) == banked_bytes));
+
+  // A start on the full disk either runs or is refused with the cause; never a hang or crash.
+  auto late = e->start("s", {.argv = {"/bin/echo", "late"}});
+  BOOST_TEST_MESSAGE("a start on the full disk: " << (late ? late->state : late.error().message()));
+  if (late.has_value()) {
+    auto l = e->status("s", late->task_id, 20s);
+    BOOST_REQUIRE(l.has_value());
+    BOOST_TEST(l->settled());
+    BOOST_TEST_MESSAGE("it settled " << l->state << ": " << l->error);
+    if (l->state == "failed") {
+      BOOST_TEST(l->error.find("ENOSPC") != std::string::npos, l->error);
+    } else {
+      BOOST_TEST(l->state == "exited");
+      BOOST_TEST(read_file(env.artifact_path(l->stdout_artifact->artifact_id)) == "late\n");
+    }
+  } else {
+    BOOST_TEST(late.error().message().find("ENOSPC") != std::string::npos, late.error().message());
+  }
+
+  // Freeing space (removing the writers) lets the quiet job print and settle normally.
+  for (const auto& id : writers) {
+    auto rm = e->remove("s", id);
+    BOOST_REQUIRE_MESSAGE(rm.has_value(), describe(rm));
+  }
+  BOOST_REQUIRE(e->write("s", quiet->task_id, {.data = "after\n", .eof = true}).has_value());
+  auto qd = e->status("s", quiet->task_id, 20s);
+  BOOST_REQUIRE(qd.has_value());
+  BOOST_TEST(qd->state == "exited");
+  BOOST_TEST(read_file(env.artifact_path(qd->stdout_artifact->artifact_id)) == "after\n");
+  e.reset();
+  auto e2 = open_engine(env);
+  auto b2 = e2->status("s", banked->task_id);
+  BOOST_REQUIRE(b2.has_value());
+  BOOST_TEST(b2->stdout_artifact->sha256 == b->stdout_artifact->sha256);
+  BOOST_TEST((read_all_bytes(*e2, "s", banked->task_id, "stdout") == banked_bytes));
+}
+
+// The disk fills up (a writer fails and spends the reserve), then the engine process is
+// SIGKILLed while another job runs. The next engine must still open on the full disk and
+// answer for both jobs: the running one `abandoned` with its bytes, the writer as it settled.
+BOOST_AUTO_TEST_CASE(an_engine_restarted_on_a_full_disk_opens_and_answers) {
+  EngineEnv env;
+  SmallDisk disk(env.box.base + "/small", "4m");
+  env.state_dir = disk.path + "/state";
+  std::string quiet, writer, second;
+  {
+    EngineHost host(env);
+    BOOST_REQUIRE_EQUAL(host.line(), "ready");
+    quiet = host.ask("start echo early; exec sleep 1000");
+    BOOST_REQUIRE_MESSAGE(quiet.rfind("t", 0) == 0, quiet);
+    BOOST_REQUIRE(eventually([&] { return file_size(env.job_dir(quiet) + "/stdout.log") == 6; }));
+    writer = host.ask("start exec yes fill");
+    BOOST_REQUIRE_MESSAGE(writer.rfind("t", 0) == 0, writer);
+    BOOST_REQUIRE_EQUAL(host.ask("wait " + writer), "failed");
+    BOOST_TEST(!fs::exists(env.state_dir + "/reserve"));  // spent, and no room to take back
+    // A second writer eats what the first one's settle left: the disk is now truly full.
+    second = host.ask("start exec yes more");
+    BOOST_REQUIRE_MESSAGE(second.rfind("t", 0) == 0, second);
+    BOOST_REQUIRE_EQUAL(host.ask("wait " + second), "failed");
+    host.sigkill();
+  }
+  auto e = env.open();
+  BOOST_REQUIRE_MESSAGE(e.has_value(), describe(e));
+  auto q = (*e)->status("s", quiet);
+  BOOST_REQUIRE_MESSAGE(q.has_value(), describe(q));
+  BOOST_TEST(q->state == "abandoned");
+  BOOST_TEST((read_all_bytes(**e, "s", quiet, "stdout") == "early\n"));
+  auto w = (*e)->status("s", writer);
+  BOOST_REQUIRE_MESSAGE(w.has_value(), describe(w));
+  BOOST_TEST(w->state == "failed");
+  BOOST_TEST(w->error.find("ENOSPC") != std::string::npos, w->error);
+  // The second writer's settle found no room at all (its meta still said running): it reads
+  // as abandoned, with every byte of its log banked.
+  auto w2 = (*e)->status("s", second);
+  BOOST_REQUIRE_MESSAGE(w2.has_value(), describe(w2));
+  BOOST_TEST_MESSAGE("second writer after the restart: " << w2->state << ": " << w2->error);
+  BOOST_TEST(w2->settled());
+  BOOST_TEST(w2->stdout_bytes == file_size(env.job_dir(second) + "/stdout.log"));
+  BOOST_TEST(env.sandbox_pids().empty());
+  BOOST_TEST(existing_job_cgroups(quiet).empty());
+  // Once there is room again, the abandonment reaches the disk.
+  auto rm = (*e)->remove("s", writer);
+  BOOST_REQUIRE_MESSAGE(rm.has_value(), describe(rm));
+  e->reset();
+  auto e2 = open_engine(env);
+  auto meta = nlohmann::json::parse(read_file(env.job_dir(quiet) + "/meta.json"), nullptr, false);
+  BOOST_TEST(meta.value("state", "") == "abandoned");
+  auto q2 = e2->status("s", quiet);
+  BOOST_REQUIRE(q2.has_value());
+  BOOST_TEST(q2->state == "abandoned");
+}
+
+namespace {
+
+// Commands that try to outlive their job. Each prints "ready" once its escapee is in place.
+struct Escapee {
+  const char* name;
+  const char* script;
+};
+const Escapee kEscapees[] = {
+    // Ignores SIGTERM, and double-forks a daemon (setsid, parent exits) that ignores it too.
+    {"double_fork_daemon",
+     "trap '' TERM; sh -c 'trap \"\" TERM; setsid sh -c \"trap \\\"\\\" TERM; exec sleep 1000\" "
+     "</dev/null >/dev/null 2>&1 & exit 0'; echo ready; exec sleep 1000"},
+    // Moves itself into a new session and process group (setsid), away from its parent's.
+    {"setsid_away", "setsid -f sh -c 'exec sleep 1000'; echo ready; exec setsid -w sleep 1000"},
+    // Closes stdout and stderr and keeps running: the engine sees EOF on both pipes.
+    {"closes_its_pipes", "echo ready; exec sleep 1000 >&- 2>&-"},
+};
+
+}  // namespace
+
+// Every escapee, ended by command_kill and by its timeout: the job settles with the truth
+// and leaves no process (by host uid) and no cgroup directory.
+BOOST_AUTO_TEST_CASE(escapees_leave_nothing_after_kill_or_timeout) {
+  EngineEnv env(nlohmann::json{{"killGraceMs", 300}});
+  auto e = open_engine(env);
+  for (const auto& x : kEscapees) {
+    for (bool by_timeout : {false, true}) {
+      BOOST_TEST_CONTEXT(x.name << (by_timeout ? " by timeout" : " by kill")) {
+        StartOptions o{.argv = {"/bin/sh", "-c", x.script}};
+        if (by_timeout) o.timeout_ms = 3000;
+        auto s = e->start("s", o);
+        BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+        BOOST_REQUIRE(eventually([&] {
+          auto st = e->status("s", s->task_id);
+          return st && st->stdout_bytes == 6;
+        }));
+        BOOST_TEST(!existing_job_cgroups(s->task_id).empty());
+        PidWatch watch(env.sandbox_pids());
+        BOOST_TEST(watch.fds.size() >= 2u);  // init and the command at least
+        if (!by_timeout) {
+          BOOST_REQUIRE(e->kill("s", s->task_id).has_value());
+        }
+        auto st = e->status("s", s->task_id, 30s);
+        BOOST_REQUIRE(st.has_value());
+        BOOST_TEST(st->state == (by_timeout ? "timeout" : "killed"), st->state << " " << st->error);
+        BOOST_TEST(read_file(env.artifact_path(st->stdout_artifact->artifact_id)) == "ready\n");
+        BOOST_TEST(watch.alive().empty());
+        BOOST_TEST(env.sandbox_pids().empty());
+        auto left = existing_job_cgroups(s->task_id);
+        BOOST_TEST(left.empty(), left.size() << " cgroups left");
+      }
+    }
+  }
+}
+
+// A command that exits while its double-forked daemon holds the pipes open settles promptly
+// as `exited` (the init's exit ends the sandbox) and leaves nothing.
+BOOST_AUTO_TEST_CASE(a_command_that_exits_leaving_a_daemon_settles_and_leaves_nothing) {
+  EngineEnv env;
+  auto e = open_engine(env);
+  auto s = e->start("s", {.argv = {"/bin/sh", "-c",
+                                   "setsid -f sh -c 'trap \"\" TERM; echo daemon; exec sleep "
+                                   "1000'; echo parent; exit 3"}});
+  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+  auto st = e->status("s", s->task_id, 20s);
+  BOOST_REQUIRE(st.has_value());
+  BOOST_TEST(st->state == "exited");
+  BOOST_TEST(st->exit_code.value_or(-1) == 3);
+  BOOST_TEST(st->duration_ms < 5000u);
+  BOOST_TEST(env.sandbox_pids().empty());
+  BOOST_TEST(existing_job_cgroups(s->task_id).empty());
+}
+
+namespace {
+
+// The cgroup dirs the running `cordon run` recorded under `state`/cgroups, once it has some.
+std::vector<std::string> recorded_cgroups(const std::string& state) {
+  std::vector<std::string> paths;
+  std::error_code ec;
+  for (auto& entry : fs::directory_iterator(state + "/cgroups", ec)) {
+    if (entry.path().extension() == ".cgroups") {
+      std::istringstream in(read_file(entry.path()));
+      for (std::string line; std::getline(in, line);) {
+        if (!line.empty()) paths.push_back(line);
+      }
+    }
+  }
+  return paths;
+}
+
+bool uid_has_processes(uid_t uid) {
+  std::error_code ec;
+  for (auto& entry : fs::directory_iterator("/proc", ec)) {
+    std::string n = entry.path().filename();
+    if (n.empty() || n[0] < '0' || n[0] > '9') continue;
+    struct stat st {};
+    if (::stat(entry.path().c_str(), &st) == 0 && st.st_uid == uid) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+// The same escapees under `cordon run --timeout`: exit 124, nothing of the host uid, and the
+// cgroups it recorded while running are gone.
+BOOST_AUTO_TEST_CASE(cordon_run_timeout_leaves_nothing_of_any_escapee) {
+  for (const auto& x : kEscapees) {
+    BOOST_TEST_CONTEXT(x.name) {
+      Sandbox box;
+      std::string status = box.base + "/st.json";
+      auto args = box.args({"--timeout", "2", "--kill-grace", "1", "--json-status", status},
+                           {"/bin/sh", "-c", x.script});
+      // Run it in the background so the records can be read while it runs.
+      std::vector<std::string> seen;
+      ProcessResult r;
+      std::thread t([&] { r = run_process(args, {.deadline = 30s}); });
+      auto until = std::chrono::steady_clock::now() + 20s;
+      while (seen.empty() && std::chrono::steady_clock::now() < until) {
+        seen = recorded_cgroups(box.state);
+        std::this_thread::sleep_for(5ms);  // the kernel offers no event for "a file appeared"
+      }
+      t.join();
+      BOOST_TEST(r.exit_code() == 124, r.err);
+      BOOST_TEST(r.out == "ready\n");
+      BOOST_REQUIRE(!seen.empty());
+      for (const auto& p : seen) BOOST_TEST(!fs::exists(p), p);
+      auto st = nlohmann::json::parse(read_file(status), nullptr, false);
+      BOOST_REQUIRE(st.is_object());
+      BOOST_TEST(st.value("state", "") == "timeout");
+      BOOST_TEST(!uid_has_processes(st["sandbox"]["hostUid"].get<uid_t>()));
+    }
+  }
+}
