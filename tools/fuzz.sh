@@ -21,8 +21,10 @@ if ! command -v "$cxx" >/dev/null; then
 fi
 dir=build-fuzz
 if [ ! -f $dir/build.ninja ]; then
-  CXX=$cxx meson setup $dir -Dfuzz=true -Dtests=false --buildtype=debugoptimized >$dir.setup.log 2>&1 ||
-    { cat $dir.setup.log; echo "fuzz: meson setup $dir failed"; exit 1; }
+  setup_log=$(mktemp)
+  CXX=$cxx meson setup $dir -Dfuzz=true -Dtests=false --buildtype=debugoptimized >"$setup_log" 2>&1 ||
+    { cat "$setup_log"; rm -f "$setup_log"; echo "fuzz: meson setup $dir failed"; exit 1; }
+  rm -f "$setup_log"
 fi
 targets=(cordon-spawner cordon-init)
 for n in "${names[@]}"; do targets+=("tests/fuzz/${n}_fuzz"); done
