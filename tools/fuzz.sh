@@ -21,8 +21,10 @@ if ! command -v "$cxx" >/dev/null; then
 fi
 dir=build-fuzz
 if [ ! -f $dir/build.ninja ]; then
-  CXX=$cxx meson setup $dir -Dfuzz=true -Dtests=false --buildtype=debugoptimized >$dir.setup.log 2>&1 ||
-    { cat $dir.setup.log; echo "fuzz: meson setup $dir failed"; exit 1; }
+  setup_log=$(mktemp)
+  CXX=$cxx meson setup $dir -Dfuzz=true -Dtests=false --buildtype=debugoptimized >"$setup_log" 2>&1 ||
+    { cat "$setup_log"; rm -f "$setup_log"; echo "fuzz: meson setup $dir failed"; exit 1; }
+  rm -f "$setup_log"
 fi
 targets=(cordon-spawner cordon-init)
 for n in "${names[@]}"; do targets+=("tests/fuzz/${n}_fuzz"); done
@@ -35,6 +37,10 @@ export CORDON_SECCOMP_DIR=$PWD/seccomp
 # -fno-sanitize-recover); the MCP harness's engine threads outlive an input by design.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/fuzz/lsan.supp}
+for s in llvm-symbolizer-19 /usr/lib/llvm-19/bin/llvm-symbolizer llvm-symbolizer; do
+  command -v "$s" >/dev/null && { export ASAN_SYMBOLIZER_PATH=$(command -v "$s"); break; }
+done
 mkdir -p $dir/findings
 failed=0
 cases=""

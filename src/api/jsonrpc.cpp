@@ -1,5 +1,7 @@
 #include "api/jsonrpc.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 namespace cordon::api::jsonrpc {
@@ -22,6 +24,32 @@ json make_notification(const std::string& method, json params) {
     n["params"] = std::move(params);
   }
   return n;
+}
+
+size_t nesting_depth(std::string_view text, size_t limit) {
+  size_t depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+      if (deepest > limit) {
+        return deepest;
+      }
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
 }
 
 std::vector<LineSplitter::Line> LineSplitter::feed(std::string_view bytes) {
@@ -139,6 +167,13 @@ void Dispatcher::handle_line(std::string_view line) {
   size_t b = line.find_first_not_of(" \t\r");
   if (b == std::string_view::npos) {
     return;  // blank lines between messages are tolerated
+  }
+  if (nesting_depth(line) > kMaxDepth) {
+    send_(make_error(nullptr, kInvalidRequest,
+                     fmt::format("Invalid Request: the message nests arrays and objects deeper "
+                                 "than {} levels",
+                                 kMaxDepth)));
+    return;
   }
   json msg = json::parse(line, nullptr, false);
   if (msg.is_discarded()) {

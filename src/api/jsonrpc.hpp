@@ -35,6 +35,16 @@ inline constexpr int kResourceNotFound = -32002;  // the MCP spec's code for res
 /// answered with kInvalidRequest; the connection keeps serving.
 inline constexpr size_t kMaxLineBytes = size_t{16} << 20;
 
+/// The deepest nesting of arrays and objects accepted. nlohmann parses iteratively but copies,
+/// compares and serializes recursively: a line of 100 000 nested arrays overflowed the
+/// connection thread's stack and ended the daemon. A deeper message is answered with
+/// kInvalidRequest (null id) without being parsed; no MCP message comes near the bound.
+inline constexpr size_t kMaxDepth = 512;
+
+/// How deep arrays and objects nest in `text` (brackets inside strings do not count); stops
+/// counting at `limit` + 1.
+size_t nesting_depth(std::string_view text, size_t limit = kMaxDepth);
+
 json make_error(const json& id, int code, const std::string& message, const json& data = nullptr);
 json make_result(const json& id, json result);
 json make_notification(const std::string& method, json params);

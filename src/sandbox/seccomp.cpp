@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <map>
@@ -228,6 +229,7 @@ Result<Built> build_profile(const SeccompProfile& profile, const SeccompOptions&
   struct Seen {
     std::optional<std::pair<uint32_t, std::string>> unconditional;  // action, origin
     std::optional<std::string> conditional;                         // origin
+    std::optional<std::string> less_than;  // origin of a conditional rule with LT or LE
   };
   std::map<int, Seen> seen;
 
@@ -314,8 +316,26 @@ Result<Built> build_profile(const SeccompProfile& profile, const SeccompOptions&
               "libseccomp drops the conditional rule silently, so the profile is refused",
               origin, name, s.unconditional->second);
         }
+        // libseccomp 2.5.4 compiles a 64-bit LT/LE so that, when the high words are equal
+        // and the low word fails, the syscall leaves for the default action instead of trying
+        // its other rules: with {a1 < 0x574f4c4c415f5443 -> KILL} and {a1 < 0x55ffffffffffff
+        // -> ERRNO}, a1 = 0x55ffffffffffff was allowed (found by the seccomp fuzzer).
+        bool lt = std::any_of(rule.args.begin(), rule.args.end(), [](const SeccompArg& a) {
+          return a.op == SeccompOp::kLessThan || a.op == SeccompOp::kLessEqual;
+        });
+        if (s.conditional && (lt || s.less_than)) {
+          return invalid(
+              "seccomp profile: {}: `{}` has another conditional rule at {} and one of them "
+              "compares with SCMP_CMP_LT/LE; libseccomp 2.5.4 skips the other rules when such a "
+              "comparison fails, so the profile is refused (use GE/GT with the actions swapped, "
+              "or one rule for the syscall)",
+              origin, name, lt ? *s.conditional : *s.less_than);
+        }
         if (!s.conditional) {
           s.conditional = origin;
+        }
+        if (lt && !s.less_than) {
+          s.less_than = origin;
         }
       }
       auto added = add_rule(ctx.get(), action, nr, cmps, name);

@@ -79,6 +79,28 @@ struct Expect {
   std::optional<int> error;  // unset: a result
 };
 
+// Nesting of arrays and objects outside strings (the reference for kMaxDepth).
+size_t depth(std::string_view s) {
+  size_t d = 0, most = 0;
+  bool str = false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (str) {
+      if (s[i] == '\\') {
+        ++i;
+      } else if (s[i] == '"') {
+        str = false;
+      }
+    } else if (s[i] == '"') {
+      str = true;
+    } else if (s[i] == '[' || s[i] == '{') {
+      most = std::max(most, ++d);
+    } else if ((s[i] == ']' || s[i] == '}') && d > 0) {
+      --d;
+    }
+  }
+  return most;
+}
+
 const char* kMethods[] = {"echo", "fail"};
 
 bool known(const std::string& m) { return m == "echo" || m == "fail"; }
@@ -193,6 +215,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     d.handle_line(l.text);
     if (l.text.find_first_not_of(" \t\r") == std::string::npos) {
       FUZZ_CHECK(sent.empty(), "a blank line got a reply");
+      continue;
+    }
+    if (depth(l.text) > rpc::kMaxDepth) {
+      FUZZ_CHECK(sent.size() == 1, "a too deep line got {} replies", sent.size());
+      check_response(sent[0], {true, nullptr, rpc::kInvalidRequest}, l.text);
       continue;
     }
     json msg = json::parse(l.text, nullptr, false);

@@ -155,3 +155,26 @@ BOOST_AUTO_TEST_CASE(overlong_line_error_names_the_bound) {
   BOOST_TEST(h.sent[0]["error"]["message"].get<std::string>().find("16777216") !=
              std::string::npos);
 }
+
+// Found by the hostile-input test: 100 000 nested arrays in params overflowed the stack of the
+// daemon's connection thread (nlohmann copies and serializes recursively).
+BOOST_AUTO_TEST_CASE(a_message_nested_deeper_than_the_bound_is_refused_unparsed) {
+  Harness h;
+  std::string deep = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"echo\",\"params\":{\"d\":" +
+                     std::string(100000, '[') + std::string(100000, ']') + "}}";
+  h.d.handle_line(deep);
+  BOOST_REQUIRE_EQUAL(h.sent.size(), 1u);
+  BOOST_TEST(error_code(h.sent[0]) == kInvalidRequest);
+  BOOST_TEST(h.sent[0]["id"].is_null());
+  BOOST_TEST(h.sent[0]["error"]["message"].get<std::string>().find("deeper than 512 levels") !=
+             std::string::npos);
+  // At the bound it is served; brackets inside strings do not count.
+  std::string ok = "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"echo\",\"params\":" +
+                   std::string(kMaxDepth - 1, '[') + "\"[[[[\\\"[[\"" +
+                   std::string(kMaxDepth - 1, ']') + "}";
+  h.sent.clear();
+  h.d.handle_line(ok);
+  BOOST_REQUIRE_EQUAL(h.sent.size(), 1u);
+  BOOST_TEST(h.sent[0].contains("result"), h.sent[0].dump().substr(0, 200));
+  BOOST_TEST(nesting_depth("[{\"a\":\"[{\"}]") == 2u);
+}

@@ -303,6 +303,33 @@ BOOST_AUTO_TEST_CASE(refuses_a_masked_comparison_with_bits_outside_its_mask) {
   BOOST_TEST(bpf_answer(ok->profile.insns, syscall_data(SYS_prctl, {0, 0x300})) != kRetAllow);
 }
 
+// Found by the seccomp fuzzer: with two conditional rules for fchmodat, {a1 < 0x574f4c4c415f5443
+// -> KILL_THREAD} and {a1 < 0x55ffffffffffff -> ERRNO}, libseccomp 2.5.4's BPF allowed
+// a1 = 0x55ffffffffffff (high words equal, low word fails: it jumps to the default).
+BOOST_AUTO_TEST_CASE(refuses_less_than_among_several_conditional_rules_for_one_syscall) {
+  SeccompProfile p;
+  p.default_action = SeccompAction::kAllow;
+  p.syscalls = {
+      rule({"fchmodat"}, SeccompAction::kKillThread, 1,
+           {{1, SeccompOp::kLessThan, 0x574f4c4c415f5443ULL, 0}}),
+      rule({"fchmodat"}, SeccompAction::kErrno, 5,
+           {{1, SeccompOp::kLessThan, 0x55ffffffffffffULL, 0}}),
+  };
+  auto r = compile_filters(p, {});
+  BOOST_REQUIRE(!r.has_value());
+  BOOST_TEST(r.error().message().find("/syscalls/1: `fchmodat` has another conditional rule at "
+                                      "/syscalls/0") != std::string::npos,
+             r.error().message());
+  // One LT rule alone compiles and answers as written on both sides of the boundary.
+  p.syscalls.pop_back();
+  auto one = compile_filters(p, {});
+  BOOST_REQUIRE_MESSAGE(one.has_value(), error_text(one));
+  BOOST_TEST(bpf_answer(one->profile.insns, syscall_data(SYS_fchmodat, {0, 0x55ffffffffffffULL})) ==
+             SECCOMP_RET_KILL_THREAD);
+  BOOST_TEST(bpf_answer(one->profile.insns,
+                        syscall_data(SYS_fchmodat, {0, 0x574f4c4c415f5443ULL})) == kRetAllow);
+}
+
 BOOST_AUTO_TEST_CASE(refuses_two_actions_for_one_syscall) {
   SeccompProfile p;
   p.syscalls = {rule({"read"}, SeccompAction::kAllow), rule({"read"}, SeccompAction::kErrno, 13)};
