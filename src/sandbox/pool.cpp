@@ -52,8 +52,10 @@ void WarmPool::start() {
     return;
   }
   {
+    // Only when the caller's fill fell short: a refill the thread ran late would otherwise
+    // top the pool up after a take, which must wait for a settle (see refill_later()).
     std::lock_guard lock(mu_);
-    wanted_ = true;
+    wanted_ = entries_.size() < options_.size;
   }
   thread_ = std::thread([this] { refill_loop(); });
 }
