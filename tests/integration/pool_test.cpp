@@ -6,7 +6,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -22,6 +21,7 @@
 
 #include "base/strings.hpp"
 #include "helpers/engine_fixture.hpp"
+#include "helpers/engine_host.hpp"
 #include "sandbox/cgroup.hpp"
 #include "sandbox/spawner.hpp"
 #include "sandbox/status.hpp"
@@ -33,8 +33,6 @@ using namespace cordon::sandbox;
 using namespace cordon::test;
 
 namespace fs = std::filesystem;
-
-extern char** environ;
 
 namespace {
 
@@ -178,63 +176,6 @@ std::map<std::string, std::vector<std::string>> records_in(const std::string& di
   }
   return out;
 }
-
-// engine_host (tests/helpers/engine_host.cpp) in its own process, so its engine can be
-// SIGKILLed.
-struct EngineHost {
-  pid_t pid = -1;
-  FILE* to = nullptr;
-  FILE* from = nullptr;
-
-  explicit EngineHost(const EngineEnv& env) {
-    int in[2], out[2];
-    BOOST_REQUIRE(::pipe2(in, O_CLOEXEC) == 0 && ::pipe2(out, O_CLOEXEC) == 0);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, in[0], 0);
-    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-    EngineOptions o = env.options();
-    std::string host = env_or("CORDON_ENGINE_HOST", "build/tests/engine_host");
-    std::vector<std::string> args = {host,
-                                     o.state_dir,
-                                     o.policy_path,
-                                     o.spawner_path,
-                                     o.init_path,
-                                     o.default_seccomp_profile,
-                                     std::to_string(o.host_id_base),
-                                     std::to_string(o.host_id_count)};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    int rc = ::posix_spawn(&pid, host.c_str(), &fa, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
-    ::close(in[0]);
-    ::close(out[1]);
-    BOOST_REQUIRE_MESSAGE(rc == 0, "posix_spawn engine_host: " << strerror(rc));
-    to = ::fdopen(in[1], "w");
-    from = ::fdopen(out[0], "r");
-  }
-  ~EngineHost() {
-    if (pid > 0) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-    }
-    if (to) ::fclose(to);
-    if (from) ::fclose(from);
-  }
-  std::string line() {
-    char buf[4096];
-    if (::fgets(buf, sizeof buf, from) == nullptr) return "EOF";
-    std::string s(buf);
-    if (!s.empty() && s.back() == '\n') s.pop_back();
-    return s;
-  }
-  std::string ask(const std::string& cmd) {
-    std::fputs((cmd + "\n").c_str(), to);
-    std::fflush(to);
-    return line();
-  }
-};
 
 }  // namespace
 
@@ -496,9 +437,7 @@ BOOST_AUTO_TEST_CASE(sigkilled_engine_leaves_no_placeholder_and_the_next_sweeps_
       BOOST_REQUIRE(procs.size() == 1);
       placeholders.push_back(pidfd_of(*procs.begin()));
     }
-    ::kill(host.pid, SIGKILL);
-    ::waitpid(host.pid, nullptr, 0);
-    host.pid = -1;
+    host.sigkill();
   }
   // The spawner saw EOF (or died of its own PDEATHSIG) and took its placeholders with it.
   for (const auto& fd : placeholders) {
