@@ -18,6 +18,7 @@
 #include "api/daemon.hpp"
 #include "api/doctor.hpp"
 #include "api/mcp.hpp"
+#include "base/json_fields.hpp"
 #include "base/strings.hpp"
 #include "engine/oneshot.hpp"
 #include "policy/host_paths.hpp"
@@ -883,18 +884,17 @@ int client_command(const std::string& cmd, int argc, char** argv) {
     }
     return *r;
   };
+  // Everything below reads the daemon's replies: peer data, read with its types checked.
+  namespace jf = json_fields;
   auto failed = [](const json& r) {
-    if (!r.value("isError", false)) {
+    if (!jf::boolean(r, "isError")) {
       return false;
     }
     std::string msg;
-    for (const auto& c : r.value("content", json::array())) {
-      msg += c.value("text", "");
+    for (const auto& c : jf::array(r, "content")) {
+      msg += jf::str(c, "text");
     }
-    const json& sc = r.value("structuredContent", json::object());
-    if (sc.contains("error") && sc["error"].is_object()) {
-      msg = sc["error"].value("message", msg);
-    }
+    msg = jf::str(jf::object(jf::object(r, "structuredContent"), "error"), "message", msg);
     std::fprintf(stderr, "cordon: %s\n", msg.c_str());
     return true;
   };
@@ -905,25 +905,26 @@ int client_command(const std::string& cmd, int argc, char** argv) {
   if (failed(*r)) {
     return 1;
   }
-  json sc = r->value("structuredContent", json::object());
+  json sc = jf::object(*r, "structuredContent");
   if (cmd == "output" && follow) {
     // Like tail -f: print what is there, then keep paging until the job settles.
     for (;;) {
-      std::fwrite(sc.value("content", "").data(), 1, sc.value("content", "").size(), stdout);
+      std::string content = jf::str(sc, "content");
+      std::fwrite(content.data(), 1, content.size(), stdout);
       std::fflush(stdout);
-      args["offset"] = sc.value("nextOffset", 0);
-      if (!sc.value("hasMore", false)) {
+      args["offset"] = jf::u64(sc, "nextOffset");
+      if (!jf::boolean(sc, "hasMore")) {
         auto st = call("command_status", {{"taskId", args["taskId"]}, {"waitMs", 500}});
         if (!st || failed(*st)) {
           return st ? 1 : 3;
         }
-        bool settled = st->value("structuredContent", json::object()).value("settled", false);
+        bool settled = jf::boolean(jf::object(*st, "structuredContent"), "settled");
         auto page = call(tool, args);
         if (!page || failed(*page)) {
           return page ? 1 : 3;
         }
-        sc = page->value("structuredContent", json::object());
-        if (settled && !sc.value("hasMore", false) && sc.value("content", "").empty()) {
+        sc = jf::object(*page, "structuredContent");
+        if (settled && !jf::boolean(sc, "hasMore") && jf::str(sc, "content").empty()) {
           return 0;
         }
         continue;
@@ -932,39 +933,37 @@ int client_command(const std::string& cmd, int argc, char** argv) {
       if (!page || failed(*page)) {
         return page ? 1 : 3;
       }
-      sc = page->value("structuredContent", json::object());
+      sc = jf::object(*page, "structuredContent");
     }
   }
   if (as_json) {
     std::printf("%s\n", sc.dump(2).c_str());
   } else if (cmd == "output") {
-    std::string content = sc.value("content", "");
+    std::string content = jf::str(sc, "content");
     std::fwrite(content.data(), 1, content.size(), stdout);
   } else {
     auto line = [](const json& j) {
-      std::string out = j.value("taskId", "");
-      out += "  " + j.value("state", "");
-      if (j.contains("exitCode") && j["exitCode"].is_number()) {
-        out += fmt::format(" (exit {})", j["exitCode"].get<int>());
+      std::string out = jf::str(j, "taskId");
+      out += "  " + jf::str(j, "state");
+      if (const json* c = jf::find(j, "exitCode"); c != nullptr && c->is_number_integer()) {
+        out += fmt::format(" (exit {})", c->get<int64_t>());
       }
-      if (j.contains("signal") && j["signal"].is_string()) {
-        out += " (" + j["signal"].get<std::string>() + ")";
+      if (const json* s = jf::find(j, "signal"); s != nullptr && s->is_string()) {
+        out += " (" + s->get<std::string>() + ")";
       }
-      if (j.contains("argv") && j["argv"].is_array()) {
-        for (const auto& a : j["argv"]) {
-          out += " " + a.get<std::string>();
-        }
+      for (const auto& a : jf::array(j, "argv")) {
+        out += " " + (a.is_string() ? a.get<std::string>() : a.dump());
       }
       return out;
     };
     if (sc.contains("jobs")) {
-      for (const auto& j : sc["jobs"]) {
+      for (const auto& j : jf::array(sc, "jobs")) {
         std::printf("%s\n", line(j).c_str());
       }
     } else if (sc.contains("taskId")) {
       std::printf("%s\n", line(sc).c_str());
-      if (sc.contains("tailPreview") && sc["tailPreview"].is_string() && cmd != "start") {
-        std::printf("%s\n", sc["tailPreview"].get<std::string>().c_str());
+      if (std::string tail = jf::str(sc, "tailPreview"); !tail.empty() && cmd != "start") {
+        std::printf("%s\n", tail.c_str());
       }
     }
   }

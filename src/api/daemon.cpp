@@ -29,6 +29,7 @@
 #include <spdlog/spdlog.h>
 
 #include "api/mcp.hpp"
+#include "base/json_fields.hpp"
 #include "policy/policy.hpp"
 #include "base/unique_fd.hpp"
 
@@ -475,9 +476,9 @@ Result<UniqueFd> connect_session(const std::string& socket_path, const std::stri
   }
   auto reply = read_line(sock.get(), kMaxHandshake, kHandshakeTimeoutMs);
   json r = reply ? json::parse(*reply, nullptr, false) : json();
-  if (!r.is_object() || !r.value("ok", false)) {
+  if (!json_fields::boolean(r, "ok")) {
     return refusal("the daemon refused: {}",
-                   r.is_object() ? r.value("error", "no reason") : "no answer");
+                   r.is_object() ? json_fields::str(r, "error", "no reason") : "no answer");
   }
   return sock;
 }
@@ -553,10 +554,12 @@ Result<json> call_daemon_tool(const std::string& socket_path, const std::string&
       }
       json m = json::parse(*line, nullptr, false);
       if (m.is_object() && m.contains("id") && m["id"] == id) {
+        // The daemon's reply is peer data: read with its types checked (json_fields).
         if (m.contains("error")) {
-          return invalid("{}", m["error"].value("message", "JSON-RPC error"));
+          return invalid(
+              "{}", json_fields::str(json_fields::object(m, "error"), "message", "JSON-RPC error"));
         }
-        return m.value("result", json::object());
+        return json_fields::object(m, "result");
       }
     }
   };

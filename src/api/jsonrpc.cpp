@@ -150,7 +150,13 @@ void Dispatcher::run(const json& msg, const Reply& reply, const std::function<vo
   const Request& r = *c.request;
   if (r.notification) {
     if (auto n = notifications_.find(r.method); n != notifications_.end()) {
-      n->second(r);
+      // Last resort: cordon has no exceptions, but its handlers read JSON with nlohmann,
+      // which throws on a type it did not expect. A handler bug must cost one message, not
+      // the server and every other session on it.
+      try {
+        n->second(r);
+      } catch (const std::exception&) {  // a notification has no one to tell
+      }
     }
     no_reply();  // unknown notifications are ignored, as JSON-RPC says
     return;
@@ -160,7 +166,17 @@ void Dispatcher::run(const json& msg, const Reply& reply, const std::function<vo
     reply(make_error(r.id, kMethodNotFound, fmt::format("Method not found: `{}`", r.method)));
     return;
   }
-  m->second(r, reply);
+  // A method that throws is a bug (see above). It usually throws before answering, so the
+  // internal error is its answer; if it had answered already, the client sees a second
+  // response for that id, which it drops — still better than the server ending.
+  try {
+    m->second(r, reply);
+  } catch (const std::exception& e) {
+    reply(make_error(r.id, kInternalError,
+                     fmt::format("Internal error: cordon failed handling `{}`: {}. The server "
+                                 "keeps serving; please report this message.",
+                                 r.method, e.what())));
+  }
 }
 
 void Dispatcher::handle_line(std::string_view line) {

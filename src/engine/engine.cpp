@@ -38,6 +38,7 @@
 #include <unordered_map>
 
 #include "base/base64.hpp"
+#include "base/json_fields.hpp"
 #include "base/sha256.hpp"
 #include "base/strings.hpp"
 #include "base/utf8.hpp"
@@ -45,8 +46,10 @@
 #include "engine/paging.hpp"
 #include "policy/host_paths.hpp"
 #include "policy/policy.hpp"
+#include "policy/seccomp_profile.hpp"
 #include "sandbox/cgroup.hpp"
 #include "sandbox/pool.hpp"
+#include "sandbox/seccomp.hpp"
 #include "sandbox/spawner.hpp"
 #include "sandbox/status.hpp"
 #include "sandbox/userns.hpp"
@@ -315,66 +318,68 @@ json meta_json(const Job& j) {
 }
 
 std::optional<ArtifactRef> art_from(const json& a) {
+  namespace jf = json_fields;
   if (!a.is_object()) {
     return std::nullopt;
   }
   ArtifactRef r;
-  r.artifact_id = a.value("artifactId", "");
-  r.kind = a.value("kind", "command-output");
-  r.task_id = a.value("taskId", "");
-  r.stream = a.value("stream", "");
-  r.size_bytes = a.value("sizeBytes", uint64_t{0});
-  r.sha256 = a.value("sha256", "");
-  r.preview = a.value("preview", "");
-  r.read_back_hint = a.value("readBackHint", "");
+  r.artifact_id = jf::str(a, "artifactId");
+  r.kind = jf::str(a, "kind", "command-output");
+  r.task_id = jf::str(a, "taskId");
+  r.stream = jf::str(a, "stream");
+  r.size_bytes = jf::u64(a, "sizeBytes");
+  r.sha256 = jf::str(a, "sha256");
+  r.preview = jf::str(a, "preview");
+  r.read_back_hint = jf::str(a, "readBackHint");
   return r;
 }
 
+// meta.json is read back after a restart and may be damaged or from another version: every
+// field is read with its type checked (json_fields), a wrong one reads as absent.
 std::unique_ptr<Job> job_from_meta(const std::string& dir, const std::string& text) {
+  namespace jf = json_fields;
   json m = json::parse(text, nullptr, false);
   if (m.is_discarded() || !m.is_object()) {
     return nullptr;
   }
   auto j = std::make_unique<Job>();
   j->dir = dir;
-  j->id = m.value("taskId", "");
-  j->session = m.value("session", "");
-  j->label = m.value("label", "");
-  if (m.contains("argv") && m["argv"].is_array()) {
-    for (const auto& a : m["argv"]) {
-      if (a.is_string()) {
-        j->argv.push_back(a.get<std::string>());
-      }
+  j->id = jf::str(m, "taskId");
+  j->session = jf::str(m, "session");
+  j->label = jf::str(m, "label");
+  for (const auto& a : jf::array(m, "argv")) {
+    if (a.is_string()) {
+      j->argv.push_back(a.get<std::string>());
     }
   }
-  j->cwd = m.value("cwd", "");
-  j->state = m.value("state", "failed");
-  if (m.contains("exitCode") && m["exitCode"].is_number_integer()) {
-    j->exit_code = m["exitCode"].get<int>();
+  j->cwd = jf::str(m, "cwd");
+  j->state = jf::str(m, "state", "failed");
+  if (const json* c = jf::find(m, "exitCode"); c != nullptr && c->is_number_integer() &&
+                                               c->get<int64_t>() >= INT32_MIN &&
+                                               c->get<int64_t>() <= INT32_MAX) {
+    j->exit_code = static_cast<int>(c->get<int64_t>());
   }
-  if (m.contains("signal") && m["signal"].is_string()) {
-    j->signal = m["signal"].get<std::string>();
+  if (const json* s = jf::find(m, "signal"); s != nullptr && s->is_string()) {
+    j->signal = s->get<std::string>();
   }
-  j->started_at = m.value("startedAt", "");
-  j->ended_at = m.value("endedAt", "");
-  j->duration_ms = m.value("durationMs", uint64_t{0});
-  j->pty = m.value("pty", false);
-  j->error = m.value("error", "");
-  j->read = m.value("read", false);
-  j->out_bytes = m.value("stdoutBytes", uint64_t{0});
-  j->err_bytes = m.value("stderrBytes", uint64_t{0});
-  if (m.contains("usage") && m["usage"].is_object()) {
-    const auto& u = m["usage"];
-    j->usage.peak_memory_bytes = u.value("peakMemoryBytes", uint64_t{0});
-    j->usage.cpu_usec = u.value("cpuTimeUs", uint64_t{0});
-    j->usage.oom_kills = u.value("oomKills", uint64_t{0});
-    j->usage.pids_max_hits = u.value("pidsLimitHits", uint64_t{0});
+  j->started_at = jf::str(m, "startedAt");
+  j->ended_at = jf::str(m, "endedAt");
+  j->duration_ms = jf::u64(m, "durationMs");
+  j->pty = jf::boolean(m, "pty");
+  j->error = jf::str(m, "error");
+  j->read = jf::boolean(m, "read");
+  j->out_bytes = jf::u64(m, "stdoutBytes");
+  j->err_bytes = jf::u64(m, "stderrBytes");
+  const json& u = jf::object(m, "usage");
+  j->usage.peak_memory_bytes = jf::u64(u, "peakMemoryBytes");
+  j->usage.cpu_usec = jf::u64(u, "cpuTimeUs");
+  j->usage.oom_kills = jf::u64(u, "oomKills");
+  j->usage.pids_max_hits = jf::u64(u, "pidsLimitHits");
+  if (const json* o = jf::find(m, "stdout")) {
+    j->out_art = art_from(*o);
   }
-  if (m.contains("stdout")) {
-    j->out_art = art_from(m["stdout"]);
-  }
-  if (m.contains("stderr")) {
-    j->err_art = art_from(m["stderr"]);
+  if (const json* e = jf::find(m, "stderr")) {
+    j->err_art = art_from(*e);
   }
   j->out.path = dir + (j->pty ? "/pty.log" : "/stdout.log");
   j->err.path = dir + "/stderr.log";
@@ -1615,6 +1620,17 @@ Result<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
     if (impl->pol->git) {
       CORDON_TRY_CTX(g, policy::git_job_policy(*impl->pol), "load policy `{}`", o.policy_path);
       impl->git_pol.emplace(std::move(g));
+    }
+    if (const auto& sp = impl->pol->seccomp_profile) {
+      // load_policy parsed the profile; compiling it is the sandbox layer's (libseccomp), so
+      // it is done here: a profile the compiler refuses fails open, naming why, instead of
+      // every start later (each would fail with the same message, after the caller moved on).
+      CORDON_TRY_CTX(profile, policy::load_seccomp_profile(*sp), "load policy `{}`: seccompProfile",
+                     o.policy_path);
+      CORDON_CHECK_CTX(sandbox::compile_filters(profile, {}),
+                       "load policy `{}`: seccompProfile `{}` (fix the profile, or remove "
+                       "seccompProfile to use cordon's default)",
+                       o.policy_path, *sp);
     }
   }
   CORDON_TRY_CTX(records, sandbox::CgroupRecords::open(o.state_dir + "/cgroups"),

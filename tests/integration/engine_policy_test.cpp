@@ -220,3 +220,42 @@ BOOST_AUTO_TEST_CASE(the_environment_is_replaced_by_the_policys_variables) {
   ::unsetenv("CORDON_TEST_LEAK");
   ::unsetenv("CORDON_TEST_PASS");
 }
+
+// A seccomp profile libseccomp cannot compile as written (a masked compare with bits outside
+// its mask) fails Engine::open with the reason, not every start after it; the same policy
+// with the rule fixed opens and runs.
+BOOST_AUTO_TEST_CASE(a_seccomp_profile_the_compiler_refuses_fails_open_not_the_first_start) {
+  EngineEnv env;
+  auto write_profile = [&](uint64_t value_two) {
+    nlohmann::json prof = nlohmann::json::parse(read_file(build_dir() + "/seccomp/default.json"));
+    prof["syscalls"].push_back({{"names", {"mbind"}},
+                                {"action", "SCMP_ACT_ERRNO"},
+                                {"args",
+                                 {{{"index", 1},
+                                   {"op", "SCMP_CMP_MASKED_EQ"},
+                                   {"value", 0xff},
+                                   {"valueTwo", value_two}}}}});
+    std::ofstream(env.box.base + "/profile.json") << prof.dump();
+  };
+  env.policy["seccompProfile"] = env.box.base + "/profile.json";
+  env.write_policy();
+  write_profile(0x100);
+  auto refused = env.open();
+  BOOST_REQUIRE(!refused.has_value());
+  const std::string msg = refused.error().message();
+  BOOST_TEST(msg.find("seccompProfile") != std::string::npos, msg);
+  BOOST_TEST(msg.find("bits outside the mask") != std::string::npos, msg);
+  BOOST_TEST(msg.find("profile.json") != std::string::npos, msg);
+
+  write_profile(0x10);  // inside the mask: compiles
+  auto e = env.open();
+  BOOST_REQUIRE_MESSAGE(e.has_value(), describe(e));
+  auto s = (*e)->start("s", {.argv = {"/bin/echo", "ok"}});
+  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+  auto w = (*e)->wait("s", {s->task_id}, std::chrono::seconds(20), true);
+  BOOST_REQUIRE_MESSAGE(w.has_value(), describe(w));
+  auto st = (*e)->status("s", s->task_id);
+  BOOST_REQUIRE(st.has_value());
+  BOOST_TEST(st->state == "exited");
+  BOOST_TEST(st->exit_code.value_or(-1) == 0);
+}

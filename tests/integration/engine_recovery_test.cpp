@@ -219,3 +219,50 @@ BOOST_AUTO_TEST_CASE(a_full_disk_fails_the_writer_and_settling_still_works) {
   BOOST_REQUIRE(b2.has_value());
   BOOST_TEST(b2->stdout_artifact->sha256 == b->stdout_artifact->sha256);
 }
+
+// meta.json is read back on every open; a damaged or foreign one (fields of another type, a
+// non-object, garbage) must read as what it can, never end the engine. Before json_fields,
+// nlohmann's value() threw type_error here and Engine::open died with it.
+BOOST_AUTO_TEST_CASE(records_with_fields_of_the_wrong_type_do_not_end_the_engine) {
+  EngineEnv env;
+  std::vector<std::string> ids;
+  {
+    auto e = open_engine(env);
+    for (int i = 0; i < 3; ++i) {
+      auto s = e->start("s", {.argv = {"/bin/echo", "kept"}});
+      BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+      ids.push_back(s->task_id);
+    }
+    auto w = e->wait("s", ids, 20s, true);
+    BOOST_REQUIRE_MESSAGE(w.has_value(), describe(w));
+  }
+  // Job 0: every field but its id and session of another type. Job 1: an id that is a number.
+  // Job 2: untouched, the control.
+  auto m = nlohmann::json::parse(read_file(env.job_dir(ids[0]) + "/meta.json"));
+  for (auto& [k, v] : m.items()) {
+    if (k == "taskId" || k == "session") continue;
+    v = v.is_string() ? nlohmann::json(42) : nlohmann::json("wrong type");
+  }
+  m["usage"] = nlohmann::json::array({1, 2});
+  m["exitCode"] = uint64_t{1} << 40;
+  std::ofstream(env.job_dir(ids[0]) + "/meta.json") << m.dump();
+  auto m1 = nlohmann::json::parse(read_file(env.job_dir(ids[1]) + "/meta.json"));
+  m1["taskId"] = 7;
+  m1["stdout"] = {{"sizeBytes", -5}, {"sha256", false}};
+  std::ofstream(env.job_dir(ids[1]) + "/meta.json") << m1.dump();
+
+  auto e = open_engine(env);
+  auto damaged = e->status("s", ids[0]);
+  BOOST_REQUIRE_MESSAGE(damaged.has_value(), describe(damaged));
+  BOOST_TEST(damaged->task_id == ids[0]);
+  BOOST_TEST(!damaged->exit_code.has_value());  // 2^40 is no exit code
+  auto control = e->status("s", ids[2]);
+  BOOST_REQUIRE_MESSAGE(control.has_value(), describe(control));
+  BOOST_TEST(control->state == "exited");
+  auto out = e->output("s", ids[2], {});
+  BOOST_REQUIRE_MESSAGE(out.has_value(), describe(out));
+  BOOST_TEST(out->content == "kept\n");
+  auto listed = e->list("s", {});
+  BOOST_TEST_MESSAGE("listed: " << describe(listed));
+  BOOST_TEST(listed.has_value());
+}

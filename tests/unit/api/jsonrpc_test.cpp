@@ -178,3 +178,23 @@ BOOST_AUTO_TEST_CASE(a_message_nested_deeper_than_the_bound_is_refused_unparsed)
   BOOST_TEST(h.sent[0].contains("result"), h.sent[0].dump().substr(0, 200));
   BOOST_TEST(nesting_depth("[{\"a\":\"[{\"}]") == 2u);
 }
+
+// The last resort: a handler that reads a field with the wrong type (nlohmann throws) costs
+// that one message an internal error; the dispatcher keeps answering.
+BOOST_AUTO_TEST_CASE(a_throwing_handler_gets_an_internal_error_and_the_next_message_works) {
+  Harness h;
+  h.d.on("typed", [](const Request& r, Reply reply) {
+    reply(make_result(r.id, r.params.at("n").get<int>() + 1));  // throws on a string
+  });
+  h.d.on_notification("notifications/typed",
+                      [](const Request& r) { (void)r.params.at("n").get<int>(); });
+  h.d.handle_line(R"({"jsonrpc": "2.0", "id": 1, "method": "typed", "params": {"n": "x"}})");
+  h.d.handle_line(R"({"jsonrpc": "2.0", "method": "notifications/typed", "params": {}})");
+  h.d.handle_line(R"({"jsonrpc": "2.0", "id": 2, "method": "typed", "params": {"n": 41}})");
+  BOOST_REQUIRE_EQUAL(h.sent.size(), 2u);
+  BOOST_TEST(error_code(h.sent[0]) == kInternalError);
+  BOOST_TEST(h.sent[0]["id"] == 1);
+  std::string msg = h.sent[0]["error"]["message"];
+  BOOST_TEST(msg.find("typed") != std::string::npos, msg);
+  BOOST_TEST(h.sent[1]["result"] == 42);
+}

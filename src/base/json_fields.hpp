@@ -1,0 +1,57 @@
+#pragma once
+
+// Reading fields of JSON that cordon did not just build itself: records on disk (meta.json,
+// which a full disk, an editor or an older version may have left different) and replies from
+// a peer (a daemon on the other end of --connect). nlohmann's `value(key, fallback)` throws
+// type_error when the key is there with another type, and `value` on a non-object throws too;
+// cordon has no exceptions, so such data must never reach it. These never throw: a missing
+// field, a field of another type and a non-object all give the fallback.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+namespace cordon::json_fields {
+
+inline const nlohmann::json* find(const nlohmann::json& o, std::string_view key) {
+  if (!o.is_object()) {
+    return nullptr;
+  }
+  auto it = o.find(key);
+  return it == o.end() ? nullptr : &*it;
+}
+
+inline std::string str(const nlohmann::json& o, std::string_view key,
+                       const std::string& fallback = "") {
+  const nlohmann::json* v = find(o, key);
+  return v != nullptr && v->is_string() ? v->get<std::string>() : fallback;
+}
+
+/// A non-negative integer; a negative or fractional number is not one.
+inline uint64_t u64(const nlohmann::json& o, std::string_view key, uint64_t fallback = 0) {
+  const nlohmann::json* v = find(o, key);
+  return v != nullptr && v->is_number_unsigned() ? v->get<uint64_t>() : fallback;
+}
+
+inline bool boolean(const nlohmann::json& o, std::string_view key, bool fallback = false) {
+  const nlohmann::json* v = find(o, key);
+  return v != nullptr && v->is_boolean() ? v->get<bool>() : fallback;
+}
+
+/// The member if it is an object, else an empty object (a static one: no allocation).
+inline const nlohmann::json& object(const nlohmann::json& o, std::string_view key) {
+  static const nlohmann::json kEmpty = nlohmann::json::object();
+  const nlohmann::json* v = find(o, key);
+  return v != nullptr && v->is_object() ? *v : kEmpty;
+}
+
+/// The member if it is an array, else an empty array.
+inline const nlohmann::json& array(const nlohmann::json& o, std::string_view key) {
+  static const nlohmann::json kEmpty = nlohmann::json::array();
+  const nlohmann::json* v = find(o, key);
+  return v != nullptr && v->is_array() ? *v : kEmpty;
+}
+
+}  // namespace cordon::json_fields
