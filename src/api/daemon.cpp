@@ -130,8 +130,11 @@ Result<UniqueFd> open_socket_dir(const std::string& dir) {
 }
 
 // Created with its final mode (umask around bind), in a directory checked above and reached
-// through its fd, before listen: no window in which the path or its mode is wrong. 0600 when
-// only root and cordon's uid are served; 0666 when other uids are (SO_PEERCRED decides).
+// through its fd: no window in which the path or its mode is wrong. 0600 when only root and
+// cordon's uid are served; 0666 when other uids are (SO_PEERCRED decides). Bound under a
+// temporary name and renamed into place once it listens, so the path never names a socket
+// that refuses connections (a client polling for it sees ENOENT, then a daemon), and a stale
+// socket from a killed daemon is replaced in one step.
 Result<UniqueFd> listen_on(const std::string& path, bool others) {
   auto slash = path.rfind('/');
   if (slash == std::string::npos || slash + 1 == path.size()) {
@@ -141,6 +144,8 @@ Result<UniqueFd> listen_on(const std::string& path, bool others) {
   CORDON_TRY(dfd, open_socket_dir(dir));
   std::string via = fmt::format("/proc/self/fd/{}/{}", dfd.get(), name);
   CORDON_TRY(addr, socket_address(via));
+  std::string tmp = fmt::format(".{}.{}.tmp", name, ::getpid());
+  CORDON_TRY(tmp_addr, socket_address(fmt::format("/proc/self/fd/{}/{}", dfd.get(), tmp)));
   UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!fd) {
     return sys_error("socket");
@@ -150,24 +155,28 @@ Result<UniqueFd> listen_on(const std::string& path, bool others) {
     if (!S_ISSOCK(st.st_mode)) {
       return refusal("`{}` exists and is not a socket; choose another --socket", path);
     }
-    // A live daemon answers; a stale socket file from a killed one is replaced.
+    // A live daemon answers; a stale socket file from a killed one is replaced below.
     UniqueFd probe(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
     if (::connect(probe.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
       return refusal("a daemon already listens on `{}`", path);
     }
-    if (::unlinkat(dfd.get(), name.c_str(), 0) != 0) {
-      return sys_error("unlink the stale socket `{}`", path);
-    }
+  }
+  // Left by a daemon of this pid that was killed between bind and rename (pids recycle).
+  if (::unlinkat(dfd.get(), tmp.c_str(), 0) != 0 && errno != ENOENT) {
+    return sys_error("unlink the stale `{}/{}`", dir, tmp);
   }
   mode_t old = ::umask(others ? 0111 : 0177);
-  int rc = ::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  int rc = ::bind(fd.get(), reinterpret_cast<sockaddr*>(&tmp_addr), sizeof tmp_addr);
   int err = errno;
   ::umask(old);
   if (rc != 0) {
-    return errno_error(err, "bind `{}`", path);
+    return errno_error(err, "bind `{}/{}`", dir, tmp);
   }
-  if (::listen(fd.get(), 128) != 0) {
-    return sys_error("listen `{}`", path);
+  if (::listen(fd.get(), 128) != 0 ||
+      ::renameat(dfd.get(), tmp.c_str(), dfd.get(), name.c_str()) != 0) {
+    err = errno;
+    (void)::unlinkat(dfd.get(), tmp.c_str(), 0);
+    return errno_error(err, "listen on `{}/{}` and rename it to `{}`", dir, tmp, path);
   }
   return fd;
 }

@@ -8,11 +8,13 @@
 #include <sys/un.h>
 #include <sys/wait.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <thread>
 #include <fstream>
 
 #include "helpers/cordon_fixture.hpp"
@@ -222,6 +224,58 @@ BOOST_AUTO_TEST_CASE(socket_is_0600_when_only_root_is_served_and_the_kernel_refu
     return fd < 0 ? std::string("connect: ") + std::strerror(errno) : std::string("connected");
   });
   BOOST_TEST(got == "connect: Permission denied");
+}
+
+// The socket is bound under a temporary name and renamed into place once it listens: the path
+// never names a socket that refuses connections, a stale socket left by a killed daemon is
+// replaced, and no temporary name is left behind.
+BOOST_AUTO_TEST_CASE(the_socket_path_appears_only_when_it_accepts_and_replaces_a_stale_one) {
+  Daemon d("", false);
+  {  // a stale socket: bound, never listening, its owner gone
+    int stale = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strcpy(addr.sun_path, d.sock.c_str());
+    BOOST_REQUIRE(::bind(stale, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    ::close(stale);
+    BOOST_REQUIRE(d.connect_fd() < 0);
+  }
+  struct stat before {};
+  BOOST_REQUIRE(::stat(d.sock.c_str(), &before) == 0);
+  // From the moment the path names a new inode it accepts: every connect to it succeeds.
+  // The poller runs while start() forks and waits for the daemon's "listening" line.
+  std::atomic<int> attempts = 0, refused = 0;
+  std::atomic<bool> stop = false;
+  std::thread poller([&] {
+    while (!stop) {
+      struct stat st {};
+      if (::stat(d.sock.c_str(), &st) == 0 && st.st_ino != before.st_ino) {
+        int fd = d.connect_fd();
+        ++attempts;
+        if (fd < 0) {
+          ++refused;
+        } else {
+          ::close(fd);
+          return;
+        }
+      }
+      ::usleep(50);
+    }
+  });
+  d.start({"--socket", d.sock});
+  BOOST_TEST_REQUIRE(d.pid > 0);
+  // The daemon logged "listening" after renaming; the poller sees the new inode soon after.
+  for (int i = 0; i < 2000 && attempts == 0; ++i) ::usleep(1000);
+  stop = true;
+  poller.join();
+  BOOST_TEST(attempts >= 1);
+  BOOST_TEST(refused == 0);
+  struct stat now {};
+  BOOST_REQUIRE(::stat(d.sock.c_str(), &now) == 0);
+  BOOST_TEST((now.st_mode & 07777) == 0600u);
+  for (const auto& e : std::filesystem::directory_iterator(d.box.base)) {
+    BOOST_TEST(e.path().filename().string().find(".tmp") == std::string::npos, e.path());
+  }
 }
 
 BOOST_AUTO_TEST_CASE(refuses_a_peer_uid_the_policy_does_not_list) {
