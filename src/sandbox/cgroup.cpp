@@ -694,14 +694,19 @@ Result<void> JobCgroup::place_v1(pid_t pid) {
 Result<void> JobCgroup::kill() {
   if (v2_.fd.valid()) {
     auto killed = sys::write_file_at(v2_.fd.get(), "cgroup.kill", "1");
-    if (!killed) {
-      if (!is_missing(killed.error())) {
-        return std::unexpected(std::move(killed.error()).wrap("kill cgroup `{}`", v2_.path));
-      }
-      // No cgroup.kill (kernel < 5.14): signal each member; a member forking meanwhile is
-      // caught by the wait loop in destroy(), which signals again.
-      CORDON_TRY_CTX(pidfds, kill_listed(v2_.fd.get()), "kill cgroup `{}`", v2_.path);
+    if (killed) {
+      // cgroup.kill reaches every member, a fork in flight included. On a hybrid host the
+      // v1 job cgroups hold the very same processes (every one was born inside both sets
+      // and a sandbox cannot move itself out), so listing and signalling them again would
+      // only cost a read and a pidfd per member per hierarchy — most of a kill's time.
+      return {};
     }
+    if (!is_missing(killed.error())) {
+      return std::unexpected(std::move(killed.error()).wrap("kill cgroup `{}`", v2_.path));
+    }
+    // No cgroup.kill (kernel < 5.14): signal each member; a member forking meanwhile is
+    // caught by the wait loop in destroy(), which signals again.
+    CORDON_TRY_CTX(pidfds, kill_listed(v2_.fd.get()), "kill cgroup `{}`", v2_.path);
   }
   for (const Dir& d : v1_) {
     CORDON_TRY_CTX(pidfds, kill_listed(d.fd.get()), "kill cgroup `{}`", d.path);
