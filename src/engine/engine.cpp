@@ -63,6 +63,8 @@ using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 constexpr size_t kReadBuffer = 1 << 20;
+// Artifact indexes kept for artifacts that are not their job's log (Impl::artifact_index).
+constexpr size_t kArtifactIndexes = 16;
 constexpr size_t kTailChars = 2000;
 constexpr std::chrono::milliseconds kDrainAfterInit{2000};
 // Room kept in `<state>/reserve` so that settling still works on a full disk: a meta write
@@ -212,6 +214,14 @@ std::string file_tail(const std::string& path, size_t max_chars) {
   return clean.substr(pos);
 }
 
+// A log's checkpoint index with its own lock. Shared (not owned by the Job) so a page can be
+// read outside the engine's lock while the job settles, or is evicted from the settled cache
+// and reloaded from disk under a new Job.
+struct SharedIndex {
+  std::mutex mu;
+  engine::LogIndex index;
+};
+
 struct Stream {
   std::string path;
   UniqueFd pipe;  // read end (stdout/stderr) or -1
@@ -220,7 +230,7 @@ struct Stream {
   uint64_t lost = 0;
   Sha256 sha;
   bool eof = false;
-  std::unique_ptr<engine::LogIndex> index = std::make_unique<engine::LogIndex>();
+  std::shared_ptr<SharedIndex> index = std::make_shared<SharedIndex>();
 };
 
 enum class WatchKind { kPidfd, kStatus, kStdout, kStderr, kPty, kStdin };
@@ -425,6 +435,32 @@ class Engine::Impl {
   // when a retention limit is set (see track_settled).
   std::multimap<std::string, std::string> settled_by_end;
   std::vector<char> buffer = std::vector<char>(kReadBuffer);
+
+  // Indexes of artifacts that are not their job's log (normally none: bank() hard-links the
+  // log), most recent first, bounded so paging many such artifacts cannot grow the engine.
+  struct ArtifactIndex {
+    std::string id;
+    dev_t dev;
+    ino_t ino;
+    std::shared_ptr<SharedIndex> index;
+  };
+  std::mutex art_mu;  // never held with mu
+  std::list<ArtifactIndex> art_indexes;
+
+  std::shared_ptr<SharedIndex> artifact_index(const std::string& id, const struct stat& st) {
+    std::lock_guard<std::mutex> lock(art_mu);
+    for (auto it = art_indexes.begin(); it != art_indexes.end(); ++it) {
+      if (it->id == id && it->dev == st.st_dev && it->ino == st.st_ino) {
+        art_indexes.splice(art_indexes.begin(), art_indexes, it);
+        return it->index;
+      }
+    }
+    art_indexes.push_front({id, st.st_dev, st.st_ino, std::make_shared<SharedIndex>()});
+    while (art_indexes.size() > kArtifactIndexes) {
+      art_indexes.pop_back();
+    }
+    return art_indexes.front().index;
+  }
 
   std::string jobs_dir() const { return opt.state_dir + "/jobs"; }
   std::string artifacts_dir() const { return opt.state_dir + "/artifacts"; }
@@ -1842,8 +1878,8 @@ Result<std::vector<JobStatus>> Engine::wait(const std::string& session,
 
 namespace {
 
-Result<OutputPage> page_file(const std::string& path, bool complete, engine::LogIndex& index,
-                             const OutputRequest& req) {
+// Pages the log open on `fd` with `shared`'s index, under the index's own lock.
+Result<OutputPage> page_fd(int fd, bool complete, SharedIndex& shared, const OutputRequest& req) {
   engine::PageRequest pr;
   pr.offset = req.offset;
   pr.limit = req.limit;
@@ -1852,16 +1888,10 @@ Result<OutputPage> page_file(const std::string& path, bool complete, engine::Log
                                              : engine::Unit::kChars;
   OutputPage out;
   out.complete = complete;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) {
-      return out;  // nothing written yet
-    }
-    return sys_error("open `{}`", path);
-  }
-  UniqueFd guard(fd);
   CORDON_TRY(st, sys::fstat_fd(fd));
-  CORDON_TRY(page, engine::read_page(fd, static_cast<uint64_t>(st.st_size), complete, index, pr));
+  std::lock_guard<std::mutex> lock(shared.mu);
+  CORDON_TRY(page,
+             engine::read_page(fd, static_cast<uint64_t>(st.st_size), complete, shared.index, pr));
   out.offset = page.offset;
   out.total_size = page.total;
   out.next_offset = page.next_offset;
@@ -1873,6 +1903,21 @@ Result<OutputPage> page_file(const std::string& path, bool complete, engine::Log
     out.content = std::move(page.content);
   }
   return out;
+}
+
+Result<OutputPage> page_file(const std::string& path, bool complete, SharedIndex& shared,
+                             const OutputRequest& req) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) {
+      OutputPage out;  // nothing written yet
+      out.complete = complete;
+      return out;
+    }
+    return sys_error("open `{}`", path);
+  }
+  UniqueFd guard(fd);
+  return page_fd(fd, complete, shared, req);
 }
 
 }  // namespace
@@ -2035,20 +2080,41 @@ Result<OutputPage> Engine::retrieve(const std::string& session, const std::strin
   if (!valid_name(artifact_id) || artifact_id[0] != 'a' || dash == std::string::npos || dash < 2) {
     return unknown();
   }
+  std::shared_ptr<SharedIndex> job_index;
+  std::string log_path;
   {
     std::unique_lock<std::mutex> lock(m.mu);
     Job* j = m.find("t" + artifact_id.substr(1, dash - 1));
     if (j == nullptr || j->session != session) {
       return unknown();
     }
+    std::string stream = artifact_id.substr(dash + 1);
+    Stream* s = stream == "stderr"                                               ? &j->err
+                : (stream == "stdout" && !j->pty) || (stream == "pty" && j->pty) ? &j->out
+                                                                                 : nullptr;
+    if (s != nullptr && j->settled()) {
+      job_index = s->index;
+      log_path = s->path;
+    }
   }
   std::string path = m.artifacts_dir() + "/" + artifact_id;
-  if (::access(path.c_str(), F_OK) != 0) {
-    return std::unexpected(
-        Error(ErrorCode::kNotFound, 0, fmt::format("unknown artifactId `{}`", artifact_id)));
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) {
+      return unknown();
+    }
+    return sys_error("open `{}`", path);
   }
-  engine::LogIndex index;
-  return page_file(path, true, index, request);
+  UniqueFd guard(fd);
+  CORDON_TRY(st, sys::fstat_fd(fd));
+  // The artifact is a hard link to the job's log: the same file, so the job's index (warm
+  // from output, capture or its idx file) serves it. Anything else gets an index of its own.
+  struct stat log_st {};
+  if (job_index && ::stat(log_path.c_str(), &log_st) == 0 && log_st.st_dev == st.st_dev &&
+      log_st.st_ino == st.st_ino) {
+    return page_fd(fd, true, *job_index, request);
+  }
+  return page_fd(fd, true, *m.artifact_index(artifact_id, st), request);
 }
 
 uint64_t Engine::subscribe_settled(SettleCallback callback) {
