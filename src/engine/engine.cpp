@@ -38,6 +38,7 @@
 #include <unordered_map>
 
 #include "base/base64.hpp"
+#include "base/scope_exit.hpp"
 #include "base/sha256.hpp"
 #include "base/strings.hpp"
 #include "base/utf8.hpp"
@@ -896,6 +897,15 @@ class Engine::Impl {
       return;
     }
     size_t done = 0;
+    // The bytes pass through here anyway: index them now (≈ the cost of one more read of
+    // them, see docs/performance.md), so the first chars or lines page of a big log, even
+    // after a restart (the index is persisted when the job settles), needs no scan.
+    const uint64_t at = s.written;
+    ScopeExit index_written([&] {
+      std::lock_guard<std::mutex> lock(s.index->mu);
+      // A refused feed (a gap) leaves the index behind; a pager's extend() catches it up.
+      (void)s.index->index.feed(at, std::string_view(data, done));
+    });
     while (done < keep) {
       ssize_t w = ::write(s.file.get(), data + done, keep - done);
       if (w < 0) {

@@ -1,5 +1,6 @@
 #include "engine/paging.hpp"
 
+#include <string.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,6 +9,9 @@
 #include <cstring>
 #include <limits>
 #include <span>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #include "base/utf8.hpp"
 
@@ -219,6 +223,129 @@ Result<void> LogIndex::extend(int fd, uint64_t file_size) {
       std::memcpy(tail_, view.data(), tail_len_);
     }
     return {};
+  }
+}
+
+namespace {
+
+// Newlines in p[0..n), and whether any byte has its high bit set: one pass, 16 bytes a step
+// (SSE2 is part of x86-64). The fast path of feed(): most output is ASCII. Per-byte counters
+// are summed every 255 steps, before they can wrap.
+struct AsciiCount {
+  uint64_t newlines = 0;
+  bool high = false;
+};
+
+AsciiCount count_ascii(const uint8_t* p, size_t n) {
+  AsciiCount out;
+  size_t i = 0;
+#ifdef __SSE2__
+  const __m128i nl = _mm_set1_epi8('\n');
+  const __m128i zero = _mm_setzero_si128();
+  __m128i ors = zero;
+  __m128i sums = zero;
+  while (n - i >= 16) {
+    __m128i acc = zero;
+    size_t steps = std::min<size_t>((n - i) / 16, 255);
+    for (size_t k = 0; k < steps; ++k, i += 16) {
+      __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i));
+      ors = _mm_or_si128(ors, v);
+      acc = _mm_sub_epi8(acc, _mm_cmpeq_epi8(v, nl));  // a match is -1
+    }
+    sums = _mm_add_epi64(sums, _mm_sad_epu8(acc, zero));
+  }
+  out.newlines = static_cast<uint64_t>(_mm_cvtsi128_si64(sums)) +
+                 static_cast<uint64_t>(_mm_cvtsi128_si64(_mm_unpackhi_epi64(sums, sums)));
+  out.high = _mm_movemask_epi8(ors) != 0;
+#endif
+  uint8_t rest = 0;
+  for (; i < n; ++i) {
+    rest |= p[i];
+    out.newlines += p[i] == '\n' ? 1 : 0;
+  }
+  out.high = out.high || (rest & 0x80) != 0;
+  return out;
+}
+
+// Bytes feed() classifies at once: small enough that one stray non-ASCII byte sends little
+// through the exact scanner, big enough that the per-block work is noise.
+constexpr size_t kFeedBlock = size_t{4} << 10;
+
+}  // namespace
+
+Result<void> LogIndex::feed(uint64_t offset, std::string_view bytes) {
+  const uint64_t seen = seen_bytes();
+  if (offset > seen) {
+    return invalid("feed at {} leaves a gap after the {} bytes indexed", offset, seen);
+  }
+  uint64_t skip = std::min<uint64_t>(seen - offset, bytes.size());
+  const auto* p = reinterpret_cast<const uint8_t*>(bytes.data()) + skip;
+  size_t n = bytes.size() - static_cast<size_t>(skip);
+  // A pending tail (a proper prefix of a sequence, at most 3 bytes) is resolved on a small
+  // buffer of it and up to 4 new bytes: enough to decide its first char.
+  while (tail_len_ > 0 && n > 0) {
+    size_t k = std::min<size_t>(n, 4);
+    uint8_t buf[8];
+    std::memcpy(buf, tail_, tail_len_);
+    std::memcpy(buf + tail_len_, p, k);
+    const size_t len = static_cast<size_t>(tail_len_) + k;
+    tail_len_ = 0;
+    consume(buf, len);  // leaves what is still undecided as the tail
+    p += k;
+    n -= k;
+  }
+  if (n > 0) {
+    consume(p, n);
+  }
+  return {};
+}
+
+void LogIndex::consume(const uint8_t* p, size_t n) {
+  const uint64_t base = state_.byte;
+  for (;;) {
+    const size_t i = static_cast<size_t>(state_.byte - base);
+    if (i == n) {
+      return;
+    }
+    const uint64_t boundary = (checkpoints_.back().byte / interval_ + 1) * interval_;
+    const size_t block =
+        static_cast<size_t>(std::min<uint64_t>({n - i, kFeedBlock, boundary - state_.byte}));
+    // ASCII with no forced break possible (the line so far plus the block stays within
+    // kMaxLineBytes): every byte is one char, lines are the newlines.
+    if (state_.line_start + kMaxLineBytes >= state_.byte + block) {
+      AsciiCount c = count_ascii(p + i, block);
+      if (!c.high) {
+        if (c.newlines > 0) {
+          const void* last = ::memrchr(p + i, '\n', block);
+          state_.line_start =
+              base + static_cast<uint64_t>(static_cast<const uint8_t*>(last) - p) + 1;
+          state_.lines += c.newlines;
+        }
+        state_.byte += block;
+        state_.chars += block;
+        if (state_.byte == boundary) {
+          checkpoints_.push_back(state_);  // as extend() does: its scan stops right here
+        }
+        continue;
+      }
+    }
+    // Anything else goes through the exact scanner, one block (plus room for the sequence
+    // that straddles its end) at a time.
+    const size_t len = std::min<size_t>(n - i, block + 3);
+    Limits lim;
+    lim.stop_byte = boundary;
+    Stop stop = scan(p + i, len, /*final=*/false, state_, lim);
+    if (stop == Stop::kLimit) {
+      checkpoints_.push_back(state_);
+      continue;
+    }
+    if (stop == Stop::kNeedMore && i + len == n) {
+      // The input ends inside a sequence: keep its bytes until more arrive.
+      tail_len_ = base + n - state_.byte;
+      std::memcpy(tail_, p + (state_.byte - base), tail_len_);
+      return;
+    }
+    // kEnd, or kNeedMore before the input's end: go on from where the scanner stopped.
   }
 }
 

@@ -104,3 +104,17 @@ BOOST_AUTO_TEST_CASE(retrieve_keeps_an_index_for_an_artifact_that_is_not_the_log
   }
   BOOST_TEST(total_lines(e->retrieve("s", art, last_line)) == rewritten);
 }
+
+BOOST_AUTO_TEST_CASE(capture_indexes_the_log_as_it_is_written) {
+  EngineEnv env;
+  auto e = open_engine(env);
+  const std::string id = run_lines_job(*e);
+  // No page was read yet: the only index is the one capture built from the bytes it wrote.
+  rewrite_head(env.job_dir(id) + "/stdout.log");
+  OutputRequest last_line{.offset = kLines - 1, .limit = 1, .unit = OutputUnit::kLines};
+  BOOST_TEST(total_lines(e->output("s", id, last_line)) == kLines);
+  auto chars = e->output("s", id, {.offset = kLogBytes - 3, .limit = 10});
+  BOOST_REQUIRE_MESSAGE(chars.has_value(), describe(chars));
+  BOOST_TEST(chars->total_size == kLogBytes);  // ASCII: one char per byte
+  BOOST_TEST(chars->content == "bcd");
+}

@@ -551,3 +551,113 @@ BOOST_AUTO_TEST_CASE(page_at_the_end_of_64mib_reads_a_bounded_number_of_bytes) {
   Page last = page_of(log, true, index, Unit::kLines, index.total_lines(true) - 1, 1);
   BOOST_TEST(last.content == log.data().substr(log.data().rfind('\n', log.size() - 2) + 1));
 }
+
+namespace {
+
+// Every checkpoint and every total of `fed` equals those of `scanned`.
+void same_index(const LogIndex& fed, const LogIndex& scanned) {
+  BOOST_REQUIRE_EQUAL(fed.checkpoints().size(), scanned.checkpoints().size());
+  for (size_t i = 0; i < fed.checkpoints().size(); ++i) {
+    const Checkpoint& a = fed.checkpoints()[i];
+    const Checkpoint& b = scanned.checkpoints()[i];
+    BOOST_TEST_CONTEXT("checkpoint " << i) {
+      BOOST_TEST(a.byte == b.byte);
+      BOOST_TEST(a.chars == b.chars);
+      BOOST_TEST(a.lines == b.lines);
+      BOOST_TEST(a.line_start == b.line_start);
+    }
+  }
+  BOOST_TEST(fed.decided_bytes() == scanned.decided_bytes());
+  BOOST_TEST(fed.seen_bytes() == scanned.seen_bytes());
+  for (bool complete : {false, true}) {
+    BOOST_TEST(fed.total_chars(complete) == scanned.total_chars(complete));
+    BOOST_TEST(fed.total_lines(complete) == scanned.total_lines(complete));
+  }
+}
+
+// Feeds `data` in random cuts (1 byte to a few blocks, so cuts fall inside sequences, CRLFs
+// and the feed's own 4 KiB blocks) and compares with extend() over the file after each feed.
+void feed_matches_extend(std::mt19937_64& rng, const std::string& data, uint64_t interval,
+                         size_t max_cut) {
+  TempLog log;
+  LogIndex fed(interval);
+  LogIndex scanned(interval);
+  size_t at = 0;
+  int feeds = 0;
+  while (at < data.size()) {
+    size_t n = std::min(data.size() - at, 1 + rng() % max_cut);
+    std::string_view piece = std::string_view(data).substr(at, n);
+    log.append(piece);
+    BOOST_REQUIRE(fed.feed(at, piece).has_value());
+    at += n;
+    // Comparing after every feed is quadratic; often enough to catch a wrong pending tail.
+    if (++feeds % 7 == 0 || at == data.size()) {
+      BOOST_REQUIRE(scanned.extend(log.fd(), log.size()).has_value());
+      same_index(fed, scanned);
+    }
+  }
+  // And the fed index pages the file like the reference model says.
+  for (bool complete : {false, true}) {
+    RefModel m = ref_model(log.data(), complete);
+    BOOST_TEST(fed.total_chars(complete) == m.units.size());
+    BOOST_TEST(fed.total_lines(complete) == m.lines.size());
+  }
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(feed_builds_the_checkpoints_extend_builds) {
+  std::mt19937_64 rng(11);
+  for (int round = 0; round < 30; ++round) {
+    // Mixed logs: multibyte, invalid bytes, truncated sequences, CRLF, empty lines.
+    feed_matches_extend(rng, random_log(rng, 2000 + rng() % 30000), 8 + rng() % 5000,
+                        1 + rng() % 9000);
+  }
+  for (int round = 0; round < 10; ++round) {
+    // Mostly ASCII, the feed's fast path, with a stray multibyte char or bad byte.
+    std::string data;
+    while (data.size() < 200000) {
+      data += rng() % 3 == 0 ? "a line of plain build output\n" : "x";
+      if (rng() % 500 == 0) {
+        data += rng() % 2 ? "\xE2\x82\xAC" : "\xFF";
+      }
+    }
+    feed_matches_extend(rng, data, 64 + rng() % 70000, 1 + rng() % 20000);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(feed_breaks_lines_longer_than_the_cap_like_extend) {
+  std::mt19937_64 rng(12);
+  // Lines of 1-3.5 MiB, ASCII and with multibyte chars around where the forced breaks land.
+  std::string data = "short\n" + std::string(kMaxLineBytes - 1, 'a') + "\xE2\x82\xAC" +
+                     std::string(kMaxLineBytes + 5, 'b') + "\n";
+  data += std::string(kMaxLineBytes, 'c') + "\n" + std::string(kMaxLineBytes + 1, 'd') + "\r\n";
+  for (int i = 0; i < 3; ++i) {
+    data += random_log(rng, 300000);
+    data += std::string(kMaxLineBytes * 1 + rng() % 1000, 'e');
+    data += "\xF0\x9F\x98\x80\xC3\xA9";
+  }
+  for (uint64_t interval : {uint64_t{4096}, uint64_t{65536} + 3, kDefaultCheckpointInterval}) {
+    feed_matches_extend(rng, data, interval, 1 + rng() % 300000);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(feed_skips_what_extend_indexed_and_refuses_a_gap) {
+  std::mt19937_64 rng(13);
+  std::string data = random_log(rng, 50000);
+  TempLog log;
+  log.append(std::string_view(data).substr(0, 30001));
+  LogIndex index(256);
+  BOOST_REQUIRE(index.extend(log.fd(), log.size()).has_value());  // a pager got there first
+  // The capture loop feeds from where it wrote, overlapping what the pager indexed.
+  BOOST_REQUIRE(index.feed(20000, std::string_view(data).substr(20000, 15000)).has_value());
+  // A gap would make every later count wrong: refused, and nothing changes.
+  LogIndex before = index;
+  BOOST_TEST(!index.feed(40000, std::string_view(data).substr(40000)).has_value());
+  same_index(index, before);
+  BOOST_REQUIRE(index.feed(35000, std::string_view(data).substr(35000)).has_value());
+  log.append(std::string_view(data).substr(30001));
+  LogIndex scanned(256);
+  BOOST_REQUIRE(scanned.extend(log.fd(), log.size()).has_value());
+  same_index(index, scanned);
+}
