@@ -221,7 +221,47 @@ std::string file_tail(const std::string& path, size_t max_chars) {
 struct SharedIndex {
   std::mutex mu;
   engine::LogIndex index;
+  std::string idx_path;    // the persisted index of a job's log; empty for other files
+  bool idx_tried = false;  // loaded (or found unusable) once: never read again
 };
+
+// `<dir>/stdout.log` → `<dir>/stdout.idx`.
+std::string idx_path_for(const std::string& log_path) {
+  return log_path.substr(0, log_path.size() - 4) + ".idx";
+}
+
+// The persisted index of a log of `log_size` bytes, fully validated (LogIndex::deserialize);
+// an Error when it is missing, too big to be one, or does not fit the log.
+Result<engine::LogIndex> load_index(const std::string& path, uint64_t log_size) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd) {
+    return sys_error("open `{}`", path);
+  }
+  CORDON_TRY(st, sys::fstat_fd(fd.get()));
+  // What serialize() writes for this log, at most: refuses to read a huge file.
+  const uint64_t max = (log_size / engine::kDefaultCheckpointInterval + 2) * 32 + 256;
+  if (!S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) > max) {
+    return invalid("`{}` is not an index of a {}-byte log", path, log_size);
+  }
+  std::string record(static_cast<size_t>(st.st_size), '\0');
+  size_t done = 0;
+  while (done < record.size()) {
+    ssize_t n =
+        ::pread(fd.get(), record.data() + done, record.size() - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n < 0) {
+      return sys_error("pread `{}`", path);
+    }
+    if (n == 0) {
+      return invalid("`{}` shrank while read", path);
+    }
+    done += static_cast<size_t>(n);
+  }
+  CORDON_TRY_CTX(index, engine::LogIndex::deserialize(record, log_size), "load `{}`", path);
+  return index;
+}
 
 struct Stream {
   std::string path;
@@ -389,6 +429,8 @@ std::unique_ptr<Job> job_from_meta(const std::string& dir, const std::string& te
   }
   j->out.path = dir + (j->pty ? "/pty.log" : "/stdout.log");
   j->err.path = dir + "/stderr.log";
+  j->out.index->idx_path = idx_path_for(j->out.path);
+  j->err.index->idx_path = idx_path_for(j->err.path);
   return j;
 }
 
@@ -662,7 +704,9 @@ class Engine::Impl {
     }
     forget_settled(j.ended_at, task_id);
     cache.remove_if([&](const std::unique_ptr<Job>& x) { return x->id == task_id; });
-    for (const char* f : {"/meta.json", "/stdout.log", "/stderr.log", "/pty.log"}) {
+    for (const char* f :
+         {"/meta.json", "/stdout.log", "/stderr.log", "/pty.log", "/stdout.idx", "/stderr.idx",
+          "/pty.idx", "/.stdout.idx.tmp", "/.stderr.idx.tmp", "/.pty.idx.tmp"}) {
       ::unlink((dir + f).c_str());
     }
     if (::rmdir(dir.c_str()) != 0 && errno != ENOENT) {
@@ -1103,6 +1147,7 @@ class Engine::Impl {
         ::close(fd);
       }
     }
+    save_index(j, s);
     std::string link = artifacts_dir() + "/" + a.artifact_id;
     ::unlink(link.c_str());
     if (::link(s.path.c_str(), link.c_str()) != 0) {
@@ -1120,6 +1165,29 @@ class Engine::Impl {
                  {"sizeBytes", a.size_bytes},   {"sha256", a.sha256}};
     (void)write_meta(artifacts_dir(), a.artifact_id + ".json", meta.dump());
     return a;
+  }
+
+  // Persists a settled log's index next to it (`stdout.idx`), so the first chars or lines
+  // page after a restart or an eviction from the settled cache reads one interval, not the
+  // whole log. Only an index of every written byte, and only for a log of at least one
+  // interval (a smaller one is scanned in one read anyway, and a file per job would cost
+  // every small job a write, and with strict sync an fsync). Best effort: without the file
+  // the first page scans, as it always did.
+  void save_index(Job& j, Stream& s) {
+    std::string record;
+    {
+      std::lock_guard<std::mutex> lock(s.index->mu);
+      const engine::LogIndex& index = s.index->index;
+      if (s.written < index.interval() || index.seen_bytes() != s.written) {
+        return;
+      }
+      record = index.serialize();
+      s.index->idx_tried = true;  // the index in memory is already the whole log's
+    }
+    std::string name = s.index->idx_path.substr(s.index->idx_path.rfind('/') + 1);
+    if (atomic_write(j.dir, name, record, strict_sync())) {
+      mark_dirty();
+    }
   }
 
   // `announce` false: the caller fixes the settled state first and then announces it itself.
@@ -1796,6 +1864,8 @@ Result<JobStatus> Engine::start(const std::string& session, const StartOptions& 
   }
   j.out.path = j.dir + (j.pty ? "/pty.log" : "/stdout.log");
   j.err.path = j.dir + "/stderr.log";
+  j.out.index->idx_path = idx_path_for(j.out.path);
+  j.err.index->idx_path = idx_path_for(j.err.path);
   // The job is on disk (meta first, then the session index) before anything runs.
   CORDON_CHECK(m.write_meta(j.dir, "meta.json", meta_json(j).dump()));
   {
@@ -1900,8 +1970,17 @@ Result<OutputPage> page_fd(int fd, bool complete, SharedIndex& shared, const Out
   out.complete = complete;
   CORDON_TRY(st, sys::fstat_fd(fd));
   std::lock_guard<std::mutex> lock(shared.mu);
-  CORDON_TRY(page,
-             engine::read_page(fd, static_cast<uint64_t>(st.st_size), complete, shared.index, pr));
+  const auto size = static_cast<uint64_t>(st.st_size);
+  if (complete && !shared.idx_tried && !shared.idx_path.empty() && shared.index.seen_bytes() == 0 &&
+      size > 0) {
+    // First page of a settled log this engine did not capture (a restart) or dropped (the
+    // settled cache): its persisted index, if it is one for exactly this log; else a scan.
+    shared.idx_tried = true;
+    if (auto loaded = load_index(shared.idx_path, size)) {
+      shared.index = std::move(*loaded);
+    }
+  }
+  CORDON_TRY(page, engine::read_page(fd, size, complete, shared.index, pr));
   out.offset = page.offset;
   out.total_size = page.total;
   out.next_offset = page.next_offset;

@@ -13,6 +13,7 @@
 #include <emmintrin.h>
 #endif
 
+#include "base/sha256.hpp"
 #include "base/utf8.hpp"
 
 namespace cordon::engine {
@@ -347,6 +348,159 @@ void LogIndex::consume(const uint8_t* p, size_t n) {
     }
     // kEnd, or kNeedMore before the input's end: go on from where the scanner stopped.
   }
+}
+
+// The persisted index: little-endian u64 words.
+//   magic "CRDNIDX1", version, interval, log size, checkpoint count N,
+//   N x {byte, chars, lines, line_start}, final state {byte, chars, lines, line_start},
+//   pending tail length, pending tail (4 bytes, zero padded to 8), then the SHA-256 of all the
+//   words before it. 32 bytes per checkpoint: a 1 GiB log's record is about 32 KiB.
+namespace {
+
+constexpr char kIndexMagic[8] = {'C', 'R', 'D', 'N', 'I', 'D', 'X', '1'};
+constexpr uint64_t kIndexVersion = 1;
+constexpr size_t kIndexHeaderWords = 5;       // magic .. count
+constexpr size_t kIndexTrailerWords = 4 + 2;  // final state, tail length, tail
+
+void put_u64(std::string& out, uint64_t v) {
+  char b[8];
+  for (int i = 0; i < 8; ++i) {
+    b[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  }
+  out.append(b, 8);
+}
+
+uint64_t get_u64(std::string_view in, size_t word) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) {
+    v = (v << 8) | static_cast<uint8_t>(in[word * 8 + static_cast<size_t>(i)]);
+  }
+  return v;
+}
+
+void put_checkpoint(std::string& out, const Checkpoint& c) {
+  put_u64(out, c.byte);
+  put_u64(out, c.chars);
+  put_u64(out, c.lines);
+  put_u64(out, c.line_start);
+}
+
+Checkpoint get_checkpoint(std::string_view in, size_t word) {
+  return {get_u64(in, word), get_u64(in, word + 1), get_u64(in, word + 2), get_u64(in, word + 3)};
+}
+
+// `next` can follow `prev` in a log: what the scanner's rules allow between two of its states.
+// Not a proof that the counts are right (that takes reading the log), but no record that
+// passes can make a page read outside the log or loop: every offset stays ordered and bounded.
+bool plausible_step(const Checkpoint& prev, const Checkpoint& next) {
+  if (next.byte < prev.byte) {
+    return false;
+  }
+  const uint64_t bytes = next.byte - prev.byte;
+  // A char is 1 to 4 bytes; each ended line ends at its own byte (a `\n` or the char a forced
+  // break comes before).
+  return next.chars >= prev.chars && next.chars - prev.chars <= bytes &&
+         (next.chars - prev.chars) * 4 >= bytes && next.lines >= prev.lines &&
+         next.lines - prev.lines <= bytes && next.line_start <= next.byte &&
+         next.byte - next.line_start <= kMaxLineBytes &&
+         (next.lines == prev.lines
+              ? next.line_start == prev.line_start
+              : next.line_start >= prev.byte && next.line_start > prev.line_start);
+}
+
+}  // namespace
+
+std::string LogIndex::serialize() const {
+  std::string out;
+  out.reserve((kIndexHeaderWords + 4 * checkpoints_.size() + kIndexTrailerWords) * 8 + 32);
+  out.append(kIndexMagic, 8);
+  put_u64(out, kIndexVersion);
+  put_u64(out, interval_);
+  put_u64(out, seen_bytes());
+  put_u64(out, checkpoints_.size());
+  for (const Checkpoint& c : checkpoints_) {
+    put_checkpoint(out, c);
+  }
+  put_checkpoint(out, state_);
+  put_u64(out, tail_len_);
+  uint8_t tail[8] = {};
+  std::memcpy(tail, tail_, sizeof tail_);
+  out.append(reinterpret_cast<const char*>(tail), 8);
+  Sha256 sha;
+  sha.update(out.data(), out.size());
+  auto digest = sha.finish();
+  out.append(reinterpret_cast<const char*>(digest.data()), digest.size());
+  return out;
+}
+
+Result<LogIndex> LogIndex::deserialize(std::string_view record, uint64_t log_size,
+                                       uint64_t interval) {
+  auto bad = [](std::string_view why) {
+    return std::unexpected(Error::invalid(fmt::format("index record {}", why)));
+  };
+  constexpr size_t kDigest = 32;
+  if (record.size() < (kIndexHeaderWords + kIndexTrailerWords) * 8 + kDigest ||
+      (record.size() - kDigest) % 8 != 0) {
+    return bad("is truncated");
+  }
+  if (std::memcmp(record.data(), kIndexMagic, 8) != 0) {
+    return bad("has no index magic");
+  }
+  std::string_view body = record.substr(0, record.size() - kDigest);
+  Sha256 sha;
+  sha.update(body.data(), body.size());
+  auto digest = sha.finish();
+  if (std::memcmp(digest.data(), record.data() + body.size(), kDigest) != 0) {
+    return bad("does not match its digest");
+  }
+  if (get_u64(body, 1) != kIndexVersion) {
+    return bad("has another version");
+  }
+  LogIndex index(interval);
+  if (get_u64(body, 2) != index.interval_) {
+    return bad("has another checkpoint interval");
+  }
+  if (get_u64(body, 3) != log_size) {
+    return bad("is for a log of another size");
+  }
+  const uint64_t count = get_u64(body, 4);
+  const size_t words = body.size() / 8;
+  if (count == 0 || count > log_size / index.interval_ + 1 ||
+      words != kIndexHeaderWords + 4 * count + kIndexTrailerWords) {
+    return bad("has the wrong number of checkpoints");
+  }
+  index.checkpoints_.clear();
+  index.checkpoints_.reserve(static_cast<size_t>(count));
+  Checkpoint prev;
+  for (size_t i = 0; i < count; ++i) {
+    Checkpoint c = get_checkpoint(body, kIndexHeaderWords + 4 * i);
+    if (i == 0) {
+      if (c.byte != 0 || c.chars != 0 || c.lines != 0 || c.line_start != 0) {
+        return bad("does not start at the log's start");
+      }
+    } else {
+      // The first char boundary at or after the next multiple of the interval.
+      const uint64_t grid = (prev.byte / index.interval_ + 1) * index.interval_;
+      if (c.byte < grid || c.byte > grid + 3 || !plausible_step(prev, c)) {
+        return bad(fmt::format("has an impossible checkpoint {}", i));
+      }
+    }
+    index.checkpoints_.push_back(c);
+    prev = c;
+  }
+  const size_t tail_word = kIndexHeaderWords + 4 * static_cast<size_t>(count);
+  index.state_ = get_checkpoint(body, tail_word);
+  index.tail_len_ = get_u64(body, tail_word + 4);
+  const uint64_t next_grid = (prev.byte / index.interval_ + 1) * index.interval_;
+  if (!plausible_step(prev, index.state_) || index.state_.byte >= next_grid ||
+      index.tail_len_ > 3 || index.state_.byte + index.tail_len_ != log_size) {
+    return bad("has an impossible final state");
+  }
+  std::memcpy(index.tail_, body.data() + (tail_word + 5) * 8, sizeof index.tail_);
+  if (index.tail_len_ > 0 && utf8_unit_length(index.tail_, index.tail_len_, false) != 0) {
+    return bad("has a pending tail that is not a sequence's start");
+  }
+  return index;
 }
 
 Checkpoint LogIndex::final_state() const {

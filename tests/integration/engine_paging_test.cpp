@@ -118,3 +118,79 @@ BOOST_AUTO_TEST_CASE(capture_indexes_the_log_as_it_is_written) {
   BOOST_TEST(chars->total_size == kLogBytes);  // ASCII: one char per byte
   BOOST_TEST(chars->content == "bcd");
 }
+
+BOOST_AUTO_TEST_CASE(a_settled_logs_index_survives_a_restart) {
+  EngineEnv env;
+  std::string id;
+  {
+    auto e = open_engine(env);
+    id = run_lines_job(*e);
+  }
+  const std::string idx = env.job_dir(id) + "/stdout.idx";
+  struct stat st {};
+  BOOST_REQUIRE_MESSAGE(::stat(idx.c_str(), &st) == 0, "no " << idx);
+  BOOST_TEST(st.st_size < 1024);  // 4 checkpoints of 32 bytes and a header
+  // A small log gets no index file: it is scanned in one read anyway.
+  struct stat none {};
+  BOOST_TEST(::stat((env.job_dir(id) + "/stderr.idx").c_str(), &none) != 0);
+
+  rewrite_head(env.job_dir(id) + "/stdout.log");
+  auto e = open_engine(env);
+  OutputRequest last_line{.offset = kLines - 1, .limit = 1, .unit = OutputUnit::kLines};
+  // The restarted engine's first page uses the persisted index, not a scan of the file.
+  BOOST_TEST(total_lines(e->output("s", id, last_line)) == kLines);
+}
+
+BOOST_AUTO_TEST_CASE(a_job_evicted_from_the_settled_cache_loads_its_index) {
+  EngineEnv env;
+  EngineOptions o = env.options();
+  o.settled_cache = 1;
+  auto opened = Engine::open(o);
+  BOOST_REQUIRE_MESSAGE(opened.has_value(), describe(opened));
+  auto& e = **opened;
+  const std::string first = run_lines_job(e);
+  (void)run_lines_job(e);  // the settled cache now holds only this one
+  rewrite_head(env.job_dir(first) + "/stdout.log");
+  OutputRequest last_line{.offset = kLines - 1, .limit = 1, .unit = OutputUnit::kLines};
+  BOOST_TEST(total_lines(e.output("s", first, last_line)) == kLines);
+}
+
+BOOST_AUTO_TEST_CASE(a_bad_index_file_falls_back_to_scanning) {
+  EngineEnv env;
+  std::string id;
+  {
+    auto e = open_engine(env);
+    id = run_lines_job(*e);
+  }
+  const std::string idx = env.job_dir(id) + "/stdout.idx";
+  const std::string good = read_file(idx);
+  BOOST_REQUIRE(!good.empty());
+  std::string flipped = good;
+  flipped[good.size() / 2] ^= 0x01;
+  // Each one replaces the index; the log's head is rewritten, so a page that used the bad
+  // index would report the old line count, and a scan reports the new one.
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"empty", ""},
+      {"truncated", good.substr(0, good.size() - 1)},
+      {"half", good.substr(0, good.size() / 2)},
+      {"a flipped bit", flipped},
+      {"garbage", std::string(good.size(), '\xA5')},
+      {"huge", std::string(size_t{8} << 20, '\0')},
+  };
+  rewrite_head(env.job_dir(id) + "/stdout.log");
+  const uint64_t rewritten = kLines - (1u << 20) / kLineBytes;
+  for (const auto& [what, bytes] : bad) {
+    BOOST_TEST_CONTEXT(what) {
+      { std::ofstream(idx, std::ios::binary | std::ios::trunc) << bytes; }
+      auto e = open_engine(env);
+      OutputRequest last{.offset = rewritten - 1, .limit = 1, .unit = OutputUnit::kLines};
+      auto p = e->output("s", id, last);
+      BOOST_REQUIRE_MESSAGE(p.has_value(), describe(p));
+      BOOST_TEST(p->total_size == rewritten);
+      BOOST_TEST(p->content == "0123456789abcd");
+      auto c = e->output("s", id, {.offset = kLogBytes - 3, .limit = 10});
+      BOOST_REQUIRE_MESSAGE(c.has_value(), describe(c));
+      BOOST_TEST(c->content == "bcd");
+    }
+  }
+}

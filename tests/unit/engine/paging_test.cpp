@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "base/base64.hpp"
+#include "base/sha256.hpp"
 #include "base/unique_fd.hpp"
 
 using namespace cordon;
@@ -660,4 +661,121 @@ BOOST_AUTO_TEST_CASE(feed_skips_what_extend_indexed_and_refuses_a_gap) {
   LogIndex scanned(256);
   BOOST_REQUIRE(scanned.extend(log.fd(), log.size()).has_value());
   same_index(index, scanned);
+}
+
+namespace {
+
+// A record whose digest is right for whatever its words say: what a hostile (not merely
+// corrupt) index file would look like.
+std::string redigest(std::string record) {
+  record.resize(record.size() - 32);
+  Sha256 sha;
+  sha.update(record);
+  auto d = sha.finish();
+  record.append(reinterpret_cast<const char*>(d.data()), d.size());
+  return record;
+}
+
+void set_word(std::string& record, size_t word, uint64_t v) {
+  for (size_t i = 0; i < 8; ++i) {
+    record[word * 8 + i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  }
+}
+
+uint64_t get_word(const std::string& record, size_t word) {
+  uint64_t v = 0;
+  for (size_t i = 8; i-- > 0;) {
+    v = (v << 8) | static_cast<uint8_t>(record[word * 8 + i]);
+  }
+  return v;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_serialized_index_loads_back_identical) {
+  std::mt19937_64 rng(21);
+  for (int round = 0; round < 20; ++round) {
+    TempLog log;
+    log.append(random_log(rng, 1000 + rng() % 40000));
+    if (round % 3 == 0) {
+      log.append("\xF0\x9F\x98");  // a pending tail
+    }
+    const uint64_t interval = 8 + rng() % 4000;
+    LogIndex index(interval);
+    BOOST_REQUIRE(index.extend(log.fd(), log.size()).has_value());
+    auto loaded = LogIndex::deserialize(index.serialize(), log.size(), interval);
+    BOOST_REQUIRE_MESSAGE(loaded.has_value(), (loaded ? "" : loaded.error().message()));
+    same_index(*loaded, index);
+    // It pages like the index it came from.
+    RefModel m = ref_model(log.data(), true);
+    matches(log, m, true, *loaded, Unit::kChars, rng() % m.units.size(), 50);
+    matches(log, m, true, *loaded, Unit::kLines, rng() % m.lines.size(), 5);
+    // Only for the log and the interval it was made for.
+    BOOST_TEST(!LogIndex::deserialize(index.serialize(), log.size() + 1, interval).has_value());
+    BOOST_TEST(!LogIndex::deserialize(index.serialize(), log.size(), interval + 1).has_value());
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_corrupt_or_hostile_index_record_is_refused) {
+  std::mt19937_64 rng(22);
+  TempLog log;
+  log.append(random_log(rng, 20000));
+  const uint64_t interval = 512;
+  LogIndex index(interval);
+  BOOST_REQUIRE(index.extend(log.fd(), log.size()).has_value());
+  const std::string good = index.serialize();
+  const size_t count = index.checkpoints().size();
+  BOOST_REQUIRE(count > 10);
+  auto refused = [&](const std::string& record) {
+    return !LogIndex::deserialize(record, log.size(), interval).has_value();
+  };
+  BOOST_TEST(!refused(good));
+  // Corrupt: every truncation, every single flipped bit (the digest catches them).
+  for (size_t n = 0; n < good.size(); ++n) {
+    BOOST_TEST(refused(good.substr(0, n)), "truncated to " << n);
+  }
+  for (size_t bit = 0; bit < good.size() * 8; bit += 7) {
+    std::string r = good;
+    r[bit / 8] ^= static_cast<char>(1 << (bit % 8));
+    BOOST_TEST(refused(r), "bit " << bit);
+  }
+  // Hostile: the digest recomputed over changed words. Words: 0 magic, 1 version,
+  // 2 interval, 3 size, 4 count, then 4 per checkpoint {byte, chars, lines, line_start},
+  // then the final state, the tail length and the tail.
+  const size_t cp = 5;
+  const size_t fin = cp + 4 * count;
+  struct Edit {
+    const char* what;
+    size_t word;
+    uint64_t value;
+  };
+  const std::vector<Edit> edits = {
+      {"version", 1, 2},
+      {"interval", 2, interval * 2},
+      {"size", 3, log.size() + 1},
+      {"count too big", 4, uint64_t{1} << 60},
+      {"count one less", 4, count - 1},
+      {"first checkpoint not at 0", cp, 1},
+      {"checkpoint off its grid", cp + 4 * 3, get_word(good, cp + 4 * 3) + interval},
+      {"checkpoint going back", cp + 4 * 5, get_word(good, cp + 4 * 4)},
+      {"chars going back", cp + 4 * 6 + 1, get_word(good, cp + 4 * 5 + 1) - 1},
+      {"more chars than bytes", cp + 4 * 6 + 1, get_word(good, cp + 4 * 6 + 1) + 4 * interval},
+      {"lines going back", cp + 4 * 7 + 2, 0},
+      {"more lines than bytes", cp + 4 * 7 + 2, get_word(good, cp + 4 * 7 + 2) + 4 * interval},
+      {"line start past the byte", cp + 4 * 8 + 3, get_word(good, cp + 4 * 8) + 1},
+      {"final state past the log", fin, log.size() + 10},
+      {"final chars huge", fin + 1, ~uint64_t{0}},
+      {"tail too long", fin + 4, 9},
+  };
+  for (const Edit& e : edits) {
+    std::string r = good;
+    set_word(r, e.word, e.value);
+    BOOST_TEST(refused(redigest(r)), e.what);
+  }
+  // Checkpoints all zero after the first, with a consistent count: refused, not trusted.
+  std::string zeros = good;
+  for (size_t w = cp + 4; w < fin; ++w) {
+    set_word(zeros, w, 0);
+  }
+  BOOST_TEST(refused(redigest(zeros)));
 }
