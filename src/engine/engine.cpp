@@ -2029,7 +2029,15 @@ Result<OutputPage> Engine::output(const std::string& session, const std::string&
     return invalid("stream must be stdout, stderr or pty, not `{}`", request.stream);
   }
   m.mark_read(*j);
-  return page_file(s->path, j->settled(), *s->index, request);
+  // Paged without the engine's lock: a cold page of a big log (a scan, when no index was
+  // persisted) would otherwise stall every other call and the event loop. The index has its
+  // own lock and stays alive with this reference even if the job leaves the settled cache.
+  // Settled or not as of now: a job that settles meanwhile is paged as still running once.
+  const std::string path = s->path;
+  const bool complete = j->settled();
+  std::shared_ptr<SharedIndex> index = s->index;
+  lock.unlock();
+  return page_file(path, complete, *index, request);
 }
 
 Result<JobStatus> Engine::kill(const std::string& session, const std::string& task_id, int signal) {

@@ -1,9 +1,13 @@
 #define BOOST_TEST_MODULE engine_paging_index
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <boost/test/unit_test.hpp>
+#include <future>
+#include <thread>
 
 #include "helpers/engine_fixture.hpp"
 
@@ -193,4 +197,67 @@ BOOST_AUTO_TEST_CASE(a_bad_index_file_falls_back_to_scanning) {
       BOOST_TEST(c->content == "bcd");
     }
   }
+}
+
+namespace {
+
+// The first field of /proc/self/task/<tid>/syscall (the syscall a blocked thread sits in),
+// and whether the thread sleeps.
+bool blocked_in_openat(pid_t tid) {
+  std::string base = "/proc/self/task/" + std::to_string(tid);
+  std::ifstream stat_in(base + "/stat");
+  std::string stat_line;
+  std::getline(stat_in, stat_line);
+  size_t paren = stat_line.rfind(')');
+  if (paren == std::string::npos || paren + 2 >= stat_line.size() || stat_line[paren + 2] != 'S') {
+    return false;
+  }
+  std::ifstream sys_in(base + "/syscall");
+  long nr = -1;
+  sys_in >> nr;
+  return nr == SYS_openat;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_slow_page_does_not_hold_up_other_calls) {
+  EngineEnv env;
+  auto e = open_engine(env);
+  // Job A's log becomes a FIFO: opening it to page it blocks until a writer appears, a page
+  // that takes as long as the test wants (a cold scan of a big log, made deterministic).
+  auto a = e->start("s", {.argv = {"/bin/true"}});
+  BOOST_REQUIRE_MESSAGE(a.has_value(), describe(a));
+  auto b = e->start("s", {.argv = {"/bin/echo", "hello"}});
+  BOOST_REQUIRE_MESSAGE(b.has_value(), describe(b));
+  BOOST_REQUIRE(e->status("s", a->task_id, 60s).value().settled());
+  BOOST_REQUIRE(e->status("s", b->task_id, 60s).value().settled());
+  const std::string fifo = env.job_dir(a->task_id) + "/stdout.log";
+  BOOST_REQUIRE(::unlink(fifo.c_str()) == 0);
+  BOOST_REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+
+  std::atomic<pid_t> pager_tid{0};
+  std::atomic<bool> page_done{false};
+  std::thread pager([&] {
+    pager_tid = static_cast<pid_t>(::syscall(SYS_gettid));
+    (void)e->output("s", a->task_id, {.unit = OutputUnit::kLines});
+    page_done = true;
+  });
+  // Wait until the pager sits in the open of the FIFO, inside output().
+  BOOST_REQUIRE(eventually([&] { return pager_tid != 0 && blocked_in_openat(pager_tid); }, 60s));
+
+  // Another job's status completes while that page is still in progress. Before the fix
+  // output() held the engine's lock for the whole page and this call waited for it.
+  auto other = std::async(std::launch::async, [&] { return e->status("s", b->task_id); });
+  bool answered = other.wait_for(60s) == std::future_status::ready;  // a guard, not a timing
+  BOOST_TEST(answered);
+  BOOST_TEST(!page_done);
+  // Release the page: a writer appears, the FIFO is empty.
+  int w = ::open(fifo.c_str(), O_WRONLY | O_CLOEXEC);
+  BOOST_REQUIRE(w >= 0);
+  pager.join();
+  ::close(w);
+  BOOST_TEST(page_done);
+  auto st = other.get();
+  BOOST_REQUIRE_MESSAGE(st.has_value(), describe(st));
+  BOOST_TEST(st->tail_preview == "hello\n");
 }
