@@ -268,6 +268,39 @@ AsciiCount count_ascii(const uint8_t* p, size_t n) {
   return out;
 }
 
+// Units in p[i..block_end) under the decoding rule of base/utf8.hpp, runs of ASCII 16 bytes
+// at a time. A sequence that starts before block_end may end past it (up to n). Returns where
+// decoding stopped: at or past block_end, or earlier with `incomplete` when the input ends
+// inside a sequence (a proper prefix, less than 4 bytes before n).
+size_t decode_units(const uint8_t* p, size_t i, size_t block_end, size_t n, uint64_t& chars,
+                    bool& incomplete) {
+  while (i < block_end) {
+    if (p[i] < 0x80) {
+#ifdef __SSE2__
+      if (block_end - i >= 16) {
+        unsigned mask = static_cast<unsigned>(
+            _mm_movemask_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i))));
+        size_t ascii = mask == 0 ? 16 : static_cast<size_t>(std::countr_zero(mask));
+        i += ascii;
+        chars += ascii;
+        continue;
+      }
+#endif
+      ++i;
+      ++chars;
+      continue;
+    }
+    size_t len = utf8_unit_length(p + i, n - i, /*final=*/false);
+    if (len == 0) {
+      incomplete = true;
+      return i;
+    }
+    i += len;
+    ++chars;
+  }
+  return i;
+}
+
 // Bytes feed() classifies at once: small enough that one stray non-ASCII byte sends little
 // through the exact scanner, big enough that the per-block work is noise.
 constexpr size_t kFeedBlock = size_t{4} << 10;
@@ -311,24 +344,37 @@ void LogIndex::consume(const uint8_t* p, size_t n) {
     const uint64_t boundary = (checkpoints_.back().byte / interval_ + 1) * interval_;
     const size_t block =
         static_cast<size_t>(std::min<uint64_t>({n - i, kFeedBlock, boundary - state_.byte}));
-    // ASCII with no forced break possible (the line so far plus the block stays within
-    // kMaxLineBytes): every byte is one char, lines are the newlines.
-    if (state_.line_start + kMaxLineBytes >= state_.byte + block) {
+    // No forced break possible (the line so far plus the block and a sequence straddling its
+    // end stays within kMaxLineBytes): lines are the newlines (a `\n` is never inside a
+    // multibyte sequence), and chars are every byte of an ASCII block, or the units a quick
+    // decode of the block finds.
+    if (state_.line_start + kMaxLineBytes >= state_.byte + block + 3) {
       AsciiCount c = count_ascii(p + i, block);
-      if (!c.high) {
-        if (c.newlines > 0) {
-          const void* last = ::memrchr(p + i, '\n', block);
-          state_.line_start =
-              base + static_cast<uint64_t>(static_cast<const uint8_t*>(last) - p) + 1;
-          state_.lines += c.newlines;
-        }
-        state_.byte += block;
-        state_.chars += block;
-        if (state_.byte == boundary) {
-          checkpoints_.push_back(state_);  // as extend() does: its scan stops right here
-        }
-        continue;
+      size_t end = i + block;
+      uint64_t chars = block;
+      bool incomplete = false;
+      if (c.high) {
+        chars = 0;
+        end = decode_units(p, i, i + block, n, chars, incomplete);
       }
+      if (c.newlines > 0) {
+        const void* last = ::memrchr(p + i, '\n', block);
+        state_.line_start = base + static_cast<uint64_t>(static_cast<const uint8_t*>(last) - p) + 1;
+        state_.lines += c.newlines;
+      }
+      state_.byte = base + end;
+      state_.chars += chars;
+      if (state_.byte >= boundary) {
+        // As extend() does: its scan stops at the first char boundary at or after the grid.
+        checkpoints_.push_back(state_);
+      }
+      if (incomplete) {
+        // The input ends inside a sequence: keep its bytes until more arrive.
+        tail_len_ = n - end;
+        std::memcpy(tail_, p + end, tail_len_);
+        return;
+      }
+      continue;
     }
     // Anything else goes through the exact scanner, one block (plus room for the sequence
     // that straddles its end) at a time.
