@@ -39,6 +39,7 @@
 
 #include "base/base64.hpp"
 #include "base/json_fields.hpp"
+#include "base/scope_exit.hpp"
 #include "base/sha256.hpp"
 #include "base/strings.hpp"
 #include "base/utf8.hpp"
@@ -66,6 +67,8 @@ using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 constexpr size_t kReadBuffer = 1 << 20;
+// Artifact indexes kept for artifacts that are not their job's log (Impl::artifact_index).
+constexpr size_t kArtifactIndexes = 16;
 constexpr size_t kTailChars = 2000;
 constexpr std::chrono::milliseconds kDrainAfterInit{2000};
 // Room kept in `<state>/reserve` so that settling still works on a full disk: a meta write
@@ -215,6 +218,54 @@ std::string file_tail(const std::string& path, size_t max_chars) {
   return clean.substr(pos);
 }
 
+// A log's checkpoint index with its own lock. Shared (not owned by the Job) so a page can be
+// read outside the engine's lock while the job settles, or is evicted from the settled cache
+// and reloaded from disk under a new Job.
+struct SharedIndex {
+  std::mutex mu;
+  engine::LogIndex index;
+  std::string idx_path;    // the persisted index of a job's log; empty for other files
+  bool idx_tried = false;  // loaded (or found unusable) once: never read again
+};
+
+// `<dir>/stdout.log` → `<dir>/stdout.idx`.
+std::string idx_path_for(const std::string& log_path) {
+  return log_path.substr(0, log_path.size() - 4) + ".idx";
+}
+
+// The persisted index of a log of `log_size` bytes, fully validated (LogIndex::deserialize);
+// an Error when it is missing, too big to be one, or does not fit the log.
+Result<engine::LogIndex> load_index(const std::string& path, uint64_t log_size) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd) {
+    return sys_error("open `{}`", path);
+  }
+  CORDON_TRY(st, sys::fstat_fd(fd.get()));
+  // What serialize() writes for this log, at most: refuses to read a huge file.
+  const uint64_t max = (log_size / engine::kDefaultCheckpointInterval + 2) * 32 + 256;
+  if (!S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) > max) {
+    return invalid("`{}` is not an index of a {}-byte log", path, log_size);
+  }
+  std::string record(static_cast<size_t>(st.st_size), '\0');
+  size_t done = 0;
+  while (done < record.size()) {
+    ssize_t n =
+        ::pread(fd.get(), record.data() + done, record.size() - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n < 0) {
+      return sys_error("pread `{}`", path);
+    }
+    if (n == 0) {
+      return invalid("`{}` shrank while read", path);
+    }
+    done += static_cast<size_t>(n);
+  }
+  CORDON_TRY_CTX(index, engine::LogIndex::deserialize(record, log_size), "load `{}`", path);
+  return index;
+}
+
 struct Stream {
   std::string path;
   UniqueFd pipe;  // read end (stdout/stderr) or -1
@@ -223,7 +274,7 @@ struct Stream {
   uint64_t lost = 0;
   Sha256 sha;
   bool eof = false;
-  std::unique_ptr<engine::LogIndex> index = std::make_unique<engine::LogIndex>();
+  std::shared_ptr<SharedIndex> index = std::make_shared<SharedIndex>();
 };
 
 enum class WatchKind { kPidfd, kStatus, kStdout, kStderr, kPty, kStdin };
@@ -383,6 +434,8 @@ std::unique_ptr<Job> job_from_meta(const std::string& dir, const std::string& te
   }
   j->out.path = dir + (j->pty ? "/pty.log" : "/stdout.log");
   j->err.path = dir + "/stderr.log";
+  j->out.index->idx_path = idx_path_for(j->out.path);
+  j->err.index->idx_path = idx_path_for(j->err.path);
   return j;
 }
 
@@ -430,6 +483,32 @@ class Engine::Impl {
   // when a retention limit is set (see track_settled).
   std::multimap<std::string, std::string> settled_by_end;
   std::vector<char> buffer = std::vector<char>(kReadBuffer);
+
+  // Indexes of artifacts that are not their job's log (normally none: bank() hard-links the
+  // log), most recent first, bounded so paging many such artifacts cannot grow the engine.
+  struct ArtifactIndex {
+    std::string id;
+    dev_t dev;
+    ino_t ino;
+    std::shared_ptr<SharedIndex> index;
+  };
+  std::mutex art_mu;  // never held with mu
+  std::list<ArtifactIndex> art_indexes;
+
+  std::shared_ptr<SharedIndex> artifact_index(const std::string& id, const struct stat& st) {
+    std::lock_guard<std::mutex> lock(art_mu);
+    for (auto it = art_indexes.begin(); it != art_indexes.end(); ++it) {
+      if (it->id == id && it->dev == st.st_dev && it->ino == st.st_ino) {
+        art_indexes.splice(art_indexes.begin(), art_indexes, it);
+        return it->index;
+      }
+    }
+    art_indexes.push_front({id, st.st_dev, st.st_ino, std::make_shared<SharedIndex>()});
+    while (art_indexes.size() > kArtifactIndexes) {
+      art_indexes.pop_back();
+    }
+    return art_indexes.front().index;
+  }
 
   std::string jobs_dir() const { return opt.state_dir + "/jobs"; }
   std::string artifacts_dir() const { return opt.state_dir + "/artifacts"; }
@@ -630,7 +709,9 @@ class Engine::Impl {
     }
     forget_settled(j.ended_at, task_id);
     cache.remove_if([&](const std::unique_ptr<Job>& x) { return x->id == task_id; });
-    for (const char* f : {"/meta.json", "/stdout.log", "/stderr.log", "/pty.log"}) {
+    for (const char* f :
+         {"/meta.json", "/stdout.log", "/stderr.log", "/pty.log", "/stdout.idx", "/stderr.idx",
+          "/pty.idx", "/.stdout.idx.tmp", "/.stderr.idx.tmp", "/.pty.idx.tmp"}) {
       ::unlink((dir + f).c_str());
     }
     if (::rmdir(dir.c_str()) != 0 && errno != ENOENT) {
@@ -865,6 +946,15 @@ class Engine::Impl {
       return;
     }
     size_t done = 0;
+    // The bytes pass through here anyway: index them now (≈ the cost of one more read of
+    // them, see docs/performance.md), so the first chars or lines page of a big log, even
+    // after a restart (the index is persisted when the job settles), needs no scan.
+    const uint64_t at = s.written;
+    ScopeExit index_written([&] {
+      std::lock_guard<std::mutex> lock(s.index->mu);
+      // A refused feed (a gap) leaves the index behind; a pager's extend() catches it up.
+      (void)s.index->index.feed(at, std::string_view(data, done));
+    });
     while (done < keep) {
       ssize_t w = ::write(s.file.get(), data + done, keep - done);
       if (w < 0) {
@@ -1062,6 +1152,7 @@ class Engine::Impl {
         ::close(fd);
       }
     }
+    save_index(j, s);
     std::string link = artifacts_dir() + "/" + a.artifact_id;
     ::unlink(link.c_str());
     if (::link(s.path.c_str(), link.c_str()) != 0) {
@@ -1079,6 +1170,29 @@ class Engine::Impl {
                  {"sizeBytes", a.size_bytes},   {"sha256", a.sha256}};
     (void)write_meta(artifacts_dir(), a.artifact_id + ".json", meta.dump());
     return a;
+  }
+
+  // Persists a settled log's index next to it (`stdout.idx`), so the first chars or lines
+  // page after a restart or an eviction from the settled cache reads one interval, not the
+  // whole log. Only an index of every written byte, and only for a log of at least one
+  // interval (a smaller one is scanned in one read anyway, and a file per job would cost
+  // every small job a write, and with strict sync an fsync). Best effort: without the file
+  // the first page scans, as it always did.
+  void save_index(Job& j, Stream& s) {
+    std::string record;
+    {
+      std::lock_guard<std::mutex> lock(s.index->mu);
+      const engine::LogIndex& index = s.index->index;
+      if (s.written < index.interval() || index.seen_bytes() != s.written) {
+        return;
+      }
+      record = index.serialize();
+      s.index->idx_tried = true;  // the index in memory is already the whole log's
+    }
+    std::string name = s.index->idx_path.substr(s.index->idx_path.rfind('/') + 1);
+    if (atomic_write(j.dir, name, record, strict_sync())) {
+      mark_dirty();
+    }
   }
 
   // `announce` false: the caller fixes the settled state first and then announces it itself.
@@ -1766,6 +1880,8 @@ Result<JobStatus> Engine::start(const std::string& session, const StartOptions& 
   }
   j.out.path = j.dir + (j.pty ? "/pty.log" : "/stdout.log");
   j.err.path = j.dir + "/stderr.log";
+  j.out.index->idx_path = idx_path_for(j.out.path);
+  j.err.index->idx_path = idx_path_for(j.err.path);
   // The job is on disk (meta first, then the session index) before anything runs.
   CORDON_CHECK(m.write_meta(j.dir, "meta.json", meta_json(j).dump()));
   {
@@ -1858,8 +1974,8 @@ Result<std::vector<JobStatus>> Engine::wait(const std::string& session,
 
 namespace {
 
-Result<OutputPage> page_file(const std::string& path, bool complete, engine::LogIndex& index,
-                             const OutputRequest& req) {
+// Pages the log open on `fd` with `shared`'s index, under the index's own lock.
+Result<OutputPage> page_fd(int fd, bool complete, SharedIndex& shared, const OutputRequest& req) {
   engine::PageRequest pr;
   pr.offset = req.offset;
   pr.limit = req.limit;
@@ -1868,16 +1984,19 @@ Result<OutputPage> page_file(const std::string& path, bool complete, engine::Log
                                              : engine::Unit::kChars;
   OutputPage out;
   out.complete = complete;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) {
-      return out;  // nothing written yet
-    }
-    return sys_error("open `{}`", path);
-  }
-  UniqueFd guard(fd);
   CORDON_TRY(st, sys::fstat_fd(fd));
-  CORDON_TRY(page, engine::read_page(fd, static_cast<uint64_t>(st.st_size), complete, index, pr));
+  std::lock_guard<std::mutex> lock(shared.mu);
+  const auto size = static_cast<uint64_t>(st.st_size);
+  if (complete && !shared.idx_tried && !shared.idx_path.empty() && shared.index.seen_bytes() == 0 &&
+      size > 0) {
+    // First page of a settled log this engine did not capture (a restart) or dropped (the
+    // settled cache): its persisted index, if it is one for exactly this log; else a scan.
+    shared.idx_tried = true;
+    if (auto loaded = load_index(shared.idx_path, size)) {
+      shared.index = std::move(*loaded);
+    }
+  }
+  CORDON_TRY(page, engine::read_page(fd, size, complete, shared.index, pr));
   out.offset = page.offset;
   out.total_size = page.total;
   out.next_offset = page.next_offset;
@@ -1889,6 +2008,21 @@ Result<OutputPage> page_file(const std::string& path, bool complete, engine::Log
     out.content = std::move(page.content);
   }
   return out;
+}
+
+Result<OutputPage> page_file(const std::string& path, bool complete, SharedIndex& shared,
+                             const OutputRequest& req) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) {
+      OutputPage out;  // nothing written yet
+      out.complete = complete;
+      return out;
+    }
+    return sys_error("open `{}`", path);
+  }
+  UniqueFd guard(fd);
+  return page_fd(fd, complete, shared, req);
 }
 
 }  // namespace
@@ -1911,7 +2045,15 @@ Result<OutputPage> Engine::output(const std::string& session, const std::string&
     return invalid("stream must be stdout, stderr or pty, not `{}`", request.stream);
   }
   m.mark_read(*j);
-  return page_file(s->path, j->settled(), *s->index, request);
+  // Paged without the engine's lock: a cold page of a big log (a scan, when no index was
+  // persisted) would otherwise stall every other call and the event loop. The index has its
+  // own lock and stays alive with this reference even if the job leaves the settled cache.
+  // Settled or not as of now: a job that settles meanwhile is paged as still running once.
+  const std::string path = s->path;
+  const bool complete = j->settled();
+  std::shared_ptr<SharedIndex> index = s->index;
+  lock.unlock();
+  return page_file(path, complete, *index, request);
 }
 
 Result<JobStatus> Engine::kill(const std::string& session, const std::string& task_id, int signal) {
@@ -2051,20 +2193,41 @@ Result<OutputPage> Engine::retrieve(const std::string& session, const std::strin
   if (!valid_name(artifact_id) || artifact_id[0] != 'a' || dash == std::string::npos || dash < 2) {
     return unknown();
   }
+  std::shared_ptr<SharedIndex> job_index;
+  std::string log_path;
   {
     std::unique_lock<std::mutex> lock(m.mu);
     Job* j = m.find("t" + artifact_id.substr(1, dash - 1));
     if (j == nullptr || j->session != session) {
       return unknown();
     }
+    std::string stream = artifact_id.substr(dash + 1);
+    Stream* s = stream == "stderr"                                               ? &j->err
+                : (stream == "stdout" && !j->pty) || (stream == "pty" && j->pty) ? &j->out
+                                                                                 : nullptr;
+    if (s != nullptr && j->settled()) {
+      job_index = s->index;
+      log_path = s->path;
+    }
   }
   std::string path = m.artifacts_dir() + "/" + artifact_id;
-  if (::access(path.c_str(), F_OK) != 0) {
-    return std::unexpected(
-        Error(ErrorCode::kNotFound, 0, fmt::format("unknown artifactId `{}`", artifact_id)));
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) {
+      return unknown();
+    }
+    return sys_error("open `{}`", path);
   }
-  engine::LogIndex index;
-  return page_file(path, true, index, request);
+  UniqueFd guard(fd);
+  CORDON_TRY(st, sys::fstat_fd(fd));
+  // The artifact is a hard link to the job's log: the same file, so the job's index (warm
+  // from output, capture or its idx file) serves it. Anything else gets an index of its own.
+  struct stat log_st {};
+  if (job_index && ::stat(log_path.c_str(), &log_st) == 0 && log_st.st_dev == st.st_dev &&
+      log_st.st_ino == st.st_ino) {
+    return page_fd(fd, true, *job_index, request);
+  }
+  return page_fd(fd, true, *m.artifact_index(artifact_id, st), request);
 }
 
 uint64_t Engine::subscribe_settled(SettleCallback callback) {

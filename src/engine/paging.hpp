@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/error.hpp"
@@ -76,6 +77,24 @@ class LogIndex {
   /// what was already indexed (logs are append-only; a shrunk log means a different file).
   [[nodiscard]] Result<void> extend(int fd, uint64_t file_size);
 
+  /// Indexes bytes the caller already holds in memory (a capture loop that just wrote them):
+  /// `bytes` sit at log offset `offset`. Produces exactly the checkpoints extend() would over
+  /// the same file, however the log is cut into feeds. Bytes below seen_bytes() (already
+  /// indexed by extend()) are skipped; a gap above it is refused and leaves the index as it
+  /// was, for extend() to fill from the file.
+  [[nodiscard]] Result<void> feed(uint64_t offset, std::string_view bytes);
+
+  /// The index as a small binary record (index_file.md layout in paging.cpp): interval, log
+  /// size, every checkpoint, the scanner's final state and pending tail, and a SHA-256 of all
+  /// of it. For persisting the index of a settled log next to it.
+  std::string serialize() const;
+  /// An index from serialize()'s record, for a log of `log_size` bytes paged with `interval`.
+  /// Checks everything that can be checked without reading the log (version, interval, size,
+  /// digest, checkpoints monotonic and on their interval grid, counts bounded by the bytes);
+  /// an Error of kind kInvalid for anything else, so the caller scans instead.
+  [[nodiscard]] static Result<LogIndex> deserialize(std::string_view record, uint64_t log_size,
+                                                    uint64_t interval = kDefaultCheckpointInterval);
+
   /// Bytes whose decoding is final: file_size minus a pending incomplete tail (<= 3 bytes).
   uint64_t decided_bytes() const { return state_.byte; }
   /// Bytes seen by extend(), pending tail included.
@@ -99,6 +118,8 @@ class LogIndex {
 
  private:
   Checkpoint final_state() const;
+  // feed() of bytes at seen_bytes() with no pending tail; keeps a new incomplete tail.
+  void consume(const uint8_t* p, size_t n);
 
   uint64_t interval_;
   Checkpoint state_;

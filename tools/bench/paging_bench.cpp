@@ -1,16 +1,27 @@
-// Times paging a 1 GiB log: the last page by chars and by lines, cold (a fresh index built
-// by the request: what an engine does after a restart, since the checkpoint index lives in
-// memory only), cold with the log also dropped from the page cache (POSIX_FADV_DONTNEED after
-// an fsync), and warm (the same index again).
-//   paging_bench [--dir DIR] [--mib N] [--json FILE]     (old form: paging_bench [dir] [MiB])
-// Writes <dir>/paging_bench.log (default /var/tmp, 1024 MiB) and removes it at the end.
+// Times paging a 1 GiB log: the last page by chars and by lines.
+// - The bare LogIndex: cold (a fresh index built by the request: a full scan, what the engine
+//   falls back to without a usable persisted index), cold with the log also dropped from the
+//   page cache (POSIX_FADV_DONTNEED after an fsync), and warm (the same index again).
+// - The CPU cost of LogIndex::feed (the index capture builds as it writes), per GiB, for this
+//   log text and for zeros (what capture_bench's dd writes).
+// - Through the engine API: a job prints the log (cat), the engine is closed and opened again
+//   before each unit, and the first page after that restart is timed (the persisted index:
+//   "engine restart"), also with the log and its index dropped from the page cache, and with
+//   the index file removed (a scan: "engine restart, no idx"); then warm. Skipped with
+//   --no-engine (it needs cordon-spawner, cordon-init and seccomp/ next to this binary).
+//   paging_bench [--dir DIR] [--mib N] [--json FILE] [--no-engine]
+//   (old form: paging_bench [dir] [MiB])
+// Works in a temporary directory under <dir> (default /var/tmp; 1024 MiB) and removes it.
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <string>
@@ -18,6 +29,7 @@
 
 #include "base/strings.hpp"
 #include "base/unique_fd.hpp"
+#include "cordon/engine.hpp"
 #include "engine/paging.hpp"
 
 namespace {
@@ -57,10 +69,154 @@ bool timed_last_page(int fd, uint64_t size, LogIndex& index, Unit unit, const st
   return true;
 }
 
+double thread_cpu_s() {
+  struct timespec ts {};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+}
+
+// CPU seconds per GiB that LogIndex::feed spends on `block` fed `mib` times, 1 MiB a call
+// (what the capture loop does with each buffer it wrote).
+double feed_cpu_per_gib(const std::string& block, uint64_t mib, const std::string& label) {
+  LogIndex index;
+  double t0 = thread_cpu_s();
+  for (uint64_t i = 0; i < mib; ++i) {
+    if (!index.feed(i * block.size(), block)) {
+      std::fprintf(stderr, "feed refused\n");
+      return -1;
+    }
+  }
+  double per_gib = (thread_cpu_s() - t0) / (static_cast<double>(mib) / 1024.0);
+  std::printf("%-24s %10.3f CPU s per GiB  (checkpoints %zu)\n", label.c_str(), per_gib,
+              index.checkpoints().size());
+  g_ms[label + " cpu s per GiB"] = per_gib;
+  return per_gib;
+}
+
+std::string self_dir() {
+  char self[4096];
+  ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  std::string bin(self, static_cast<size_t>(n > 0 ? n : 0));
+  return bin.substr(0, bin.rfind('/'));
+}
+
+void drop_cache(const std::string& path) {
+  cordon::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd) {
+    (void)::fsync(fd.get());
+    (void)::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_DONTNEED);
+  }
+}
+
+// The last page through Engine::output: the total first (a one-unit page), then the page.
+bool engine_last_page(cordon::Engine& engine, const std::string& id, Unit unit,
+                      const std::string& label) {
+  auto u = unit == Unit::kChars ? cordon::OutputUnit::kChars : cordon::OutputUnit::kLines;
+  auto t0 = std::chrono::steady_clock::now();
+  auto probe = engine.output("bench", id, {.offset = 0, .limit = 1, .unit = u});
+  if (!probe) {
+    std::fprintf(stderr, "%s: %s\n", label.c_str(), probe.error().message().c_str());
+    return false;
+  }
+  uint64_t limit = unit == Unit::kChars ? 50000 : 500;
+  uint64_t offset = probe->total_size > limit ? probe->total_size - limit : 0;
+  auto page = engine.output("bench", id, {.offset = offset, .limit = limit, .unit = u});
+  if (!page) {
+    std::fprintf(stderr, "%s: %s\n", label.c_str(), page.error().message().c_str());
+    return false;
+  }
+  double ms = ms_since(t0);
+  g_ms[label] = std::max(g_ms[label], ms);
+  std::printf("%-36s %10.3f ms  total %llu  page %zu bytes\n", label.c_str(), ms,
+              static_cast<unsigned long long>(page->total_size), page->content.size());
+  return true;
+}
+
+// The engine part: capture the log through a job, then time first pages after restarts.
+bool engine_bench(const std::string& work, const std::string& root, uint64_t size) {
+  std::string dir = self_dir();
+  std::string state = work + "/state";
+  std::ofstream(work + "/policy.json")
+      << "{\"allowedExecutables\": [\"/bin/cat\", \"/usr/bin/cat\"], \"cwdRoot\": \"" << root
+      << "\", \"maxOutputBytes\": " << size + (1 << 20) << "}";
+  cordon::EngineOptions eo;
+  eo.state_dir = state;
+  eo.policy_path = work + "/policy.json";
+  eo.spawner_path = dir + "/cordon-spawner";
+  eo.init_path = dir + "/cordon-init";
+  eo.default_seccomp_profile = dir + "/seccomp/default.json";
+  std::string id;
+  {
+    auto engine = cordon::Engine::open(eo);
+    if (!engine) {
+      std::fprintf(stderr, "engine: %s\n", engine.error().message().c_str());
+      return false;
+    }
+    auto t0 = std::chrono::steady_clock::now();
+    auto s = (*engine)->start("bench", {.argv = {"/bin/cat", "paging_bench.log"}});
+    if (!s) {
+      std::fprintf(stderr, "start: %s\n", s.error().message().c_str());
+      return false;
+    }
+    id = s->task_id;
+    auto st = (*engine)->status("bench", id, std::chrono::minutes(30));
+    if (!st || st->state != "exited" || st->stdout_bytes != size) {
+      std::fprintf(stderr, "capture job: %s %s\n", st ? st->state.c_str() : "?",
+                   st ? st->error.c_str() : st.error().message().c_str());
+      return false;
+    }
+    std::printf("captured %llu MiB through the engine in %.0f ms\n",
+                static_cast<unsigned long long>(size >> 20), ms_since(t0));
+  }
+  const std::string log = state + "/jobs/" + id + "/stdout.log";
+  const std::string idx = state + "/jobs/" + id + "/stdout.idx";
+  struct stat st {};
+  if (::stat(idx.c_str(), &st) != 0) {
+    std::fprintf(stderr, "no %s after the job settled\n", idx.c_str());
+    return false;
+  }
+  std::printf("persisted index: %lld bytes\n", static_cast<long long>(st.st_size));
+  bool ok = true;
+  for (Unit unit : {Unit::kChars, Unit::kLines}) {
+    std::string name = unit == Unit::kChars ? "chars" : "lines";
+    for (bool disk_cold : {true, false}) {
+      if (disk_cold) {
+        drop_cache(log);
+        drop_cache(idx);
+      }
+      auto engine = cordon::Engine::open(eo);  // a restart: nothing of the log in memory
+      if (!engine) {
+        std::fprintf(stderr, "engine: %s\n", engine.error().message().c_str());
+        return false;
+      }
+      ok = ok && engine_last_page(**engine, id, unit,
+                                  name + " engine restart" + (disk_cold ? ", disk cold" : ""));
+      if (!disk_cold) {
+        for (int i = 0; i < 3; ++i) {
+          ok = ok && engine_last_page(**engine, id, unit, name + " engine warm");
+        }
+      }
+    }
+  }
+  // Without the index file: the first page after a restart scans, as before it existed.
+  std::filesystem::copy_file(idx, idx + ".keep");
+  ::unlink(idx.c_str());
+  for (Unit unit : {Unit::kChars, Unit::kLines}) {
+    std::string name = unit == Unit::kChars ? "chars" : "lines";
+    auto engine = cordon::Engine::open(eo);
+    if (!engine) {
+      return false;
+    }
+    ok = ok && engine_last_page(**engine, id, unit, name + " engine restart, no idx");
+  }
+  return ok;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string dir = "/var/tmp", json_out;
+  bool with_engine = true;
   uint64_t mib = 1024;
   std::vector<std::string> positional;
   for (int i = 1; i < argc; ++i) {
@@ -72,6 +228,8 @@ int main(int argc, char** argv) {
       positional[1] = argv[++i];
     } else if (a == "--json" && i + 1 < argc) {
       json_out = argv[++i];
+    } else if (a == "--no-engine") {
+      with_engine = false;
     } else if (a.rfind("--", 0) != 0) {
       positional.push_back(a);
     } else {
@@ -93,8 +251,15 @@ int main(int argc, char** argv) {
     }
     mib = *parsed;
   }
-  std::string path = dir + "/paging_bench.log";
-  cordon::UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  std::string work = dir + "/cordon-paging.XXXXXX";
+  if (::mkdtemp(work.data()) == nullptr) {
+    std::perror(("mkdtemp in " + dir).c_str());
+    return 1;
+  }
+  const std::string root = work + "/root";
+  std::filesystem::create_directories(root);
+  std::string path = root + "/paging_bench.log";
+  cordon::UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (!fd) {
     std::perror(("open " + path).c_str());
     return 1;
@@ -112,7 +277,7 @@ int main(int argc, char** argv) {
     ssize_t n = ::pwrite(fd.get(), block.data(), block.size(), static_cast<off_t>(size));
     if (n != static_cast<ssize_t>(block.size())) {
       std::perror("pwrite");
-      ::unlink(path.c_str());
+      std::filesystem::remove_all(work);
       return 1;
     }
     size += block.size();
@@ -137,7 +302,13 @@ int main(int argc, char** argv) {
       ok = ok && timed_last_page(fd.get(), size, index, unit, name + " warm");
     }
   }
-  ::unlink(path.c_str());
+  feed_cpu_per_gib(block, mib, "feed, this log");
+  feed_cpu_per_gib(std::string(block.size(), '\0'), mib, "feed, zeros");
+  if (with_engine) {
+    ok = engine_bench(work, root, size) && ok;
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(work, ec);
   if (!json_out.empty()) {
     std::string json = "{\"mib\": " + std::to_string(mib);
     for (const auto& [label, ms] : g_ms) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "base/base64.hpp"
+#include "base/sha256.hpp"
 #include "base/unique_fd.hpp"
 
 using namespace cordon;
@@ -550,4 +551,231 @@ BOOST_AUTO_TEST_CASE(page_at_the_end_of_64mib_reads_a_bounded_number_of_bytes) {
   // The last page's content is the file's tail, checked against the bytes themselves.
   Page last = page_of(log, true, index, Unit::kLines, index.total_lines(true) - 1, 1);
   BOOST_TEST(last.content == log.data().substr(log.data().rfind('\n', log.size() - 2) + 1));
+}
+
+namespace {
+
+// Every checkpoint and every total of `fed` equals those of `scanned`.
+void same_index(const LogIndex& fed, const LogIndex& scanned) {
+  BOOST_REQUIRE_EQUAL(fed.checkpoints().size(), scanned.checkpoints().size());
+  for (size_t i = 0; i < fed.checkpoints().size(); ++i) {
+    const Checkpoint& a = fed.checkpoints()[i];
+    const Checkpoint& b = scanned.checkpoints()[i];
+    BOOST_TEST_CONTEXT("checkpoint " << i) {
+      BOOST_TEST(a.byte == b.byte);
+      BOOST_TEST(a.chars == b.chars);
+      BOOST_TEST(a.lines == b.lines);
+      BOOST_TEST(a.line_start == b.line_start);
+    }
+  }
+  BOOST_TEST(fed.decided_bytes() == scanned.decided_bytes());
+  BOOST_TEST(fed.seen_bytes() == scanned.seen_bytes());
+  for (bool complete : {false, true}) {
+    BOOST_TEST(fed.total_chars(complete) == scanned.total_chars(complete));
+    BOOST_TEST(fed.total_lines(complete) == scanned.total_lines(complete));
+  }
+}
+
+// Feeds `data` in random cuts (1 byte to a few blocks, so cuts fall inside sequences, CRLFs
+// and the feed's own 4 KiB blocks) and compares with extend() over the file after each feed.
+void feed_matches_extend(std::mt19937_64& rng, const std::string& data, uint64_t interval,
+                         size_t max_cut) {
+  TempLog log;
+  LogIndex fed(interval);
+  LogIndex scanned(interval);
+  size_t at = 0;
+  int feeds = 0;
+  while (at < data.size()) {
+    size_t n = std::min(data.size() - at, 1 + rng() % max_cut);
+    std::string_view piece = std::string_view(data).substr(at, n);
+    log.append(piece);
+    BOOST_REQUIRE(fed.feed(at, piece).has_value());
+    at += n;
+    // Comparing after every feed is quadratic; often enough to catch a wrong pending tail.
+    if (++feeds % 7 == 0 || at == data.size()) {
+      BOOST_REQUIRE(scanned.extend(log.fd(), log.size()).has_value());
+      same_index(fed, scanned);
+    }
+  }
+  // And the fed index pages the file like the reference model says.
+  for (bool complete : {false, true}) {
+    RefModel m = ref_model(log.data(), complete);
+    BOOST_TEST(fed.total_chars(complete) == m.units.size());
+    BOOST_TEST(fed.total_lines(complete) == m.lines.size());
+  }
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(feed_builds_the_checkpoints_extend_builds) {
+  std::mt19937_64 rng(11);
+  for (int round = 0; round < 30; ++round) {
+    // Mixed logs: multibyte, invalid bytes, truncated sequences, CRLF, empty lines.
+    feed_matches_extend(rng, random_log(rng, 2000 + rng() % 30000), 8 + rng() % 5000,
+                        1 + rng() % 9000);
+  }
+  for (int round = 0; round < 10; ++round) {
+    // Mostly ASCII, the feed's fast path, with a stray multibyte char or bad byte.
+    std::string data;
+    while (data.size() < 200000) {
+      data += rng() % 3 == 0 ? "a line of plain build output\n" : "x";
+      if (rng() % 500 == 0) {
+        data += rng() % 2 ? "\xE2\x82\xAC" : "\xFF";
+      }
+    }
+    feed_matches_extend(rng, data, 64 + rng() % 70000, 1 + rng() % 20000);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(feed_breaks_lines_longer_than_the_cap_like_extend) {
+  std::mt19937_64 rng(12);
+  // Lines of 1-3.5 MiB, ASCII and with multibyte chars around where the forced breaks land.
+  std::string data = "short\n" + std::string(kMaxLineBytes - 1, 'a') + "\xE2\x82\xAC" +
+                     std::string(kMaxLineBytes + 5, 'b') + "\n";
+  data += std::string(kMaxLineBytes, 'c') + "\n" + std::string(kMaxLineBytes + 1, 'd') + "\r\n";
+  for (int i = 0; i < 3; ++i) {
+    data += random_log(rng, 300000);
+    data += std::string(kMaxLineBytes * 1 + rng() % 1000, 'e');
+    data += "\xF0\x9F\x98\x80\xC3\xA9";
+  }
+  for (uint64_t interval : {uint64_t{4096}, uint64_t{65536} + 3, kDefaultCheckpointInterval}) {
+    feed_matches_extend(rng, data, interval, 1 + rng() % 300000);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(feed_skips_what_extend_indexed_and_refuses_a_gap) {
+  std::mt19937_64 rng(13);
+  std::string data = random_log(rng, 50000);
+  TempLog log;
+  log.append(std::string_view(data).substr(0, 30001));
+  LogIndex index(256);
+  BOOST_REQUIRE(index.extend(log.fd(), log.size()).has_value());  // a pager got there first
+  // The capture loop feeds from where it wrote, overlapping what the pager indexed.
+  BOOST_REQUIRE(index.feed(20000, std::string_view(data).substr(20000, 15000)).has_value());
+  // A gap would make every later count wrong: refused, and nothing changes.
+  LogIndex before = index;
+  BOOST_TEST(!index.feed(40000, std::string_view(data).substr(40000)).has_value());
+  same_index(index, before);
+  BOOST_REQUIRE(index.feed(35000, std::string_view(data).substr(35000)).has_value());
+  log.append(std::string_view(data).substr(30001));
+  LogIndex scanned(256);
+  BOOST_REQUIRE(scanned.extend(log.fd(), log.size()).has_value());
+  same_index(index, scanned);
+}
+
+namespace {
+
+// A record whose digest is right for whatever its words say: what a hostile (not merely
+// corrupt) index file would look like.
+std::string redigest(std::string record) {
+  record.resize(record.size() - 32);
+  Sha256 sha;
+  sha.update(record);
+  auto d = sha.finish();
+  record.append(reinterpret_cast<const char*>(d.data()), d.size());
+  return record;
+}
+
+void set_word(std::string& record, size_t word, uint64_t v) {
+  for (size_t i = 0; i < 8; ++i) {
+    record[word * 8 + i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  }
+}
+
+uint64_t get_word(const std::string& record, size_t word) {
+  uint64_t v = 0;
+  for (size_t i = 8; i-- > 0;) {
+    v = (v << 8) | static_cast<uint8_t>(record[word * 8 + i]);
+  }
+  return v;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_serialized_index_loads_back_identical) {
+  std::mt19937_64 rng(21);
+  for (int round = 0; round < 20; ++round) {
+    TempLog log;
+    log.append(random_log(rng, 1000 + rng() % 40000));
+    if (round % 3 == 0) {
+      log.append("\xF0\x9F\x98");  // a pending tail
+    }
+    const uint64_t interval = 8 + rng() % 4000;
+    LogIndex index(interval);
+    BOOST_REQUIRE(index.extend(log.fd(), log.size()).has_value());
+    auto loaded = LogIndex::deserialize(index.serialize(), log.size(), interval);
+    BOOST_REQUIRE_MESSAGE(loaded.has_value(), (loaded ? "" : loaded.error().message()));
+    same_index(*loaded, index);
+    // It pages like the index it came from.
+    RefModel m = ref_model(log.data(), true);
+    matches(log, m, true, *loaded, Unit::kChars, rng() % m.units.size(), 50);
+    matches(log, m, true, *loaded, Unit::kLines, rng() % m.lines.size(), 5);
+    // Only for the log and the interval it was made for.
+    BOOST_TEST(!LogIndex::deserialize(index.serialize(), log.size() + 1, interval).has_value());
+    BOOST_TEST(!LogIndex::deserialize(index.serialize(), log.size(), interval + 1).has_value());
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_corrupt_or_hostile_index_record_is_refused) {
+  std::mt19937_64 rng(22);
+  TempLog log;
+  log.append(random_log(rng, 20000));
+  const uint64_t interval = 512;
+  LogIndex index(interval);
+  BOOST_REQUIRE(index.extend(log.fd(), log.size()).has_value());
+  const std::string good = index.serialize();
+  const size_t count = index.checkpoints().size();
+  BOOST_REQUIRE(count > 10);
+  auto refused = [&](const std::string& record) {
+    return !LogIndex::deserialize(record, log.size(), interval).has_value();
+  };
+  BOOST_TEST(!refused(good));
+  // Corrupt: every truncation, every single flipped bit (the digest catches them).
+  for (size_t n = 0; n < good.size(); ++n) {
+    BOOST_TEST(refused(good.substr(0, n)), "truncated to " << n);
+  }
+  for (size_t bit = 0; bit < good.size() * 8; bit += 7) {
+    std::string r = good;
+    r[bit / 8] ^= static_cast<char>(1 << (bit % 8));
+    BOOST_TEST(refused(r), "bit " << bit);
+  }
+  // Hostile: the digest recomputed over changed words. Words: 0 magic, 1 version,
+  // 2 interval, 3 size, 4 count, then 4 per checkpoint {byte, chars, lines, line_start},
+  // then the final state, the tail length and the tail.
+  const size_t cp = 5;
+  const size_t fin = cp + 4 * count;
+  struct Edit {
+    const char* what;
+    size_t word;
+    uint64_t value;
+  };
+  const std::vector<Edit> edits = {
+      {"version", 1, 2},
+      {"interval", 2, interval * 2},
+      {"size", 3, log.size() + 1},
+      {"count too big", 4, uint64_t{1} << 60},
+      {"count one less", 4, count - 1},
+      {"first checkpoint not at 0", cp, 1},
+      {"checkpoint off its grid", cp + 4 * 3, get_word(good, cp + 4 * 3) + interval},
+      {"checkpoint going back", cp + 4 * 5, get_word(good, cp + 4 * 4)},
+      {"chars going back", cp + 4 * 6 + 1, get_word(good, cp + 4 * 5 + 1) - 1},
+      {"more chars than bytes", cp + 4 * 6 + 1, get_word(good, cp + 4 * 6 + 1) + 4 * interval},
+      {"lines going back", cp + 4 * 7 + 2, 0},
+      {"more lines than bytes", cp + 4 * 7 + 2, get_word(good, cp + 4 * 7 + 2) + 4 * interval},
+      {"line start past the byte", cp + 4 * 8 + 3, get_word(good, cp + 4 * 8) + 1},
+      {"final state past the log", fin, log.size() + 10},
+      {"final chars huge", fin + 1, ~uint64_t{0}},
+      {"tail too long", fin + 4, 9},
+  };
+  for (const Edit& e : edits) {
+    std::string r = good;
+    set_word(r, e.word, e.value);
+    BOOST_TEST(refused(redigest(r)), e.what);
+  }
+  // Checkpoints all zero after the first, with a consistent count: refused, not trusted.
+  std::string zeros = good;
+  for (size_t w = cp + 4; w < fin; ++w) {
+    set_word(zeros, w, 0);
+  }
+  BOOST_TEST(refused(redigest(zeros)));
 }
