@@ -1,20 +1,16 @@
 #define BOOST_TEST_MODULE daemon_faults
-#include <poll.h>
-#include <signal.h>
-#include <sys/socket.h>
-#include <sys/syscall.h>
-#include <sys/un.h>
-#include <sys/wait.h>
-
 #include <boost/test/unit_test.hpp>
+
 #include <atomic>
 #include <chrono>
-#include <filesystem>
-#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
+#include <string>
 #include <thread>
+#include <vector>
 
-#include "helpers/cordon_fixture.hpp"
+#include "helpers/daemon_fixture.hpp"
 
 // Faults at the daemon (issue 7): a client that disconnects mid-call, one that sends half a
 // line and stalls, one that sends a 100 MB line, 100 clients at once. In each, another
@@ -30,187 +26,19 @@ namespace {
 constexpr auto kServed = 20s;   // a second client's whole call, on a loaded 2-core machine
 constexpr int kStallMs = 3000;  // daemon.stallTimeoutMs: a line begun and not finished
 
-struct Daemon {
-  Sandbox box;
-  std::string sock, policy;
-  pid_t pid = -1;
-  int pidfd = -1;
-  Daemon() {
-    sock = box.base + "/d.sock";
-    policy = box.base + "/policy.json";
-    std::ofstream(policy) << json{{"allowedExecutables", {"/bin/echo", "/bin/sleep"}},
-                                  {"cwdRoot", box.root},
-                                  {"concurrency", {{"perSession", 200}, {"total", 200}}},
-                                  {"daemon", {{"stallTimeoutMs", kStallMs}}}}
-                                 .dump();
-    pid = ::fork();
-    if (pid == 0) {
-      int devnull = ::open("/dev/null", O_RDWR);
-      ::dup2(devnull, 0);
-      ::dup2(devnull, 1);
-      int log = ::open((box.base + "/daemon.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
-      ::dup2(log, 2);
-      std::string bin = cordon_bin();
-      ::execl(bin.c_str(), bin.c_str(), "serve", "--policy", policy.c_str(), "--state-dir",
-              box.state.c_str(), "--socket", sock.c_str(), nullptr);
-      ::_exit(99);
-    }
-    pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-    // The socket appears once the engine is open, and is bound before it listens (a connect
-    // in between is refused): wait until a connect succeeds. Nothing announces it; poll.
-    auto until = std::chrono::steady_clock::now() + 30s;
-    while (std::chrono::steady_clock::now() < until && alive()) {
-      int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      sockaddr_un addr{};
-      addr.sun_family = AF_UNIX;
-      std::strcpy(addr.sun_path, sock.c_str());
-      bool up = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-      ::close(fd);
-      if (up) break;
-      std::this_thread::sleep_for(5ms);
-    }
-  }
-  ~Daemon() {
-    ::kill(pid, SIGTERM);
-    int st;
-    ::waitpid(pid, &st, 0);
-    ::close(pidfd);
-  }
-  bool alive() const {
-    struct pollfd p {
-      pidfd, POLLIN, 0
-    };
-    return ::poll(&p, 1, 0) == 0;
-  }
-};
-
-// One connection, spoken to in lines with deadlines.
-struct Client {
-  int fd = -1;
-  std::string buffered;
-  int next_id = 1;
-
-  explicit Client(const Daemon& d) {
-    fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    std::strcpy(addr.sun_path, d.sock.c_str());
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-      ::close(fd);
-      fd = -1;
-    }
-  }
-  ~Client() { close(); }
-  Client(const Client&) = delete;
-  Client& operator=(const Client&) = delete;
-  void close() {
-    if (fd >= 0) ::close(fd);
-    fd = -1;
-  }
-
-  bool send_raw(const std::string& bytes) {
-    size_t off = 0;
-    while (off < bytes.size()) {
-      ssize_t n = ::send(fd, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return false;
-      off += static_cast<size_t>(n);
-    }
-    return true;
-  }
-  bool send(const json& j) { return send_raw(j.dump() + "\n"); }
-
-  // The next line, or nullopt at EOF / deadline.
-  std::optional<std::string> line(std::chrono::milliseconds timeout = kServed) {
-    auto until = std::chrono::steady_clock::now() + timeout;
-    for (;;) {
-      if (auto nl = buffered.find('\n'); nl != std::string::npos) {
-        std::string l = buffered.substr(0, nl);
-        buffered.erase(0, nl + 1);
-        return l;
-      }
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          until - std::chrono::steady_clock::now());
-      if (left.count() <= 0) return std::nullopt;
-      struct pollfd p {
-        fd, POLLIN, 0
-      };
-      if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
-      char buf[65536];
-      ssize_t n = ::read(fd, buf, sizeof buf);
-      if (n <= 0) return std::nullopt;
-      buffered.append(buf, static_cast<size_t>(n));
-    }
-  }
-
-  // True when the daemon closes the connection (EOF) within `timeout`; what it sent is skipped.
-  bool closed_within(std::chrono::milliseconds timeout) {
-    auto until = std::chrono::steady_clock::now() + timeout;
-    for (;;) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          until - std::chrono::steady_clock::now());
-      if (left.count() <= 0) return false;
-      struct pollfd p {
-        fd, POLLIN, 0
-      };
-      if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
-      char buf[4096];
-      ssize_t n = ::read(fd, buf, sizeof buf);
-      if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) return true;
-    }
-  }
-
-  // The response with this id (notifications skipped), or a null json.
-  json response(int id, std::chrono::milliseconds timeout = kServed) {
-    auto until = std::chrono::steady_clock::now() + timeout;
-    for (;;) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          until - std::chrono::steady_clock::now());
-      auto l = line(left);
-      if (!l) return json();
-      json m = json::parse(*l, nullptr, false);
-      if (m.is_object() && m.contains("id") && m["id"] == id) return m;
-    }
-  }
-
-  bool handshake(const std::string& session) {
-    if (!send({{"cordon", "connect"}, {"session", session}})) return false;
-    auto l = line();
-    if (!l || l->find("\"ok\":true") == std::string::npos) return false;
-    int id = next_id++;
-    send({{"jsonrpc", "2.0"},
-          {"id", id},
-          {"method", "initialize"},
-          {"params",
-           {{"protocolVersion", "2025-06-18"},
-            {"capabilities", json::object()},
-            {"clientInfo", {{"name", "faults"}, {"version", "0"}}}}}});
-    json r = response(id);
-    if (!r.contains("result")) return false;
-    return send({{"jsonrpc", "2.0"}, {"method", "notifications/initialized"}});
-  }
-
-  int call_async(const std::string& tool, const json& args) {
-    int id = next_id++;
-    send({{"jsonrpc", "2.0"},
-          {"id", id},
-          {"method", "tools/call"},
-          {"params", {{"name", tool}, {"arguments", args}}}});
-    return id;
-  }
-  json call(const std::string& tool, const json& args,
-            std::chrono::milliseconds timeout = kServed) {
-    return response(call_async(tool, args), timeout);
-  }
-};
+// Room for the hundred-client case, and a stall timeout the stall case can outwait.
+json faults_policy() {
+  return {{"concurrency", {{"perSession", 200}, {"total", 200}}},
+          {"daemon", {{"stallTimeoutMs", kStallMs}}}};
+}
 
 // A fresh client, served start to finish: handshake, run_command echo, its output inline.
 // Returns how long it took, or nullopt when it was not served.
-std::optional<std::chrono::milliseconds> served(const Daemon& d, const std::string& word) {
+std::optional<std::chrono::milliseconds> served(const DaemonProcess& d, const std::string& word) {
   auto t0 = std::chrono::steady_clock::now();
-  Client c(d);
-  if (c.fd < 0 || !c.handshake("bystander")) return std::nullopt;
-  json r = c.call("run_command", {{"argv", {"/bin/echo", word}}});
+  LineClient c(d);
+  if (c.fd() < 0 || !c.handshake("bystander") || !c.initialize()) return std::nullopt;
+  json r = c.call("run_command", {{"argv", {"/bin/echo", word}}}, kServed);
   if (!r.contains("result")) return std::nullopt;
   json sc = r["result"]["structuredContent"];
   if (sc.value("state", "") != "exited" || sc["output"]["stdout"]["content"] != word + "\n") {
@@ -226,12 +54,12 @@ std::optional<std::chrono::milliseconds> served(const Daemon& d, const std::stri
 // serves others meanwhile, later finds the client gone when the reply is due (EPIPE, not
 // SIGPIPE), and keeps serving; the command itself ran to its end.
 BOOST_AUTO_TEST_CASE(a_client_that_disconnects_mid_call_does_not_disturb_others) {
-  Daemon d;
+  DaemonProcess d(faults_policy());
   BOOST_REQUIRE(d.alive());
   std::string task;
   {
-    Client a(d);
-    BOOST_REQUIRE(a.handshake("leaver"));
+    LineClient a(d);
+    BOOST_REQUIRE(a.handshake("leaver") && a.initialize());
     json started = a.call("run_command_bg", {{"argv", {"/bin/sleep", "3"}}});
     BOOST_REQUIRE(started.contains("result"));
     task = started["result"]["structuredContent"]["taskId"].get<std::string>();
@@ -242,8 +70,8 @@ BOOST_AUTO_TEST_CASE(a_client_that_disconnects_mid_call_does_not_disturb_others)
   auto t = served(d, "during");
   BOOST_TEST(t.has_value());
   // The waits end (the sleeps finish) and their replies meet a closed socket.
-  Client again(d);
-  BOOST_REQUIRE(again.handshake("leaver"));
+  LineClient again(d);
+  BOOST_REQUIRE(again.handshake("leaver") && again.initialize());
   json st = again.call("command_status", {{"taskId", task}, {"waitMs", 15000}});
   BOOST_REQUIRE(st.contains("result"));
   BOOST_TEST(st["result"]["structuredContent"]["state"] == "exited");
@@ -264,12 +92,12 @@ BOOST_AUTO_TEST_CASE(a_client_that_disconnects_mid_call_does_not_disturb_others)
 // Half a line after the handshake, then nothing: only that connection waits, and only until
 // daemon.stallTimeoutMs closes it.
 BOOST_AUTO_TEST_CASE(half_a_line_then_a_stall_blocks_only_that_connection) {
-  Daemon d;
-  Client stalled(d);
-  BOOST_REQUIRE(stalled.handshake("staller"));
+  DaemonProcess d(faults_policy());
+  LineClient stalled(d);
+  BOOST_REQUIRE(stalled.handshake("staller") && stalled.initialize());
   BOOST_REQUIRE(stalled.send_raw("{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"tools/ca"));
-  Client pre(d);
-  BOOST_REQUIRE(pre.fd >= 0);
+  LineClient pre(d);
+  BOOST_REQUIRE(pre.fd() >= 0);
   BOOST_REQUIRE(pre.send_raw("{\"cordon\":\"conn"));  // and one stalled mid-handshake
   for (int i = 0; i < 3; ++i) {
     auto t = served(d, "word" + std::to_string(i));
@@ -288,9 +116,9 @@ BOOST_AUTO_TEST_CASE(half_a_line_then_a_stall_blocks_only_that_connection) {
 // discards it with a JSON-RPC error (or closes the connection), and the sender's session works
 // afterwards on the same connection when it was kept.
 BOOST_AUTO_TEST_CASE(a_hundred_megabyte_line_is_refused_and_others_are_served) {
-  Daemon d;
-  Client big(d);
-  BOOST_REQUIRE(big.handshake("big"));
+  DaemonProcess d(faults_policy());
+  LineClient big(d);
+  BOOST_REQUIRE(big.handshake("big") && big.initialize());
   std::atomic<bool> sent_all{false};
   std::atomic<bool> send_failed{false};
   std::thread sender([&] {
@@ -326,7 +154,7 @@ BOOST_AUTO_TEST_CASE(a_hundred_megabyte_line_is_refused_and_others_are_served) {
       auto l = big.line(std::chrono::duration_cast<std::chrono::milliseconds>(
           until - std::chrono::steady_clock::now()));
       if (!l) {
-        eof = true;
+        eof = big.closed();  // not a timeout: the daemon closed the connection
         break;
       }
       json m = json::parse(*l, nullptr, false);
@@ -351,19 +179,19 @@ BOOST_AUTO_TEST_CASE(a_hundred_megabyte_line_is_refused_and_others_are_served) {
 // 100 clients connect at once and each runs a command; every one is answered with its own
 // output, and a bystander is served meanwhile.
 BOOST_AUTO_TEST_CASE(a_hundred_clients_at_once_are_all_served) {
-  Daemon d;
+  DaemonProcess d(faults_policy());
   constexpr int kClients = 100;
-  std::vector<std::unique_ptr<Client>> clients;
+  std::vector<std::unique_ptr<LineClient>> clients;
   for (int i = 0; i < kClients; ++i) {
-    clients.push_back(std::make_unique<Client>(d));
-    BOOST_REQUIRE_MESSAGE(clients.back()->fd >= 0, "connect " << i);
+    clients.push_back(std::make_unique<LineClient>(d));
+    BOOST_REQUIRE_MESSAGE(clients.back()->fd() >= 0, "connect " << i);
   }
   std::atomic<int> ok{0};
   std::vector<std::thread> threads;
   for (int i = 0; i < kClients; ++i) {
     threads.emplace_back([&, i] {
-      Client& c = *clients[static_cast<size_t>(i)];
-      if (!c.handshake("crowd" + std::to_string(i % 10))) return;
+      LineClient& c = *clients[static_cast<size_t>(i)];
+      if (!c.handshake("crowd" + std::to_string(i % 10)) || !c.initialize()) return;
       std::string word = "client" + std::to_string(i);
       json r = c.call("run_command", {{"argv", {"/bin/echo", word}}}, 60s);
       if (r.contains("result") &&

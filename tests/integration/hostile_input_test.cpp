@@ -1,16 +1,14 @@
 #define BOOST_TEST_MODULE hostile_input
 #include <boost/test/unit_test.hpp>
 
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <sys/wait.h>
-
 #include <filesystem>
-#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "helpers/cordon_fixture.hpp"
+#include "helpers/daemon_fixture.hpp"
 #include "helpers/mcp_client.hpp"
 
 // Every malformed request gets a JSON-RPC error or an in-band refusal with a message, on the
@@ -22,64 +20,12 @@ using json = nlohmann::json;
 
 namespace {
 
-struct Daemon {
-  Sandbox box;
-  std::string sock, policy;
-  pid_t pid = -1;
-  int pidfd = -1;
-  Daemon() {
-    sock = box.base + "/d.sock";
-    policy = box.base + "/policy.json";
-    std::ofstream(policy)
-        << "{\"allowedExecutables\": [\"/bin/echo\", \"/bin/sleep\"], \"cwdRoot\": \"" << box.root
-        << "\"}";
-    pid = ::fork();
-    if (pid == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGTERM);  // a crashed test leaves no daemon behind
-      int devnull = ::open("/dev/null", O_RDWR);
-      ::dup2(devnull, 0);
-      ::dup2(devnull, 1);
-      std::string bin = cordon_bin();
-      ::execl(bin.c_str(), bin.c_str(), "daemon", "--policy", policy.c_str(), "--state-dir",
-              box.state.c_str(), "--socket", sock.c_str(), nullptr);
-      ::_exit(99);
-    }
-    pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-    // The socket appears once the daemon listens (it binds before it serves).
-    for (int i = 0; i < 1000 && !std::filesystem::exists(sock) && alive(); ++i) {
-      struct pollfd p = {pidfd, POLLIN, 0};
-      ::poll(&p, 1, 10);  // wakes at once if the daemon died
-    }
-  }
-  ~Daemon() {
-    ::kill(pid, SIGTERM);
-    int st;
-    ::waitpid(pid, &st, 0);
-    ::close(pidfd);
-  }
-  bool alive() const {
-    struct pollfd p = {pidfd, POLLIN, 0};
-    return ::poll(&p, 1, 0) == 0;
-  }
-  int connect_fd() const {
-    int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    std::strcpy(addr.sun_path, sock.c_str());
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-      ::close(fd);
-      return -1;
-    }
-    return fd;
-  }
-};
-
 // An MCP client on a daemon session, through `cordon mcp --connect`.
 struct Client {
   McpProcess proc;
-  Client(const Daemon& d, const std::string& session)
-      : proc({cordon_bin(), "mcp", "--connect", d.sock, "--session", session},
-             d.box.base + "/" + session + ".stderr") {
+  Client(const DaemonProcess& d, const std::string& session)
+      : proc({cordon_bin(), "mcp", "--connect", d.sock(), "--session", session},
+             d.box().base + "/" + session + ".stderr") {
     BOOST_REQUIRE(proc.started());
     auto r = proc.request("initialize", {{"protocolVersion", "2025-06-18"},
                                          {"capabilities", json::object()},
@@ -228,8 +174,8 @@ std::vector<Case> battery() {
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(malformed_requests_get_errors_and_leave_other_sessions_working) {
-  Daemon d;
-  BOOST_REQUIRE_MESSAGE(d.alive() && std::filesystem::exists(d.sock), "the daemon did not start");
+  DaemonProcess d;
+  BOOST_REQUIRE_MESSAGE(d.alive() && std::filesystem::exists(d.sock()), "the daemon did not start");
   Client good(d, "good");
   good.runs_a_command("before");
   Client bad(d, "bad");
@@ -282,7 +228,7 @@ BOOST_AUTO_TEST_CASE(malformed_requests_get_errors_and_leave_other_sessions_work
 }
 
 BOOST_AUTO_TEST_CASE(malformed_handshakes_are_refused_and_the_daemon_keeps_serving) {
-  Daemon d;
+  DaemonProcess d;
   BOOST_REQUIRE(d.alive());
   const char* lines[] = {
       "{\"cordon\":5,\"session\":\"x\"}",
@@ -295,14 +241,11 @@ BOOST_AUTO_TEST_CASE(malformed_handshakes_are_refused_and_the_daemon_keeps_servi
   };
   for (const char* l : lines) {
     BOOST_TEST_CONTEXT(l) {
-      int fd = d.connect_fd();
-      BOOST_REQUIRE(fd >= 0);
-      std::string s = std::string(l) + "\n";
-      BOOST_REQUIRE(::write(fd, s.data(), s.size()) == static_cast<ssize_t>(s.size()));
-      std::string reply;
-      char c;
-      while (::read(fd, &c, 1) == 1 && c != '\n') reply.push_back(c);
-      ::close(fd);
+      LineClient conn(d.connect_fd());
+      BOOST_REQUIRE(conn.fd() >= 0);
+      BOOST_REQUIRE(conn.send_raw(std::string(l) + "\n"));
+      std::string reply = conn.line().value_or("");
+      conn.close();
       json r = json::parse(reply, nullptr, false);
       BOOST_TEST(r.is_object(), reply);
       if (r.is_object()) {
@@ -319,7 +262,7 @@ BOOST_AUTO_TEST_CASE(malformed_handshakes_are_refused_and_the_daemon_keeps_servi
 // A cancel whose reason is not a string, for a call in flight: the server logs the reason, and
 // reading it must not throw (it ended the daemon, every session with it).
 BOOST_AUTO_TEST_CASE(a_cancel_with_a_numeric_reason_cancels_the_call) {
-  Daemon d;
+  DaemonProcess d;
   BOOST_REQUIRE(d.alive());
   Client c(d, "cancel");
   auto bg = c.proc.request(
