@@ -597,7 +597,12 @@ void feed_matches_extend(std::mt19937_64& rng, const std::string& data, uint64_t
       same_index(fed, scanned);
     }
   }
-  // And the fed index pages the file like the reference model says.
+  // And the fed index pages the file like the reference model says. The model keeps a
+  // string per char: on the multi-MiB logs of long lines it alone took minutes (and more
+  // under the sanitizers), so there the comparison with extend() above is the reference.
+  if (data.size() > (size_t{1} << 20)) {
+    return;
+  }
   for (bool complete : {false, true}) {
     RefModel m = ref_model(log.data(), complete);
     BOOST_TEST(fed.total_chars(complete) == m.units.size());
