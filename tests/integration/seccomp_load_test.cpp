@@ -85,7 +85,11 @@ Outcome run_confined(const std::vector<const BpfProgram*>& progs,
       }
     }
     long r = call();
-    ::_exit(r < 0 ? errno : 0);
+    int code = r < 0 ? errno : 0;
+    // exit_group itself, not _exit(): a sanitizer runtime intercepts _exit to run its exit
+    // hooks (LeakSanitizer's check clones and ptraces), which the filter just loaded kills.
+    ::syscall(SYS_exit_group, code);
+    ::_exit(code);
   }
   int status = 0;
   pid_t w;
