@@ -3,7 +3,7 @@
 
     tools/ci_summary.py [BUILD_DIR ...]      (default: build)
 
-Each build dir is one run of the suite (build, and build-asan for the sanitizer run); the line
+Each build dir is one run of the suite (build-san, and build for a plain run too); the line
 counts them all, and results of a run other than the first are labelled with its dir.
 
 Boost.Test binaries write JUnit reports (build/tests/junit/<name>.xml): their test cases are

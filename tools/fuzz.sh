@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer harnesses (tests/fuzz) in build-fuzz with clang++-19 and runs each on its
+# Builds the libFuzzer harnesses (tests/fuzz) in build-san (clang++-19, ASan+UBSan, the dir the
+# sanitized suite runs in; FUZZ_BUILD_DIR picks another) and runs each on its
 # checked-in corpus for a bounded time. The suite runs it for a few seconds per harness; run it
 # longer by hand and record the results in docs/reliability.md ("Hostile input").
 #   tools/fuzz.sh [seconds per harness, default 10] [harness ...]   (all harnesses by default)
-# New inputs go to build-fuzz/corpus/<name> (never into the checked-in corpus) and a finding
-# to build-fuzz/findings/<name>-crash-*; the exit status is 1 when any harness found one.
+# New inputs go to build-san/corpus/<name> (never into the checked-in corpus) and a finding
+# to build-san/findings/<name>-crash-*; the exit status is 1 when any harness found one.
 # With JUNIT_FILE set, one JUnit test case per harness is written there (the suite counts them).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -19,10 +20,12 @@ if ! command -v "$cxx" >/dev/null; then
   echo "fuzz: $cxx is missing (tools/setup.sh --deps installs clang-19 and libclang-rt-19-dev)"
   exit 77
 fi
-dir=build-fuzz
+dir=${FUZZ_BUILD_DIR:-build-san}
+case $dir in /*) ;; *) dir=$PWD/$dir ;; esac
 if [ ! -f $dir/build.ninja ]; then
   setup_log=$(mktemp)
-  CXX=$cxx meson setup $dir -Dfuzz=true -Dtests=false --buildtype=debugoptimized >"$setup_log" 2>&1 ||
+  CXX=$cxx meson setup $dir -Dfuzz=true -Db_sanitize=address,undefined \
+    --buildtype=debugoptimized >"$setup_log" 2>&1 ||
     { cat "$setup_log"; rm -f "$setup_log"; echo "fuzz: meson setup $dir failed"; exit 1; }
   rm -f "$setup_log"
 fi
@@ -31,13 +34,13 @@ for n in "${names[@]}"; do targets+=("tests/fuzz/${n}_fuzz"); done
 ninja -C $dir "${targets[@]}" >$dir/fuzz-build.log 2>&1 ||
   { tail -50 $dir/fuzz-build.log; echo "fuzz: build failed"; exit 1; }
 
-export CORDON_SPAWNER=$PWD/$dir/cordon-spawner CORDON_INIT=$PWD/$dir/cordon-init
+export CORDON_SPAWNER=$dir/cordon-spawner CORDON_INIT=$dir/cordon-init
 export CORDON_SECCOMP_DIR=$PWD/seccomp
 # Leaks are checked too; UBSan findings abort (the harnesses are built with
 # -fno-sanitize-recover); the MCP harness's engine threads outlive an input by design.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/fuzz/lsan.supp}
+export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/lsan.supp}
 for s in llvm-symbolizer-19 /usr/lib/llvm-19/bin/llvm-symbolizer llvm-symbolizer; do
   command -v "$s" >/dev/null && { export ASAN_SYMBOLIZER_PATH=$(command -v "$s"); break; }
 done
