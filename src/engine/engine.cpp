@@ -1984,8 +1984,11 @@ Result<OutputPage> page_fd(int fd, bool complete, SharedIndex& shared, const Out
                                              : engine::Unit::kChars;
   OutputPage out;
   out.complete = complete;
+  std::unique_lock<std::mutex> lock(shared.mu);
+  // The size is read under the index's lock: the loop feeds the index after each write, so
+  // a size read before the lock could be older than what a feed in between indexed (and the
+  // page would fail as "shorter than already indexed").
   CORDON_TRY(st, sys::fstat_fd(fd));
-  std::lock_guard<std::mutex> lock(shared.mu);
   const auto size = static_cast<uint64_t>(st.st_size);
   if (complete && !shared.idx_tried && !shared.idx_path.empty() && shared.index.seen_bytes() == 0 &&
       size > 0) {
@@ -1996,7 +1999,17 @@ Result<OutputPage> page_fd(int fd, bool complete, SharedIndex& shared, const Out
       shared.index = std::move(*loaded);
     }
   }
-  CORDON_TRY(page, engine::read_page(fd, size, complete, shared.index, pr));
+  // A running log's index is fed by the event loop, which waits for this lock: bring it up
+  // to `size` (at most the bytes not fed yet), then read the page from a copy (32 bytes per
+  // MiB of log) with the lock released, so a big page does not hold up the loop and every
+  // call behind it. A settled log's index is touched by pagers only: read it in place.
+  std::optional<engine::LogIndex> snapshot;
+  if (!complete) {
+    CORDON_CHECK(shared.index.extend(fd, size));
+    snapshot.emplace(shared.index);
+    lock.unlock();
+  }
+  CORDON_TRY(page, engine::read_page(fd, size, complete, snapshot ? *snapshot : shared.index, pr));
   out.offset = page.offset;
   out.total_size = page.total;
   out.next_offset = page.next_offset;

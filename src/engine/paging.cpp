@@ -209,22 +209,38 @@ Result<void> LogIndex::extend(int fd, uint64_t file_size) {
   if (file_size == seen_bytes()) {
     return {};
   }
-  ChunkReader reader(fd, *this, kIndexChunk);
-  for (;;) {
-    Limits lim;
-    lim.stop_byte = (checkpoints_.back().byte / interval_ + 1) * interval_;
-    CORDON_TRY_CTX(stop, run(reader, state_, file_size, /*final_at_end=*/false, lim), "index log");
-    if (stop == Stop::kLimit) {
-      checkpoints_.push_back(state_);
-      continue;
+  // All or nothing: a read error half-way must not leave state_ past the old pending tail
+  // while tail_len_ still counts it — feed() trusts seen_bytes() to know what it has.
+  const Checkpoint saved_state = state_;
+  const size_t saved_count = checkpoints_.size();
+  const uint64_t saved_tail_len = tail_len_;
+  auto scan = [&]() -> Result<void> {
+    ChunkReader reader(fd, *this, kIndexChunk);
+    for (;;) {
+      Limits lim;
+      lim.stop_byte = (checkpoints_.back().byte / interval_ + 1) * interval_;
+      CORDON_TRY_CTX(stop, run(reader, state_, file_size, /*final_at_end=*/false, lim),
+                     "index log");
+      if (stop == Stop::kLimit) {
+        checkpoints_.push_back(state_);
+        continue;
+      }
+      uint64_t tail_len = file_size - state_.byte;
+      if (tail_len > 0) {
+        CORDON_TRY(view, reader.view(state_.byte, file_size));
+        std::memcpy(tail_, view.data(), tail_len);
+      }
+      tail_len_ = tail_len;
+      return {};
     }
-    tail_len_ = file_size - state_.byte;
-    if (tail_len_ > 0) {
-      CORDON_TRY(view, reader.view(state_.byte, file_size));
-      std::memcpy(tail_, view.data(), tail_len_);
-    }
-    return {};
+  };
+  auto scanned = scan();
+  if (!scanned) {
+    state_ = saved_state;
+    checkpoints_.resize(saved_count);
+    tail_len_ = saved_tail_len;
   }
+  return scanned;
 }
 
 namespace {

@@ -261,3 +261,41 @@ BOOST_AUTO_TEST_CASE(a_slow_page_does_not_hold_up_other_calls) {
   BOOST_REQUIRE_MESSAGE(st.has_value(), describe(st));
   BOOST_TEST(st->tail_preview == "hello\n");
 }
+
+// A chatty job paged by lines and chars while it prints: the loop feeds the index after every
+// write, so a page that read the log's size before taking the index's lock saw an index
+// already past that size and failed ("shorter than the N already indexed"). Every page of a
+// growing log must succeed, and the pages read in order must be the log's lines in order.
+BOOST_AUTO_TEST_CASE(a_log_paged_while_the_job_prints_never_fails_a_page) {
+  EngineEnv env;
+  auto e = open_engine(env);
+  auto s = e->start("s", {.argv = {"/bin/sh", "-c",
+                                   "i=0; while [ $i -lt 200000 ]; do "
+                                   "echo \"line $i\"; i=$((i+1)); done"}});
+  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+  uint64_t line_offset = 0, next_line = 0, pages = 0;
+  bool in_order = true;
+  for (;;) {
+    auto st = e->status("s", s->task_id);
+    BOOST_REQUIRE(st.has_value());
+    bool settled = st->settled();
+    auto chars =
+        e->output("s", s->task_id, {.offset = 0, .limit = 100, .unit = OutputUnit::kChars});
+    BOOST_REQUIRE_MESSAGE(chars.has_value(), "chars page " << pages << ": " << describe(chars));
+    auto lines = e->output("s", s->task_id,
+                           {.offset = line_offset, .limit = 5000, .unit = OutputUnit::kLines});
+    BOOST_REQUIRE_MESSAGE(lines.has_value(), "lines page " << pages << ": " << describe(lines));
+    ++pages;
+    std::istringstream in(lines->content);
+    for (std::string l; std::getline(in, l);) {
+      in_order = in_order && l == "line " + std::to_string(next_line++);
+    }
+    line_offset = lines->next_offset;
+    if (settled && !lines->has_more) {
+      break;
+    }
+  }
+  BOOST_TEST(in_order);
+  BOOST_TEST(next_line == 200000u);
+  BOOST_TEST_MESSAGE(pages << " rounds of pages while the job printed");
+}
