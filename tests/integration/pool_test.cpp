@@ -22,6 +22,7 @@
 #include "base/strings.hpp"
 #include "helpers/engine_fixture.hpp"
 #include "helpers/engine_host.hpp"
+#include "helpers/spawner_fixture.hpp"
 #include "sandbox/cgroup.hpp"
 #include "sandbox/spawner.hpp"
 #include "sandbox/status.hpp"
@@ -75,68 +76,15 @@ UniqueFd pidfd_of(pid_t pid) {
   return fd;
 }
 
-struct Fixture {
-  std::string base, root, state;
-  CgroupLayout layout;
-  std::optional<HostIdLease> lease;
-  int job = 0;
-
-  Fixture() {
-    char tmpl[] = "/var/tmp/cordon-pool-it.XXXXXX";
-    BOOST_REQUIRE(::mkdtemp(tmpl) != nullptr);
-    base = tmpl;
-    ::chmod(base.c_str(), 0755);
-    root = base + "/root";
-    state = base + "/state";
-    BOOST_REQUIRE(::mkdir(root.c_str(), 0755) == 0);
-    BOOST_REQUIRE(::mkdir(state.c_str(), 0700) == 0);
-    auto l = detect_cgroup_layout();
-    BOOST_REQUIRE_MESSAGE(l.has_value(), msg(l));
-    layout = *l;
-    auto parents = prepare_parents(layout);
-    BOOST_REQUIRE_MESSAGE(parents.has_value(), msg(parents));
-    auto h = HostIdLease::acquire(state + "/uids");
-    BOOST_REQUIRE_MESSAGE(h.has_value(), msg(h));
-    lease.emplace(std::move(*h));
-  }
-  ~Fixture() {
-    std::error_code ec;
-    fs::remove_all(base, ec);
-  }
-
-  JobCgroup cgroup() {
-    auto c = JobCgroup::create(
-        layout, "pool-it-" + std::to_string(::getpid()) + "-" + std::to_string(job++), {});
-    BOOST_REQUIRE_MESSAGE(c.has_value(), msg(c));
-    return std::move(*c);
-  }
-  std::vector<int> v1_fds(const JobCgroup& cg) const {
-    return layout.mode == CgroupMode::kHybrid ? cg.v1_dirfds() : std::vector<int>{};
-  }
-  std::string profile() const { return build_dir() + "/seccomp/default.json"; }
+// Each test's scratch root, cgroups and uid lease (tests/helpers/spawner_fixture.hpp).
+struct Fixture : test::SpawnerFixture {
+  Fixture() : SpawnerFixture("pool") {}
 
   SpawnerClient::PoolSlot park(SpawnerClient& client, const JobCgroup& cg) {
     auto slot = client.pool_add(profile(), false, cg.v2_dirfd(), v1_fds(cg));
     BOOST_REQUIRE_MESSAGE(slot.has_value(), msg(slot));
     BOOST_REQUIRE(slot->placeholder > 0);
     return *slot;
-  }
-
-  SpawnerClient::Request request(const JobCgroup& cg, std::vector<std::string> argv,
-                                 uint64_t slot) const {
-    SpawnerClient::Request r;
-    r.spec.argv = std::move(argv);
-    r.spec.env = {"PATH=/usr/bin:/bin", "HOME=/tmp/home"};
-    r.spec.root = root;
-    r.spec.cwd = root;
-    r.seccomp_profile_path = profile();
-    r.init_path = build_dir() + "/cordon-init";
-    r.host_id = lease->id();
-    r.cgroup_v2_fd = cg.v2_dirfd();
-    r.cgroup_v1_fds = v1_fds(cg);
-    r.cgroupns_at_clone = layout.mode == CgroupMode::kUnified;
-    r.pool_slot = slot;
-    return r;
   }
 };
 

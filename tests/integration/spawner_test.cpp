@@ -22,6 +22,7 @@
 #include "base/strings.hpp"
 #include "base/unique_fd.hpp"
 #include "helpers/process.hpp"
+#include "helpers/spawner_fixture.hpp"
 #include "sandbox/cgroup.hpp"
 #include "sandbox/spec_codec.hpp"
 #include "sandbox/status.hpp"
@@ -130,56 +131,9 @@ Children children_of(pid_t parent) {
   return c;
 }
 
-struct Fixture {
-  std::string base, root, state;
-  CgroupLayout layout;
-  std::optional<HostIdLease> lease;
-  int job = 0;
-
-  Fixture() {
-    char tmpl[] = "/var/tmp/cordon-spawner-it.XXXXXX";
-    BOOST_REQUIRE(::mkdtemp(tmpl) != nullptr);
-    base = tmpl;
-    ::chmod(base.c_str(), 0755);
-    root = base + "/root";
-    state = base + "/state";
-    BOOST_REQUIRE(::mkdir(root.c_str(), 0755) == 0);
-    BOOST_REQUIRE(::mkdir(state.c_str(), 0700) == 0);
-    auto l = detect_cgroup_layout();
-    BOOST_REQUIRE_MESSAGE(l.has_value(), why(l));
-    layout = *l;
-    auto parents = prepare_parents(layout);
-    BOOST_REQUIRE_MESSAGE(parents.has_value(), why(parents));
-    auto h = HostIdLease::acquire(state + "/uids");
-    BOOST_REQUIRE_MESSAGE(h.has_value(), why(h));
-    lease.emplace(std::move(*h));
-  }
-  ~Fixture() {
-    std::error_code ec;
-    std::filesystem::remove_all(base, ec);
-  }
-
-  JobCgroup cgroup() {
-    auto c = JobCgroup::create(
-        layout, "spawner-it-" + std::to_string(::getpid()) + "-" + std::to_string(job++), {});
-    BOOST_REQUIRE_MESSAGE(c.has_value(), why(c));
-    return std::move(*c);
-  }
-
-  SpawnerClient::Request request(const JobCgroup& cg, std::vector<std::string> argv) const {
-    SpawnerClient::Request r;
-    r.spec.argv = std::move(argv);
-    r.spec.env = {"PATH=/usr/bin:/bin", "HOME=/tmp/home"};
-    r.spec.root = root;
-    r.spec.cwd = root;
-    r.seccomp_profile_path = bin_dir() + "/seccomp/default.json";
-    r.init_path = bin_dir() + "/cordon-init";
-    r.host_id = lease->id();
-    r.cgroup_v2_fd = cg.v2_dirfd();
-    r.cgroup_v1_fds = cg.v1_dirfds();
-    r.cgroupns_at_clone = layout.mode == CgroupMode::kUnified;
-    return r;
-  }
+// Each test's scratch root, cgroups and uid lease (tests/helpers/spawner_fixture.hpp).
+struct Fixture : test::SpawnerFixture {
+  Fixture() : SpawnerFixture("spawner") {}
 };
 
 SpawnerClient start_spawner() {

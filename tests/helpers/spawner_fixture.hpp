@@ -1,0 +1,101 @@
+#pragma once
+
+// What the spawner and warm-pool tests share: a scratch root and state dir, cordon's cgroup
+// parents, a host uid lease, fresh job cgroups and a spawn request for a command in the root.
+// Talks to cordon-spawner directly (no engine).
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/test/unit_test.hpp>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "helpers/cordon_fixture.hpp"
+#include "sandbox/cgroup.hpp"
+#include "sandbox/spawner.hpp"
+#include "sandbox/userns.hpp"
+
+namespace cordon::test {
+
+// The error's message, or "" for a success (for BOOST_REQUIRE_MESSAGE).
+template <class R>
+std::string error_of(const R& r) {
+  return r.has_value() ? std::string() : r.error().message();
+}
+
+// The directory of the cordon binary under test: cordon-spawner, cordon-init and
+// seccomp/default.json sit next to it.
+inline std::string binaries_dir() {
+  return std::filesystem::path(cordon_bin()).parent_path().string();
+}
+
+struct SpawnerFixture {
+  std::string base, root, state;
+  std::string prefix;  // of the job cgroups' names
+  sandbox::CgroupLayout layout;
+  std::optional<sandbox::HostIdLease> lease;
+  int job = 0;
+
+  explicit SpawnerFixture(const std::string& name) : prefix(name + "-it-") {
+    std::string tmpl_s = "/var/tmp/cordon-" + name + "-it.XXXXXX";
+    std::vector<char> tmpl(tmpl_s.begin(), tmpl_s.end());
+    tmpl.push_back('\0');
+    BOOST_REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
+    base = tmpl.data();
+    ::chmod(base.c_str(), 0755);
+    root = base + "/root";
+    state = base + "/state";
+    BOOST_REQUIRE(::mkdir(root.c_str(), 0755) == 0);
+    BOOST_REQUIRE(::mkdir(state.c_str(), 0700) == 0);
+    auto l = sandbox::detect_cgroup_layout();
+    BOOST_REQUIRE_MESSAGE(l.has_value(), error_of(l));
+    layout = *l;
+    auto parents = sandbox::prepare_parents(layout);
+    BOOST_REQUIRE_MESSAGE(parents.has_value(), error_of(parents));
+    auto h = sandbox::HostIdLease::acquire(state + "/uids");
+    BOOST_REQUIRE_MESSAGE(h.has_value(), error_of(h));
+    lease.emplace(std::move(*h));
+  }
+  ~SpawnerFixture() {
+    std::error_code ec;
+    std::filesystem::remove_all(base, ec);
+  }
+  SpawnerFixture(const SpawnerFixture&) = delete;
+  SpawnerFixture& operator=(const SpawnerFixture&) = delete;
+
+  // A fresh job cgroup set with no limits, named after this test process.
+  sandbox::JobCgroup cgroup() {
+    auto c = sandbox::JobCgroup::create(
+        layout, prefix + std::to_string(::getpid()) + "-" + std::to_string(job++), {});
+    BOOST_REQUIRE_MESSAGE(c.has_value(), error_of(c));
+    return std::move(*c);
+  }
+  std::vector<int> v1_fds(const sandbox::JobCgroup& cg) const {
+    return layout.mode == sandbox::CgroupMode::kHybrid ? cg.v1_dirfds() : std::vector<int>{};
+  }
+  std::string profile() const { return binaries_dir() + "/seccomp/default.json"; }
+
+  // A spawn of `argv` in the root, as the engine would send it; `slot` names a warm-pool
+  // placeholder to use (0: none).
+  sandbox::SpawnerClient::Request request(const sandbox::JobCgroup& cg,
+                                          std::vector<std::string> argv, uint64_t slot = 0) const {
+    sandbox::SpawnerClient::Request r;
+    r.spec.argv = std::move(argv);
+    r.spec.env = {"PATH=/usr/bin:/bin", "HOME=/tmp/home"};
+    r.spec.root = root;
+    r.spec.cwd = root;
+    r.seccomp_profile_path = profile();
+    r.init_path = binaries_dir() + "/cordon-init";
+    r.host_id = lease->id();
+    r.cgroup_v2_fd = cg.v2_dirfd();
+    r.cgroup_v1_fds = v1_fds(cg);
+    r.cgroupns_at_clone = layout.mode == sandbox::CgroupMode::kUnified;
+    r.pool_slot = slot;
+    return r;
+  }
+};
+
+}  // namespace cordon::test
