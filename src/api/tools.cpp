@@ -11,6 +11,7 @@
 
 #include "api/git_tools.hpp"
 #include "api/schema.hpp"
+#include "base/json_fields.hpp"
 
 namespace cordon::api {
 namespace {
@@ -255,11 +256,6 @@ uint64_t get_u64(const json& args, const char* key, uint64_t fallback) {
   return it->is_number_float() ? static_cast<uint64_t>(it->get<double>()) : it->get<uint64_t>();
 }
 
-std::string get_str(const json& args, const char* key, const std::string& fallback = "") {
-  auto it = args.find(key);
-  return it != args.end() && it->is_string() ? it->get<std::string>() : fallback;
-}
-
 OutputUnit unit_of(const std::string& u) {
   return u == "bytes" ? OutputUnit::kBytes : u == "lines" ? OutputUnit::kLines : OutputUnit::kChars;
 }
@@ -279,7 +275,7 @@ OutputRequest page_request(const json& args) {
   OutputRequest r;
   r.offset = get_u64(args, "offset", 0);
   r.limit = get_u64(args, "limit", 50000);
-  r.unit = unit_of(get_str(args, "unit", "chars"));
+  r.unit = unit_of(json_fields::str(args, "unit", "chars"));
   return r;
 }
 
@@ -328,8 +324,9 @@ Result<StartOptions> start_options(const json& args) {
   if (args.contains("env")) {
     o.env = args["env"].get<std::map<std::string, std::string>>();
   }
-  o.label = get_str(args, "label");
-  o.stdin_mode = get_str(args, "stdin", "null") == "pipe" ? StdinMode::kPipe : StdinMode::kNull;
+  o.label = json_fields::str(args, "label");
+  o.stdin_mode =
+      json_fields::str(args, "stdin", "null") == "pipe" ? StdinMode::kPipe : StdinMode::kNull;
   o.pty = args.value("pty", false);
   return o;
 }
@@ -430,7 +427,7 @@ json command_status(Engine& engine, const std::string& session, const json& args
 json command_wait(Engine& engine, const std::string& session, const json& args,
                   const CallContext& ctx) {
   auto ids = args["taskIds"].get<std::vector<std::string>>();
-  bool all = get_str(args, "mode", "any") == "all";
+  bool all = json_fields::str(args, "mode", "any") == "all";
   milliseconds timeout(get_u64(args, "timeoutMs", kDefaultWaitMs));
   std::vector<JobStatus> jobs;
   auto done = wait_in_slices(ctx, timeout, [&](milliseconds slice) -> Result<bool> {
@@ -459,7 +456,7 @@ json command_output(Engine& engine, const std::string& session, const json& args
                     const CallContext&) {
   std::string id = args["taskId"].get<std::string>();
   OutputRequest req = page_request(args);
-  std::string stream = get_str(args, "stream");
+  std::string stream = json_fields::str(args, "stream");
   if (stream.empty()) {
     // The default follows the job: a pty job has one `pty` stream.
     auto listed = engine.list(session, std::nullopt);
@@ -477,7 +474,7 @@ json command_output(Engine& engine, const std::string& session, const json& args
   if (!page) {
     return error_with_ids(engine, session, page.error());
   }
-  json out = page_json(*page, get_str(args, "unit", "chars"));
+  json out = page_json(*page, json_fields::str(args, "unit", "chars"));
   out["taskId"] = id;
   out["stream"] = stream;
   return out;
@@ -486,7 +483,7 @@ json command_output(Engine& engine, const std::string& session, const json& args
 json command_kill(Engine& engine, const std::string& session, const json& args,
                   const CallContext& ctx) {
   std::string id = args["taskId"].get<std::string>();
-  int sig = signal_number(get_str(args, "signal", "SIGTERM")).value_or(SIGTERM);
+  int sig = signal_number(json_fields::str(args, "signal", "SIGTERM")).value_or(SIGTERM);
   auto k = engine.kill(session, id, sig);
   if (!k) {
     return error_with_ids(engine, session, k.error());
@@ -565,7 +562,7 @@ json retrieve_context(Engine& engine, const std::string& session, const json& ar
                             "stderrArtifact (command_status)";
     return e;
   }
-  json out = page_json(*p, get_str(args, "unit", "chars"));
+  json out = page_json(*p, json_fields::str(args, "unit", "chars"));
   out["artifactId"] = id;
   return out;
 }
