@@ -229,7 +229,7 @@ Result<Built> build_profile(const SeccompProfile& profile, const SeccompOptions&
   struct Seen {
     std::optional<std::pair<uint32_t, std::string>> unconditional;  // action, origin
     std::optional<std::string> conditional;                         // origin
-    std::optional<std::string> less_than;  // origin of a conditional rule with LT or LE
+    std::optional<std::string> fragile;  // origin of a conditional rule with LT, LE or NE
   };
   std::map<int, Seen> seen;
 
@@ -319,23 +319,27 @@ Result<Built> build_profile(const SeccompProfile& profile, const SeccompOptions&
         // libseccomp 2.5.4 compiles a 64-bit LT/LE so that, when the high words are equal
         // and the low word fails, the syscall leaves for the default action instead of trying
         // its other rules: with {a1 < 0x574f4c4c415f5443 -> KILL} and {a1 < 0x55ffffffffffff
-        // -> ERRNO}, a1 = 0x55ffffffffffff was allowed (found by the seccomp fuzzer).
-        bool lt = std::any_of(rule.args.begin(), rule.args.end(), [](const SeccompArg& a) {
-          return a.op == SeccompOp::kLessThan || a.op == SeccompOp::kLessEqual;
+        // -> ERRNO}, a1 = 0x55ffffffffffff was allowed (found by the seccomp fuzzer). NE among
+        // several rules is miscompiled too: with {a3 == X && a0 != 8 -> LOG}, {a0 != 4 -> LOG}
+        // and {a3 == 4 -> LOG}, a0 = 4 with a3 != X, 4 got LOG instead of the default KILL
+        // (the fuzzer again, a later run).
+        bool fragile = std::any_of(rule.args.begin(), rule.args.end(), [](const SeccompArg& a) {
+          return a.op == SeccompOp::kLessThan || a.op == SeccompOp::kLessEqual ||
+                 a.op == SeccompOp::kNotEqual;
         });
-        if (s.conditional && (lt || s.less_than)) {
+        if (s.conditional && (fragile || s.fragile)) {
           return invalid(
               "seccomp profile: {}: `{}` has another conditional rule at {} and one of them "
-              "compares with SCMP_CMP_LT/LE; libseccomp 2.5.4 skips the other rules when such a "
-              "comparison fails, so the profile is refused (use GE/GT with the actions swapped, "
-              "or one rule for the syscall)",
-              origin, name, lt ? *s.conditional : *s.less_than);
+              "compares with SCMP_CMP_LT/LE/NE; libseccomp 2.5.4 miscompiles such a comparison "
+              "next to other rules for the same syscall, so the profile is refused (use "
+              "GE/GT/EQ with the actions swapped, or one rule for the syscall)",
+              origin, name, fragile ? *s.conditional : *s.fragile);
         }
         if (!s.conditional) {
           s.conditional = origin;
         }
-        if (lt && !s.less_than) {
-          s.less_than = origin;
+        if (fragile && !s.fragile) {
+          s.fragile = origin;
         }
       }
       auto added = add_rule(ctx.get(), action, nr, cmps, name);

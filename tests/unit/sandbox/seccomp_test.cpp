@@ -330,6 +330,33 @@ BOOST_AUTO_TEST_CASE(refuses_less_than_among_several_conditional_rules_for_one_s
                         syscall_data(SYS_fchmodat, {0, 0x574f4c4c415f5443ULL})) == kRetAllow);
 }
 
+// Found by the seccomp fuzzer (a later run): libseccomp 2.5.4 compiled these three rules so
+// that a0 = 4, a3 = 0x5e5e5e5fa1a1a1aa (no rule matches) got LOG instead of the default.
+BOOST_AUTO_TEST_CASE(refuses_not_equal_among_several_conditional_rules_for_one_syscall) {
+  SeccompProfile p;
+  p.default_action = SeccompAction::kKillThread;
+  p.syscalls = {
+      rule({"process_vm_readv"}, SeccompAction::kLog, 1,
+           {{3, SeccompOp::kEqual, 0x5e5e5e5fa1a1a1a1ULL, 0}, {0, SeccompOp::kNotEqual, 8, 0}}),
+      rule({"process_vm_readv"}, SeccompAction::kLog, 1, {{0, SeccompOp::kNotEqual, 4, 0}}),
+      rule({"process_vm_readv"}, SeccompAction::kLog, 1, {{3, SeccompOp::kEqual, 4, 0}}),
+  };
+  auto r = compile_filters(p, {});
+  BOOST_REQUIRE(!r.has_value());
+  BOOST_TEST(r.error().message().find("/syscalls/1: `process_vm_readv` has another conditional "
+                                      "rule at /syscalls/0") != std::string::npos,
+             r.error().message());
+  BOOST_TEST(r.error().message().find("LT/LE/NE") != std::string::npos, r.error().message());
+  // One NE rule alone compiles and answers as written on both sides.
+  p.syscalls = {p.syscalls[1]};
+  auto one = compile_filters(p, {});
+  BOOST_REQUIRE_MESSAGE(one.has_value(), error_text(one));
+  BOOST_TEST(bpf_answer(one->profile.insns, syscall_data(SYS_process_vm_readv, {5})) ==
+             SECCOMP_RET_LOG);
+  BOOST_TEST(bpf_answer(one->profile.insns, syscall_data(SYS_process_vm_readv, {4})) ==
+             SECCOMP_RET_KILL_THREAD);
+}
+
 BOOST_AUTO_TEST_CASE(refuses_two_actions_for_one_syscall) {
   SeccompProfile p;
   p.syscalls = {rule({"read"}, SeccompAction::kAllow), rule({"read"}, SeccompAction::kErrno, 13)};
