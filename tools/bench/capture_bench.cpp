@@ -26,6 +26,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -62,6 +63,7 @@ std::string self_dir() {
 struct Times {
   double streamed = 0, durable = 0;  // seconds
   double cpu = 0;  // CPU seconds of the capturing side (the engine process / nothing for dd)
+  double loop_cpu = 0, hash_cpu = 0;  // of the engine's event-loop and hashing threads
 };
 
 double cpu_seconds(int who) {
@@ -69,6 +71,33 @@ double cpu_seconds(int who) {
   ::getrusage(who, &ru);
   auto tv = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec / 1e6; };
   return tv(ru.ru_utime) + tv(ru.ru_stime);
+}
+
+// CPU seconds of this process's threads named `name` (the engine names its threads): the
+// event-loop thread's figure per GiB is the ceiling on one capture's speed, whatever else
+// runs on the machine.
+double thread_cpu(const std::string& name) {
+  double total = 0;
+  static const double tick = static_cast<double>(::sysconf(_SC_CLK_TCK));
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(e.path() / "comm");
+    std::string c;
+    std::getline(comm, c);
+    if (c != name) continue;
+    std::ifstream stat(e.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    // Fields after the parenthesised comm: state is field 3, utime 14, stime 15.
+    std::istringstream rest(line.substr(line.rfind(')') + 2));
+    std::string f;
+    unsigned long long utime = 0, stime = 0;
+    for (int i = 3; i <= 15 && rest >> f; ++i) {
+      if (i == 14) utime = std::stoull(f);
+      if (i == 15) stime = std::stoull(f);
+    }
+    total += static_cast<double>(utime + stime) / tick;
+  }
+  return total;
 }
 
 // dd > file, outside any sandbox: the reference.
@@ -103,6 +132,7 @@ Times captured(cordon::Engine& engine, const std::string& state,
                const std::vector<std::string>& argv, uint64_t bytes) {
   Times t;
   double cpu0 = cpu_seconds(RUSAGE_SELF);
+  double loop0 = thread_cpu("cordon-loop"), hash0 = thread_cpu("cordon-hash");
   auto t0 = Clock::now();
   auto s = engine.start("bench", {.argv = argv});
   if (!s) die("start: " + s.error().message());
@@ -120,6 +150,8 @@ Times captured(cordon::Engine& engine, const std::string& state,
   auto st = engine.status("bench", s->task_id, std::chrono::seconds(120));
   t.durable = secs_since(t0);
   t.cpu = cpu_seconds(RUSAGE_SELF) - cpu0;
+  t.loop_cpu = thread_cpu("cordon-loop") - loop0;
+  t.hash_cpu = thread_cpu("cordon-hash") - hash0;
   if (!st || st->state != "exited" || st->stdout_bytes != bytes) {
     die("capture job did not exit cleanly: " + (st ? st->state + " " + st->error : ""));
   }
@@ -169,7 +201,7 @@ int main(int argc, char** argv) {
   const uint64_t bytes = mib << 20;
   std::vector<std::string> dd = {"/usr/bin/dd", "if=/dev/zero", "bs=1M",
                                  "count=" + std::to_string(mib), "status=none"};
-  std::vector<double> eng_s, eng_d, eng_cpu, ref_s, ref_d;
+  std::vector<double> eng_s, eng_d, eng_cpu, eng_loop, eng_hash, ref_s, ref_d;
   captured(**engine, state, {"/usr/bin/dd", "if=/dev/zero", "bs=1M", "count=1", "status=none"},
            1 << 20);  // warm-up
   for (int r = 0; r < runs; ++r) {
@@ -179,6 +211,8 @@ int main(int argc, char** argv) {
         eng_s.push_back(t.streamed);
         eng_d.push_back(t.durable);
         eng_cpu.push_back(t.cpu);
+        eng_loop.push_back(t.loop_cpu);
+        eng_hash.push_back(t.hash_cpu);
       } else {
         Times t = direct(dd, work + "/direct.out");
         ref_s.push_back(t.streamed);
@@ -196,8 +230,14 @@ int main(int argc, char** argv) {
   std::printf("%-44s %8.2f/s %8.2f/s\n", "dd writing straight to a file (no sandbox) GB", rs, rd);
   std::printf("%-44s %10.2f %10.2f\n", "ratio engine / direct", es / rs, ed / rd);
   double cpu_per_gib = median(eng_cpu) / (static_cast<double>(bytes) / (1 << 30));
+  const double gib = static_cast<double>(bytes) / (1 << 30);
+  double loop_per_gib = median(eng_loop) / gib, hash_per_gib = median(eng_hash) / gib;
   std::printf("engine CPU per GiB captured: %.2f s (read, SHA-256, write; load-independent)\n",
               cpu_per_gib);
+  std::printf(
+      "  of which the event-loop thread %.2f s (read, write: a ceiling of %.2f GB/s per core), "
+      "the hash thread %.2f s\n",
+      loop_per_gib, loop_per_gib > 0 ? (1 << 30) / 1e9 / loop_per_gib : 0.0, hash_per_gib);
   std::printf(
       "fsync policy: none while streaming; logs fsynced once at settle; meta.json atomic "
       "(fsync+rename) at start and settle. durable = settled / dd file fsynced.\n");
@@ -207,9 +247,10 @@ int main(int argc, char** argv) {
                   "{\"mib\": %llu, \"runs\": %d, \"engineStreamedGBps\": %.4f, "
                   "\"engineDurableGBps\": %.4f, \"directStreamedGBps\": %.4f, "
                   "\"directDurableGBps\": %.4f, \"streamedRatio\": %.4f, \"durableRatio\": "
-                  "%.4f, \"engineCpuSecondsPerGiB\": %.4f}\n",
+                  "%.4f, \"engineCpuSecondsPerGiB\": %.4f, \"loopCpuSecondsPerGiB\": %.4f, "
+                  "\"hashCpuSecondsPerGiB\": %.4f}\n",
                   static_cast<unsigned long long>(mib), runs, es, ed, rs, rd, es / rs, ed / rd,
-                  cpu_per_gib);
+                  cpu_per_gib, loop_per_gib, hash_per_gib);
     std::ofstream(json_out) << buf;
   }
   engine->reset();
