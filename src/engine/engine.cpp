@@ -75,9 +75,13 @@ constexpr size_t kArtifactIndexes = 16;
 constexpr size_t kTailChars = 2000;
 constexpr std::chrono::milliseconds kDrainAfterInit{2000};
 // Room kept in `<state>/reserve` so that settling still works on a full disk: a meta write
-// that hits ENOSPC frees it and retries. A meta.json or artifact record takes one page; this
-// is enough for dozens of settles, and it is taken back as soon as space allows.
-constexpr off_t kReserveBytes = 256 << 10;
+// that hits ENOSPC frees one step of it and retries. A meta.json or artifact record takes a
+// page or two; the reserve is taken back as soon as space allows. Freed a step at a time, not
+// whole: the loop writes the logs of other running jobs between settles, and on a full disk
+// they take whatever was freed, so a whole reserve freed by one settle left the next settle
+// (two writers filling the disk together) nothing.
+constexpr off_t kReserveBytes = 1 << 20;
+constexpr off_t kReserveStep = 64 << 10;
 
 std::string rfc3339_at(time_t seconds, long nanoseconds = 0) {
   struct timespec ts {};
@@ -524,22 +528,25 @@ class Engine::Impl {
   std::string reserve_path() const { return opt.state_dir + "/reserve"; }
 
   // ---- disk-full reserve --------------------------------------------------------------------
-  // (Re)creates the reserve when it is missing or short; a disk too full for it is no error
-  // (the file is removed, not left half-allocated, and the next settle tries again).
+  // (Re)creates the reserve when it is missing or short; a disk too full for it is no error:
+  // what is left of it stays as it was (cut back to its size, not left half-grown), and the
+  // next settle tries again.
   void ensure_reserve() {
     std::string path = reserve_path();
     struct stat st {};
     if (::stat(path.c_str(), &st) == 0 && st.st_size >= kReserveBytes) {
       return;
     }
-    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0) {
+    UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
+    if (!fd || ::fstat(fd.get(), &st) != 0) {
       return;
     }
-    int err = ::posix_fallocate(fd, 0, kReserveBytes);
-    ::close(fd);
-    if (err != 0) {
-      ::unlink(path.c_str());
+    if (::posix_fallocate(fd.get(), 0, kReserveBytes) != 0) {
+      if (st.st_size == 0) {
+        ::unlink(path.c_str());
+      } else {
+        (void)::ftruncate(fd.get(), st.st_size);  // frees what a failed fallocate added
+      }
     }
   }
 
@@ -552,11 +559,26 @@ class Engine::Impl {
       mark_dirty();
       return r;
     }
-    if (::unlink(reserve_path().c_str()) != 0) {
+    if (!take_reserve_step()) {
       return r;
     }
     mark_dirty();
     return atomic_write(dir, name, text, strict_sync());
+  }
+
+  // Frees kReserveStep of the reserve (the last step removes the file). False when there is
+  // no reserve left.
+  bool take_reserve_step() {
+    std::string path = reserve_path();
+    UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW));
+    struct stat st {};
+    if (!fd || ::fstat(fd.get(), &st) != 0) {
+      return false;
+    }
+    if (st.st_size <= kReserveStep) {
+      return ::unlink(path.c_str()) == 0;
+    }
+    return ::ftruncate(fd.get(), st.st_size - kReserveStep) == 0;
   }
 
   // ---- durability ---------------------------------------------------------------------------
@@ -1058,6 +1080,11 @@ class Engine::Impl {
       ssize_t n = ::recvmsg(j.status.get(), &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
       if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
         return;
+      }
+      // ECONNRESET: the child exited with a go byte unread (a setup step failed during the
+      // v1 placement); reported once, ahead of the records still queued: read on.
+      if (n < 0 && errno == ECONNRESET) {
+        continue;
       }
       std::vector<int> fds;
       for (struct cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {

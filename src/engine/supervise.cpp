@@ -609,16 +609,16 @@ class Supervisor {
       // CLOEXEC from the start: a pty master must not leak into anything cordon execs.
       ssize_t n = recvmsg(handles_.status.get(), &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
       if (n < 0) {
-        if (errno == EINTR) {
+        // ECONNRESET: the child exited with a go byte unread (a setup step failed while the
+        // v1 placement ran, ChildPlan::placement_go). The error is reported once, ahead of
+        // the records still queued (the setup error among them): read on.
+        if (errno == EINTR || errno == ECONNRESET) {
           continue;
         }
         if (errno == EAGAIN) {
           return {};
         }
-        if (errno != ECONNRESET) {
-          return sys_error("recvmsg status channel");
-        }
-        n = 0;
+        return sys_error("recvmsg status channel");
       }
       std::vector<UniqueFd> fds;  // every received fd is closed unless taken below
       for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {

@@ -539,6 +539,18 @@ void arrange_fds(const ChildPlan& plan, int pty_slave, int ll_cmd, int ll_init) 
   }
 }
 
+// One go byte from the parent; EOF (the parent gave up or died) ends the child.
+void wait_go(const ChildPlan& plan) {
+  char go = 0;
+  ssize_t got;
+  do {
+    got = ::recv(plan.status_fd, &go, 1, 0);
+  } while (got < 0 && errno == EINTR);
+  if (got != 1) {
+    ::_exit(125);
+  }
+}
+
 }  // namespace
 
 void child_main(const ChildPlan& plan) {
@@ -567,20 +579,11 @@ void child_main(const ChildPlan& plan) {
     fail(SetupStep::kFds);
   }
 
-  // 1. Wait for the go byte: id maps written, v1 cgroups placed. EOF: the parent gave up.
-  char go = 0;
-  ssize_t got;
-  do {
-    got = ::recv(plan.status_fd, &go, 1, 0);
-  } while (got < 0 && errno == EINTR);
-  if (got != 1) {
-    ::_exit(125);
-  }
+  // 1. Wait for the go byte: id maps written (and, without placement_go, the v1 cgroups
+  // placed). EOF: the parent gave up.
+  wait_go(plan);
 
-  // 2. Hybrid hosts: after the v1 placement, so v1 paths are rooted at the job too.
-  if (plan.unshare_cgroupns && ::unshare(CLONE_NEWCGROUP) != 0) {
-    fail(SetupStep::kCgroupNs);
-  }
+  // 2. (Hybrid hosts: the v1 placement runs in the parent meanwhile; see step 6.)
 
   // 3. Mounts, under a fresh tmpfs that becomes the root. Nothing propagates to the host.
   if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
@@ -645,7 +648,15 @@ void child_main(const ChildPlan& plan) {
   int ll_cmd = build_landlock(plan, false);
   int ll_init = build_landlock(plan, true);
 
-  // 6. Drop every privilege; PDEATHSIG after the last credential change (which clears it).
+  // 6. Hybrid hosts: wait for the v1 placement, then root the cgroup namespace at the job,
+  // so v1 paths read `/` too. Then drop every privilege; PDEATHSIG after the last credential
+  // change (which clears it).
+  if (plan.placement_go) {
+    wait_go(plan);
+  }
+  if (plan.unshare_cgroupns && ::unshare(CLONE_NEWCGROUP) != 0) {
+    fail(SetupStep::kCgroupNs);
+  }
   drop_privileges(plan);
   if (::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) {
     fail(SetupStep::kPdeathsig);

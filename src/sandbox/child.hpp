@@ -49,6 +49,11 @@ struct ChildPlan {
   size_t n_keep_fds = 0;
   int status_fd = -1;             // SOCK_SEQPACKET to the supervisor
   bool unshare_cgroupns = false;  // hybrid hosts: unshare after the v1 placement
+  // Hybrid hosts: a second go byte says the v1 placement is done. The first (id maps
+  // written) releases the mount setup, which then overlaps the placement's wait for an RCU
+  // grace period (≈ 11 ms at one spawn per 20 ms); the second is awaited before the
+  // privilege drop, so no code but this recipe runs outside the job's cgroups.
+  bool placement_go = false;
   uint64_t root_tmpfs_size = 0;
 
   const TreeMount* system_trees = nullptr;  // usr, lib, etc (all read-only)

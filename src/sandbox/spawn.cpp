@@ -3,6 +3,7 @@
 #include <linux/sched.h>
 #include <sched.h>
 #include <signal.h>
+#include <poll.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -97,6 +98,7 @@ Result<SpawnedSandbox> spawn_sandbox(PreparedSandbox& prepared, const SpawnOptio
     flags |= CLONE_NEWCGROUP;
   }
   plan.unshare_cgroupns = !options.cgroupns_at_clone;
+  plan.placement_go = static_cast<bool>(options.before_go);
 
   int pidfd = -1;
   struct clone_args args {};
@@ -142,19 +144,45 @@ Result<SpawnedSandbox> spawn_sandbox(PreparedSandbox& prepared, const SpawnOptio
   if (!maps) {
     return abort_child(std::move(maps.error()).wrap("write the sandbox's id maps"));
   }
+  auto send_go = [&]() -> Result<void> {
+    char go = 1;
+    if (::send(prepared.status_parent.get(), &go, 1, MSG_NOSIGNAL) != 1) {
+      return sys_error("send the go byte");
+    }
+    return {};
+  };
+  // The child exited (its pidfd is readable) — a setup step failed while we placed it, and
+  // its error record waits on the status channel for the supervisor to read.
+  auto child_exited = [&] {
+    struct pollfd p {
+      out.pidfd.get(), POLLIN, 0
+    };
+    return ::poll(&p, 1, 0) == 1;
+  };
   if (options.before_go) {
+    // Two go bytes (ChildPlan::placement_go): the child builds its mounts while the v1
+    // placement waits for its grace period, and waits for the second before it drops its
+    // privileges, so it runs nothing but this recipe outside the job's cgroups.
+    if (auto sent = send_go(); !sent) {
+      return abort_child(std::move(sent.error()));
+    }
     auto placed = options.before_go(out.pid);
     if (!placed) {
+      if (child_exited()) {
+        return out;  // it never got the second byte: it ran nothing of the command's
+      }
       return abort_child(std::move(placed.error()));
     }
   }
   if (!options.send_go) {
     return out;
   }
-  char go = 1;
-  if (::send(prepared.status_parent.get(), &go, 1, MSG_NOSIGNAL) != 1) {
-    int err = errno;
-    return abort_child(Error::sys(err, "send the go byte"));
+  if (auto sent = send_go(); !sent) {
+    // EPIPE: the child closed its end by exiting (it cannot have exec'd without this byte).
+    if (plan.placement_go && sent.error().sys_errno() == EPIPE) {
+      return out;
+    }
+    return abort_child(std::move(sent.error()));
   }
   return out;
 }

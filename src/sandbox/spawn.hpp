@@ -15,7 +15,8 @@ struct SpawnOptions {
   int cgroup_fd = -1;             // v2 job cgroup for CLONE_INTO_CGROUP, -1 for none
   bool cgroupns_at_clone = true;  // pure v2: CLONE_NEWCGROUP; hybrid: the child unshares later
   bool network_namespace = true;
-  // Runs after the id maps are written and before the child is released (v1 placement).
+  // The v1 placement: runs after the id maps are written, while the child builds its mounts;
+  // the child drops its privileges only after it returned (a second go byte).
   std::function<Result<void>(pid_t)> before_go;
   // Warm pool: the caller is a placeholder already inside the job's cgroups. The child is
   // born there (fork inherits membership) as a sibling of the caller (CLONE_PARENT), so it

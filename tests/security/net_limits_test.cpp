@@ -27,6 +27,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -551,6 +552,44 @@ long forks_of(const std::string& out) {
 }
 
 }  // namespace
+
+// The sandbox's cgroup namespace is rooted at its job's cgroups in every hierarchy: each
+// /proc/self/cgroup line reads `/`, so no host cgroup path shows, and the memory and pids
+// lines are the job's own (the limits above are enforced there). On this hybrid host the v1
+// placement runs while the child builds its mounts (ChildPlan::placement_go) and the
+// namespace is unshared only after it: unshared before, the v1 lines would read the job's
+// path below cordon's own cgroup (`/cordon/…`), not `/`.
+BOOST_AUTO_TEST_CASE(the_sandbox_sees_its_job_cgroup_as_the_root_of_every_hierarchy) {
+  Sandbox s;
+  auto [r, st] = s.run_status({}, {probe_bin(), "cgroup"});
+  BOOST_TEST(r.exit_code() == 0, r.err);
+  const std::string prefix = "probe cgroup: value ";
+  BOOST_REQUIRE_MESSAGE(r.out.rfind(prefix, 0) == 0, r.out);
+  std::string lines = r.out.substr(prefix.size());
+  if (!lines.empty() && lines.back() == '\n') lines.pop_back();
+  int entries = 0;
+  bool memory = false, pids = false;
+  size_t at = 0;
+  while (at < lines.size()) {
+    size_t end = lines.find(' ', at);
+    if (end == std::string::npos) end = lines.size();
+    std::string entry = lines.substr(at, end - at);
+    at = end + 1;
+    ++entries;
+    BOOST_TEST(entry.size() >= 2);
+    BOOST_TEST(entry.substr(entry.size() - 2) == ":/", entry);
+    memory = memory || entry.find(":memory:") != std::string::npos;
+    pids = pids || entry.find(":pids:") != std::string::npos;
+  }
+  BOOST_TEST(entries >= 1, r.out);
+  // The job's limits were applied (cordon run always sets them) in the hierarchies this host
+  // has them in: v1 memory and pids here, the unified line on a pure v2 host.
+  BOOST_TEST(st["sandbox"]["limits"]["pids"] == 1024);
+  if (std::filesystem::exists("/sys/fs/cgroup/memory/cgroup.procs")) {
+    BOOST_TEST(memory, r.out);
+    BOOST_TEST(pids, r.out);
+  }
+}
 
 // No --pids given: the default limit (1024 tasks in the job's cgroup, init and the probe
 // included) stops the bomb with EAGAIN and the cgroup's pids.max hits are reported. Control: a
