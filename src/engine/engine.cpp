@@ -541,21 +541,34 @@ class Engine::Impl {
     if (!fd || ::fstat(fd.get(), &st) != 0) {
       return;
     }
-    if (::posix_fallocate(fd.get(), 0, kReserveBytes) != 0) {
-      if (st.st_size == 0) {
-        ::unlink(path.c_str());
-      } else {
-        (void)::ftruncate(fd.get(), st.st_size);  // frees what a failed fallocate added
+    if (::posix_fallocate(fd.get(), 0, kReserveBytes) == 0) {
+      return;
+    }
+    // Not all of it: take back what there is, a page at a time (a settle leaves most of its
+    // step unused), and cut a failed attempt back (it may have allocated part of its range).
+    off_t have = st.st_size;
+    (void)::ftruncate(fd.get(), have);
+    while (have < kReserveBytes) {
+      off_t want = std::min<off_t>(have + 4096, kReserveBytes);
+      if (::posix_fallocate(fd.get(), 0, want) != 0) {
+        (void)::ftruncate(fd.get(), have);
+        break;
       }
+      have = want;
+    }
+    if (have == 0) {
+      ::unlink(path.c_str());
     }
   }
 
-  // atomic_write(), and when the disk is full, once more after freeing the reserve: a job
-  // must settle (and its meta reach disk) even when its own output filled the disk.
-  Result<void> write_meta(const std::string& dir, const std::string& name,
-                          const std::string& text) {
+  // atomic_write(), and when the disk is full, once more after freeing a step of the
+  // reserve: a job must settle (and its meta reach disk) even when its own output filled the
+  // disk. `use_reserve` false: a write that may fail on a full disk (the `read` mark) leaves
+  // the reserve to settles.
+  Result<void> write_meta(const std::string& dir, const std::string& name, const std::string& text,
+                          bool use_reserve = true) {
     auto r = atomic_write(dir, name, text, strict_sync());
-    if (r || (r.error().sys_errno() != ENOSPC && r.error().sys_errno() != EDQUOT)) {
+    if (r || !use_reserve || (r.error().sys_errno() != ENOSPC && r.error().sys_errno() != EDQUOT)) {
       mark_dirty();
       return r;
     }
@@ -885,7 +898,8 @@ class Engine::Impl {
       if (c.finished > 0) {
         --c.finished;
       }
-      (void)write_meta(j.dir, "meta.json", meta_json(j).dump());
+      // Best effort: the mark only stops `finished` counting the job again after a restart.
+      (void)write_meta(j.dir, "meta.json", meta_json(j).dump(), /*use_reserve=*/false);
     }
   }
 

@@ -10,7 +10,9 @@ HashWorker::HashWorker(size_t chunk_bytes, size_t max_chunks, size_t inline_limi
     : chunk_bytes_(chunk_bytes),
       max_chunks_(max_chunks < 2 ? 2 : max_chunks),
       inline_limit_(inline_limit),
-      thread_([this] { run(); }) {}
+      thread_([this] { run(); }) {
+  free_.reserve(max_chunks_);  // the worker's push_back never allocates
+}
 
 HashWorker::~HashWorker() {
   {
@@ -45,10 +47,10 @@ void HashWorker::run() {
 
 HashWorker::Chunk HashWorker::take_locked(std::unique_lock<std::mutex>& lock) {
   if (free_.empty() && allocated_ < max_chunks_) {
-    ++allocated_;
     Chunk c;
     c.data_ = std::make_unique_for_overwrite<char[]>(chunk_bytes_);
     c.capacity_ = chunk_bytes_;
+    ++allocated_;  // after the allocation: a bad_alloc must not leave a chunk counted
     return c;
   }
   done_cv_.wait(lock, [this] { return !free_.empty(); });

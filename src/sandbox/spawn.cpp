@@ -3,7 +3,6 @@
 #include <linux/sched.h>
 #include <sched.h>
 #include <signal.h>
-#include <poll.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -151,13 +150,21 @@ Result<SpawnedSandbox> spawn_sandbox(PreparedSandbox& prepared, const SpawnOptio
     }
     return {};
   };
-  // The child exited (its pidfd is readable) — a setup step failed while we placed it, and
-  // its error record waits on the status channel for the supervisor to read.
-  auto child_exited = [&] {
-    struct pollfd p {
-      out.pidfd.get(), POLLIN, 0
-    };
-    return ::poll(&p, 1, 0) == 1;
+  // After the first of two go bytes the child runs its setup while we place it, and a step
+  // may fail meanwhile: it sends its error record and exits, and our placement (ESRCH) or
+  // second byte (EPIPE, ECONNRESET) fails for that reason. Kill it and wait (without reaping)
+  // for its end: if it exited on its own, its record on the status channel says why and the
+  // supervisor reaps it, as after any setup failure; if our SIGKILL ended it, `e` is the
+  // reason. Either way it never ran the command: that needs the second byte.
+  auto abort_placed_child = [&](Error e) -> Result<SpawnedSandbox> {
+    (void)sys::pidfd_send_signal(out.pidfd.get(), SIGKILL, nullptr, 0);
+    siginfo_t info{};
+    if (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(out.pidfd.get()), &info,
+                 WEXITED | WNOWAIT) == 0 &&
+        info.si_code == CLD_EXITED) {
+      return std::move(out);
+    }
+    return abort_child(std::move(e));
   };
   if (options.before_go) {
     // Two go bytes (ChildPlan::placement_go): the child builds its mounts while the v1
@@ -166,23 +173,16 @@ Result<SpawnedSandbox> spawn_sandbox(PreparedSandbox& prepared, const SpawnOptio
     if (auto sent = send_go(); !sent) {
       return abort_child(std::move(sent.error()));
     }
-    auto placed = options.before_go(out.pid);
-    if (!placed) {
-      if (child_exited()) {
-        return out;  // it never got the second byte: it ran nothing of the command's
-      }
-      return abort_child(std::move(placed.error()));
+    if (auto placed = options.before_go(out.pid); !placed) {
+      return abort_placed_child(std::move(placed.error()));
     }
   }
   if (!options.send_go) {
     return out;
   }
   if (auto sent = send_go(); !sent) {
-    // EPIPE: the child closed its end by exiting (it cannot have exec'd without this byte).
-    if (plan.placement_go && sent.error().sys_errno() == EPIPE) {
-      return out;
-    }
-    return abort_child(std::move(sent.error()));
+    return plan.placement_go ? abort_placed_child(std::move(sent.error()))
+                             : abort_child(std::move(sent.error()));
   }
   return out;
 }
