@@ -274,13 +274,16 @@ BOOST_AUTO_TEST_CASE(an_engine_restarted_on_a_full_disk_opens_and_answers) {
   BOOST_REQUIRE_MESSAGE(w.has_value(), describe(w));
   BOOST_TEST(w->state == "failed");
   BOOST_TEST(w->error.find("ENOSPC") != std::string::npos, w->error);
-  // The last writer's settle took the reserve's last step and reached the disk: it reads
-  // `failed` after the restart, with every byte of its log banked. (A job whose settle never
-  // reached the disk reads `abandoned`, like the quiet job here: engine_recovery.)
+  // The last writer: its settle took the reserve's last step and reached the disk (`failed`
+  // naming ENOSPC), or its start took that step and its settle found no room (its meta still
+  // said running: `abandoned`). Either way every byte of its log is banked and hashed.
   auto w2 = (*e)->status("s", second);
   BOOST_REQUIRE_MESSAGE(w2.has_value(), describe(w2));
-  BOOST_TEST(w2->state == "failed", w2->error);
-  BOOST_TEST(w2->error.find("ENOSPC") != std::string::npos, w2->error);
+  BOOST_TEST_MESSAGE("last writer after the restart: " << w2->state << ": " << w2->error);
+  BOOST_TEST((w2->state == "failed" || w2->state == "abandoned"), w2->state);
+  if (w2->state == "failed") {
+    BOOST_TEST(w2->error.find("ENOSPC") != std::string::npos, w2->error);
+  }
   BOOST_TEST(w2->stdout_bytes == file_size(env.job_dir(second) + "/stdout.log"));
   BOOST_TEST(w2->stdout_artifact->sha256 ==
              sha256_hex(read_file(env.job_dir(second) + "/stdout.log")));
