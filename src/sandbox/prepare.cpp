@@ -326,7 +326,6 @@ Result<void> PreparedSandbox::prepare_mounts(const SandboxSpec& spec, uid_t host
   plan.sysctls = sysctls_.data();
   plan.n_sysctls = sysctls_.size();
   plan.tmp_options = keep(fmt::format("size={},mode=1777", spec.tmp_size_bytes));
-  plan.shm_size = spec.tmp_size_bytes;
 
   // The working root: read-write, nosuid, nodev, idmapped so files look owned by the sandbox
   // user inside and what it creates lands on disk owned by the root's owner.
@@ -541,21 +540,25 @@ Result<void> PreparedSandbox::prepare_channels(const SandboxSpec& spec) {
   if (spec.tty) {
     return {};
   }
-  auto make_pipe = [](UniqueFd& r, UniqueFd& w) -> Result<void> {
+  auto make_pipe = [](UniqueFd& r, UniqueFd& w, bool bulk) -> Result<void> {
     int p[2];
     if (::pipe2(p, O_CLOEXEC) != 0) {
       return sys_error("pipe2");
     }
     r.reset(p[0]);
     w.reset(p[1]);
-    // 1 MiB pipes: a bulk writer reaches ~2 GB/s instead of ~0.55 with 64 KiB (DESIGN.md).
-    // Above /proc/sys/fs/pipe-max-size for unprivileged users it fails harmlessly.
-    (void)::fcntl(w.get(), F_SETPIPE_SZ, 1 << 20);
+    // 1 MiB output pipes: a bulk writer reaches ~2 GB/s instead of ~0.55 with 64 KiB
+    // (DESIGN.md). Above /proc/sys/fs/pipe-max-size for unprivileged users it fails
+    // harmlessly. Each costs a 16 KiB array of slots in the kernel for the job's whole life,
+    // so stdin (small writes from the engine) keeps the default 64 KiB (a 1 KiB array).
+    if (bulk) {
+      (void)::fcntl(w.get(), F_SETPIPE_SZ, 1 << 20);
+    }
     return {};
   };
-  CORDON_CHECK(make_pipe(stdout_read, stdout_write));
-  CORDON_CHECK(make_pipe(stderr_read, stderr_write));
-  CORDON_CHECK(make_pipe(stdin_read, stdin_write));
+  CORDON_CHECK(make_pipe(stdout_read, stdout_write, true));
+  CORDON_CHECK(make_pipe(stderr_read, stderr_write, true));
+  CORDON_CHECK(make_pipe(stdin_read, stdin_write, false));
   plan_.stdout_fd = stdout_write.get();
   plan_.stderr_fd = stderr_write.get();
   plan_.stdin_fd = stdin_read.get();
