@@ -50,6 +50,7 @@
 #include "policy/seccomp_profile.hpp"
 #include "sandbox/cgroup.hpp"
 #include "sandbox/pool.hpp"
+#include "sandbox/prepare.hpp"
 #include "sandbox/seccomp.hpp"
 #include "sandbox/spawner.hpp"
 #include "sandbox/status.hpp"
@@ -274,6 +275,7 @@ struct Stream {
   uint64_t lost = 0;
   Sha256 sha;
   bool eof = false;
+  bool pipe_grown = false;  // sandbox::grow_output_pipe
   std::shared_ptr<SharedIndex> index = std::make_shared<SharedIndex>();
 };
 
@@ -989,6 +991,9 @@ class Engine::Impl {
     for (int rounds = 0; rounds < 16; ++rounds) {
       ssize_t n = ::read(fd, buffer.data(), buffer.size());
       if (n > 0) {
+        if (!(&s == &j.out && j.pty)) {
+          sandbox::grow_output_pipe(fd, static_cast<size_t>(n), s.pipe_grown);
+        }
         take_output(j, s, buffer.data(), static_cast<size_t>(n), name);
         continue;
       }

@@ -78,6 +78,14 @@ Result<UniqueFd> clone_tree(int dirfd, const std::string& path, uint64_t attr_se
 
 }  // namespace
 
+void grow_output_pipe(int fd, size_t n, bool& grown) {
+  if (grown || n < kDefaultPipeBytes) {
+    return;
+  }
+  grown = true;
+  (void)::fcntl(fd, F_SETPIPE_SZ, kBulkPipeBytes);
+}
+
 const char* PreparedSandbox::keep(std::string s) {
   strings_.push_back(std::make_unique<std::string>(std::move(s)));
   return strings_.back()->c_str();
@@ -540,25 +548,20 @@ Result<void> PreparedSandbox::prepare_channels(const SandboxSpec& spec) {
   if (spec.tty) {
     return {};
   }
-  auto make_pipe = [](UniqueFd& r, UniqueFd& w, bool bulk) -> Result<void> {
+  auto make_pipe = [](UniqueFd& r, UniqueFd& w) -> Result<void> {
     int p[2];
     if (::pipe2(p, O_CLOEXEC) != 0) {
       return sys_error("pipe2");
     }
     r.reset(p[0]);
     w.reset(p[1]);
-    // 1 MiB output pipes: a bulk writer reaches ~2 GB/s instead of ~0.55 with 64 KiB
-    // (DESIGN.md). Above /proc/sys/fs/pipe-max-size for unprivileged users it fails
-    // harmlessly. Each costs a 16 KiB array of slots in the kernel for the job's whole life,
-    // so stdin (small writes from the engine) keeps the default 64 KiB (a 1 KiB array).
-    if (bulk) {
-      (void)::fcntl(w.get(), F_SETPIPE_SZ, 1 << 20);
-    }
+    // All three keep the default size: stdout and stderr are grown by their reader once
+    // output flows in bulk (grow_output_pipe); stdin carries the engine's small writes.
     return {};
   };
-  CORDON_CHECK(make_pipe(stdout_read, stdout_write, true));
-  CORDON_CHECK(make_pipe(stderr_read, stderr_write, true));
-  CORDON_CHECK(make_pipe(stdin_read, stdin_write, false));
+  CORDON_CHECK(make_pipe(stdout_read, stdout_write));
+  CORDON_CHECK(make_pipe(stderr_read, stderr_write));
+  CORDON_CHECK(make_pipe(stdin_read, stdin_write));
   plan_.stdout_fd = stdout_write.get();
   plan_.stderr_fd = stderr_write.get();
   plan_.stdin_fd = stdin_read.get();
