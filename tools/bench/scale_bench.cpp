@@ -4,7 +4,10 @@
 // kernel memory per job (growth of Slab + KernelStack + PageTables + Percpu in /proc/meminfo
 // divided by N: namespaces, cgroups, pipes, pidfds included), and the time to kill them all.
 //
-//   build/scale_bench [--jobs N] [--rounds R] [--json FILE]
+//   build/scale_bench [--jobs N] [--rounds R] [--no-floor] [--json FILE]
+//
+// --no-floor skips the kernel's floor for the kill: the same number of processes, without
+// cordon, killed with cgroup.kill (plain sleeps; two sleeps in fresh namespaces per job).
 //
 // /proc/meminfo is machine-wide: other work on the machine moves it too, so the headline is
 // backed by an attribution that is not: the slab caches that grew (/proc/slabinfo), meminfo's
@@ -17,6 +20,11 @@
 // job here (hybrid cgroups), so N is bounded by RLIMIT_NOFILE / 13.
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -309,21 +317,140 @@ void print_round_detail(const Round& k, unsigned jobs) {
               per(k.running.slab - k.before.slab - caches));
 }
 
+// --- The kernel's floor for the same teardown (no cordon): N processes killed at once -------
+
+// This process's cgroup directory in the cgroup2 hierarchy ("" if none).
+std::string own_v2_dir() {
+  std::string mount, rel;
+  std::ifstream mi("/proc/self/mountinfo");
+  std::string line;
+  while (std::getline(mi, line)) {
+    size_t dash = line.find(" - cgroup2 ");
+    if (dash == std::string::npos) continue;
+    std::istringstream f(line);
+    std::string id, parent, dev, root;
+    f >> id >> parent >> dev >> root >> mount;
+    break;
+  }
+  std::ifstream cg("/proc/self/cgroup");
+  while (std::getline(cg, line)) {
+    if (line.rfind("0::", 0) == 0) rel = line.substr(3);
+  }
+  if (mount.empty()) return {};
+  return rel == "/" ? mount : mount + rel;
+}
+
+bool write_text(const std::string& path, const std::string& text) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  ::close(fd);
+  return ok;
+}
+
+// In a child of its own (it becomes the subreaper of everything it starts, so the bench's
+// own children are never reaped by it): `n` sandboxes-without-cordon, each `tasks` sleeping
+// processes in fresh pid, net, mount, ipc and uts namespaces when `namespaces`, each in a v2
+// cgroup of its own (`per_job_cgroup`) or all in one; then one cgroup.kill per cgroup and the
+// time until every process is reaped. Returns the ms, or a negative number on failure.
+double kernel_floor_kill_ms(unsigned n, bool namespaces, bool per_job_cgroup) {
+  int rep[2];
+  if (::pipe2(rep, O_CLOEXEC) != 0) return -1;
+  std::fflush(nullptr);  // the child may exit through die(): nothing buffered twice
+  pid_t helper = ::fork();
+  if (helper < 0) return -1;
+  if (helper == 0) {
+    ::close(rep[0]);
+    double result = -1;
+    std::string base = own_v2_dir();
+    std::string top = base + "/cordon-scale-floor." + std::to_string(::getpid());
+    std::vector<std::string> dirs;
+    if (!base.empty() && ::prctl(PR_SET_CHILD_SUBREAPER, 1) == 0 &&
+        ::mkdir(top.c_str(), 0755) == 0) {
+      for (unsigned i = 0; i < (per_job_cgroup ? n : 1); ++i) {
+        dirs.push_back(top + "/" + std::to_string(i));
+        if (::mkdir(dirs.back().c_str(), 0755) != 0) die("mkdir " + dirs.back());
+      }
+      size_t want = 0;
+      for (unsigned i = 0; i < n; ++i) {
+        pid_t c = ::fork();
+        if (c < 0) die("fork");
+        if (c == 0) {
+          const std::string& dir = dirs[per_job_cgroup ? i : 0];
+          if (!write_text(dir + "/cgroup.procs", "0")) ::_exit(120);
+          if (namespaces) {
+            if (::unshare(CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWNS | CLONE_NEWIPC |
+                          CLONE_NEWUTS) != 0) {
+              ::_exit(121);
+            }
+            // pid 1 of the new namespace and one more, as a sandbox's init and command.
+            if (::fork() != 0) ::_exit(0);  // reparented to the helper (subreaper)
+            if (::fork() < 0) ::_exit(122);
+          }
+          ::execl("/bin/sleep", "sleep", "1000", static_cast<char*>(nullptr));
+          ::_exit(127);
+        }
+        want += namespaces ? 2 : 1;
+      }
+      // Every sleep running: count the members of the cgroups.
+      auto t0 = Clock::now();
+      for (;;) {
+        size_t members = 0;
+        for (const auto& d : dirs) {
+          std::ifstream procs(d + "/cgroup.procs");
+          std::string pid;
+          while (procs >> pid) {
+            std::ifstream comm("/proc/" + pid + "/comm");
+            std::string name;
+            comm >> name;
+            members += name == "sleep";
+          }
+        }
+        if (members >= want) break;
+        if (ms_since(t0) > 60000) die("floor: not all sleeps run after 60 s");
+        // Reap the intermediate forks as they go.
+        while (::waitpid(-1, nullptr, WNOHANG) > 0) {
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      auto t1 = Clock::now();
+      for (const auto& d : dirs) write_text(d + "/cgroup.kill", "1");
+      while (::waitpid(-1, nullptr, 0) > 0 || errno == EINTR) {
+      }
+      result = ms_since(t1);
+      for (const auto& d : dirs) ::rmdir(d.c_str());
+      ::rmdir(top.c_str());
+    }
+    (void)!::write(rep[1], &result, sizeof result);
+    ::_exit(0);
+  }
+  ::close(rep[1]);
+  double ms = -1;
+  if (::read(rep[0], &ms, sizeof ms) != sizeof ms) ms = -1;
+  ::close(rep[0]);
+  ::waitpid(helper, nullptr, 0);
+  return ms;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   unsigned jobs = 1000, n_rounds = 1;
+  bool with_floor = true;
   std::string json_out;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--jobs" && i + 1 < argc) {
       jobs = static_cast<unsigned>(std::atoi(argv[++i]));
+    } else if (a == "--no-floor") {
+      with_floor = false;
     } else if (a == "--rounds" && i + 1 < argc) {
       n_rounds = static_cast<unsigned>(std::max(1, std::atoi(argv[++i])));
     } else if (a == "--json" && i + 1 < argc) {
       json_out = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: scale_bench [--jobs N] [--rounds R] [--json FILE]\n");
+      std::fprintf(stderr,
+                   "usage: scale_bench [--jobs N] [--rounds R] [--no-floor] [--json FILE]\n");
       return 2;
     }
   }
@@ -396,6 +523,17 @@ int main(int argc, char** argv) {
   std::printf("  kill all: kill() returned for all       %9.0f ms\n", first.kill_calls_ms);
   std::printf("  kill all: no sandboxed process left     %9.0f ms\n", first.gone_ms);
   std::printf("  kill all: every job settled             %9.0f ms\n", first.settled_ms);
+  double floor_plain = -1, floor_ns = -1, floor_ns_own = -1;
+  if (with_floor) {
+    floor_plain = kernel_floor_kill_ms(jobs, false, false);
+    floor_ns = kernel_floor_kill_ms(jobs, true, false);
+    floor_ns_own = kernel_floor_kill_ms(jobs, true, true);
+    std::printf("kernel floor, no cordon: %u x, killed with cgroup.kill, until all are reaped\n",
+                jobs);
+    std::printf("  1 sleep each, one cgroup                %9.0f ms\n", floor_plain);
+    std::printf("  2 sleeps in own pid+net+mnt+ipc+uts ns, one cgroup %5.0f ms\n", floor_ns);
+    std::printf("  the same, a cgroup each (%u cgroup.kill)  %9.0f ms\n", jobs, floor_ns_own);
+  }
   if (!json_out.empty()) {
     std::string per_round;
     for (const auto& k : rounds) {
@@ -409,11 +547,13 @@ int main(int argc, char** argv) {
                   "\"kernelKiBBackAfterKill\": %ld, \"tasksPerSandbox\": %.2f, "
                   "\"superblocksPerSandbox\": %zu, \"killCallsMs\": %.1f, "
                   "\"killAllGoneMs\": %.1f, \"killAllSettledMs\": %.1f, "
-                  "\"loadBefore\": \"%s\"}\n",
+                  "\"floorKillPlainMs\": %.1f, \"floorKillNamespacesMs\": %.1f, "
+                  "\"floorKillNamespacesOwnCgroupMs\": %.1f, \"loadBefore\": \"%s\"}\n",
                   jobs, first.started_ms, first.all_running_ms, rss_after, first.spawner_rss_kib,
                   first.fds, per_job_kib, per_round.c_str(), first.back_kib(),
                   static_cast<double>(first.tasks) / jobs, first.superblocks, first.kill_calls_ms,
-                  first.gone_ms, first.settled_ms, first.load_before.c_str());
+                  first.gone_ms, first.settled_ms, floor_plain, floor_ns, floor_ns_own,
+                  first.load_before.c_str());
     std::ofstream(json_out) << buf;
   }
   opened->reset();
