@@ -52,6 +52,7 @@
 #include "policy/seccomp_profile.hpp"
 #include "sandbox/cgroup.hpp"
 #include "sandbox/pool.hpp"
+#include "sandbox/prepare.hpp"
 #include "sandbox/seccomp.hpp"
 #include "sandbox/spawner.hpp"
 #include "sandbox/status.hpp"
@@ -283,6 +284,7 @@ struct Stream {
   std::shared_ptr<engine::HashWorker::Digest> digest =
       std::make_shared<engine::HashWorker::Digest>();
   bool eof = false;
+  bool pipe_grown = false;  // sandbox::grow_output_pipe
   std::shared_ptr<SharedIndex> index = std::make_shared<SharedIndex>();
 };
 
@@ -1037,6 +1039,9 @@ class Engine::Impl {
       }
       ssize_t n = ::read(fd, chunk.data(), chunk.capacity());
       if (n > 0) {
+        if (!(&s == &j.out && j.pty)) {
+          sandbox::grow_output_pipe(fd, static_cast<size_t>(n), s.pipe_grown);
+        }
         size_t kept = take_output(j, s, chunk.data(), static_cast<size_t>(n), name);
         chunk = hasher.feed(s.digest, std::move(chunk), kept);
         continue;

@@ -17,6 +17,8 @@
 #include <optional>
 #include <vector>
 
+#include "sandbox/prepare.hpp"
+
 namespace cordon::engine {
 namespace {
 
@@ -70,7 +72,8 @@ struct Relay {
   bool src_eof = false;     // nothing more will be read: EOF, stopped or abandoned
   bool dst_dead = false;    // writes failed (or no destination): data is discarded
   int dst_errno = 0;
-  bool output = false;  // counted and capped; keeps reading when the destination fails
+  bool output = false;      // counted and capped; keeps reading when the destination fails
+  bool pipe_grown = false;  // sandbox::grow_output_pipe
   uint64_t count = 0;
   bool capped = false;
   bool is_pty_src = false;  // a pty master reads EIO once every slave is closed: that is EOF
@@ -534,6 +537,9 @@ class Supervisor {
       }
       ssize_t n = ::read(endpoint_fd(r.src), r.buf.get(), r.buf_size);
       if (n > 0) {
+        if (r.output && !r.is_pty_src) {
+          sandbox::grow_output_pipe(endpoint_fd(r.src), static_cast<size_t>(n), r.pipe_grown);
+        }
         accept(r, static_cast<size_t>(n));
         continue;
       }

@@ -72,9 +72,8 @@ struct ChildPlan {
   size_t n_proc_read_only = 0;
   const SysctlEntry* sysctls = nullptr;
   size_t n_sysctls = 0;
-  const char* tmp_options = nullptr;  // fsconfig-style "size=...,mode=1777"
+  const char* tmp_options = nullptr;  // "size=...,mode=1777": one tmpfs for /tmp and /dev/shm
   uint64_t tmp_size = 0;
-  uint64_t shm_size = 0;
   const TreeMount* user_trees = nullptr;  // working root and --ro paths, parents first
   size_t n_user_trees = 0;
 

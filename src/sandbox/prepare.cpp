@@ -78,6 +78,14 @@ Result<UniqueFd> clone_tree(int dirfd, const std::string& path, uint64_t attr_se
 
 }  // namespace
 
+void grow_output_pipe(int fd, size_t n, bool& grown) {
+  if (grown || n < kDefaultPipeBytes) {
+    return;
+  }
+  grown = true;
+  (void)::fcntl(fd, F_SETPIPE_SZ, kBulkPipeBytes);
+}
+
 const char* PreparedSandbox::keep(std::string s) {
   strings_.push_back(std::make_unique<std::string>(std::move(s)));
   return strings_.back()->c_str();
@@ -326,7 +334,6 @@ Result<void> PreparedSandbox::prepare_mounts(const SandboxSpec& spec, uid_t host
   plan.sysctls = sysctls_.data();
   plan.n_sysctls = sysctls_.size();
   plan.tmp_options = keep(fmt::format("size={},mode=1777", spec.tmp_size_bytes));
-  plan.shm_size = spec.tmp_size_bytes;
 
   // The working root: read-write, nosuid, nodev, idmapped so files look owned by the sandbox
   // user inside and what it creates lands on disk owned by the root's owner.
@@ -548,9 +555,8 @@ Result<void> PreparedSandbox::prepare_channels(const SandboxSpec& spec) {
     }
     r.reset(p[0]);
     w.reset(p[1]);
-    // 1 MiB pipes: a bulk writer reaches ~2 GB/s instead of ~0.55 with 64 KiB (DESIGN.md).
-    // Above /proc/sys/fs/pipe-max-size for unprivileged users it fails harmlessly.
-    (void)::fcntl(w.get(), F_SETPIPE_SZ, 1 << 20);
+    // All three keep the default size: stdout and stderr are grown by their reader once
+    // output flows in bulk (grow_output_pipe); stdin carries the engine's small writes.
     return {};
   };
   CORDON_CHECK(make_pipe(stdout_read, stdout_write));

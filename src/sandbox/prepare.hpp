@@ -18,6 +18,16 @@
 
 namespace cordon::sandbox {
 
+/// The stdout/stderr pipes start at the kernel's default (64 KiB, a 1 KiB array of slots) and
+/// whoever reads them grows each to kBulkPipeBytes the first time one read drains a full
+/// default pipe: a bulk writer then reaches ~2 GB/s instead of ~0.55 (DESIGN.md), while the
+/// many jobs that print little never hold a 1 MiB pipe's 16 KiB slot array in the kernel.
+inline constexpr size_t kDefaultPipeBytes = size_t{64} << 10;
+inline constexpr int kBulkPipeBytes = 1 << 20;
+/// Call after each read of `n` bytes from the output pipe `fd`; `grown` remembers it was done.
+/// Failure (e.g. above /proc/sys/fs/pipe-max-size when unprivileged) is harmless: it stays.
+void grow_output_pipe(int fd, size_t n, bool& grown);
+
 /// Which guarantees were applied to a run (for --json-status and doctor); never silent.
 struct AppliedFeatures {
   bool user_namespace = true;

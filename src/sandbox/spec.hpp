@@ -59,7 +59,7 @@ struct SandboxSpec {
   // program that asks at once (stty size, curses) never sees 0x0.
   uint16_t tty_cols = 120, tty_rows = 30;
   std::string hostname = "cordon";
-  uint64_t tmp_size_bytes = 1ULL << 30;  // /tmp and /dev/shm tmpfs size each
+  uint64_t tmp_size_bytes = 1ULL << 30;  // the size of the one tmpfs /tmp and /dev/shm share
   uint64_t inotify_instances = 32;       // per-sandbox quota (user.max_inotify_instances)
   uint64_t inotify_watches = 8192;
   // No core dumps (they would land in the root), bounded fds, locked memory, message queues,

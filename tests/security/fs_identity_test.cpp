@@ -26,6 +26,9 @@
 #include <cstring>
 #include <filesystem>
 #include <initializer_list>
+#include <map>
+#include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -399,6 +402,49 @@ BOOST_AUTO_TEST_CASE(home_dirs_host_tmp_and_cordon_state_are_invisible) {
   // /tmp itself exists inside: the sandbox's own, empty tmpfs.
   BOOST_TEST(probe(s, {"stat", "/tmp"}).line.rfind("value mode=041777 ", 0) == 0u);
   ::unlink(marker);
+}
+
+// Superblocks cost kernel memory per sandbox and, worse, a shrinker slot in every memory
+// cgroup on the machine: cordon mounts two tmpfs instances (the root, and one for /tmp and
+// /dev/shm, which share its size); /dev and each masked /etc directory are bind mounts of the
+// root's. Each keeps a mount of its own, so its flags and isolation stay as they were: the
+// masked directory is empty, mode 000 and read-only, /dev is read-only, /tmp and /dev/shm are
+// writable and sticky.
+BOOST_AUTO_TEST_CASE(tmp_dev_shm_dev_and_masked_dirs_share_two_tmpfs_superblocks) {
+  Sandbox s;
+  auto mi = s.run({}, {"/bin/cat", "/proc/self/mountinfo"});
+  BOOST_TEST_REQUIRE(mi.exit_code() == 0, mi.err);
+  const std::string& text = mi.out;
+  std::map<std::string, std::string> dev_of;  // mount point -> major:minor (the last mount)
+  std::set<std::string> tmpfs_devs;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream f(line);
+    std::string id, parent, dev, root, point;
+    f >> id >> parent >> dev >> root >> point;
+    dev_of[point] = dev;
+    size_t dash = line.find(" - ");
+    if (dash != std::string::npos && line.compare(dash + 3, 6, "tmpfs ") == 0) {
+      tmpfs_devs.insert(dev);
+    }
+  }
+  BOOST_TEST(tmpfs_devs.size() == 2u, text);
+  BOOST_TEST(dev_of.at("/tmp") == dev_of.at("/dev/shm"));
+  BOOST_TEST(dev_of.at("/dev") == dev_of.at("/"));
+  BOOST_TEST(dev_of.at("/tmp") != dev_of.at("/"));
+  for (const char* dir : {"/tmp", "/dev/shm"}) {
+    BOOST_TEST(probe(s, {"stat", dir}).line.rfind("value mode=041777 ", 0) == 0u, dir);
+    BOOST_TEST(probe(s, {"write-file", std::string(dir) + "/x"}).line == "allowed", dir);
+  }
+  BOOST_TEST(probe(s, {"write-file", "/dev/x"}).line == "errno EROFS");
+  struct stat st {};
+  if (::lstat("/etc/ssl/private", &st) == 0 && S_ISDIR(st.st_mode)) {
+    BOOST_TEST(dev_of.at("/etc/ssl/private") == dev_of.at("/"));
+    BOOST_TEST(probe(s, {"stat", "/etc/ssl/private"}).line.rfind("value mode=040000 ", 0) == 0u);
+    // Mode 000 answers first (the read-only mount and the removed directory stand behind).
+    BOOST_TEST(probe(s, {"write-file", "/etc/ssl/private/x"}).line == "errno EACCES");
+    BOOST_TEST(probe(s, {"mkdir", "/etc/ssl/private/x"}).line == "errno EACCES");
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -4,13 +4,29 @@
 // kernel memory per job (growth of Slab + KernelStack + PageTables + Percpu in /proc/meminfo
 // divided by N: namespaces, cgroups, pipes, pidfds included), and the time to kill them all.
 //
-//   build/scale_bench [--jobs N] [--json FILE]
+//   build/scale_bench [--jobs N] [--rounds R] [--no-floor] [--json FILE]
 //
-// /proc/meminfo is machine-wide: other work on the machine moves it too, so the per-job
-// figure is only as quiet as the machine was. The engine holds ~13 fds per job here (hybrid
-// cgroups), so N is bounded by RLIMIT_NOFILE / 13.
+// --no-floor skips the kernel's floor for the kill: the same number of processes, without
+// cordon, killed with cgroup.kill (plain sleeps; two sleeps in fresh namespaces per job).
+//
+// /proc/meminfo is machine-wide: other work on the machine moves it too, so the headline is
+// backed by an attribution that is not: the slab caches that grew (/proc/slabinfo), meminfo's
+// parts, and what came back after the kill, per job. Rounds (start N, kill N) repeat in one
+// engine; the JSON's headline is the first round's. The per-job figure depends on the
+// machine's history, not only on cordon: slab pages freed by earlier work are reused (growth
+// reads low), and every memory cgroup holds a shrinker slot for every superblock that has
+// existed at once since boot (the kernel never shrinks that table), so a machine that once
+// ran 1000 sandboxes pays more per memory cgroup afterwards. The engine holds ~13 fds per
+// job here (hybrid cgroups), so N is bounded by RLIMIT_NOFILE / 13.
 
 #include <dirent.h>
+#include <poll.h>
+#include <sys/syscall.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -21,6 +37,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
+#include <algorithm>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -48,20 +67,53 @@ std::string self_dir() {
   return bin.substr(0, bin.rfind('/'));
 }
 
-// Slab + KernelStack + PageTables + Percpu, KiB.
-long kernel_kib() {
+// The kernel's memory as /proc/meminfo and /proc/slabinfo show it, KiB.
+struct KernelSnapshot {
+  long slab = 0, sunreclaim = 0, kernel_stack = 0, page_tables = 0, percpu = 0;
+  std::map<std::string, long> cache_kib;  // slab pages per cache (num_slabs * pagesperslab)
+  // Bytes of the objects in use, all caches: unlike pages, not lowered by objects landing in
+  // slabs that earlier work left half empty, nor raised by fresh slabs' unused room.
+  long long object_bytes = 0;
+  // Issue 6's definition: Slab + KernelStack + PageTables + Percpu.
+  long total() const { return slab + kernel_stack + page_tables + percpu; }
+};
+
+KernelSnapshot kernel_snapshot(bool with_caches) {
+  KernelSnapshot k;
   std::ifstream in("/proc/meminfo");
-  std::string key;
-  long value = 0, sum = 0;
-  std::string unit;
+  std::string key, unit;
+  long value = 0;
   while (in >> key >> value) {
     std::getline(in, unit);
-    if (key == "Slab:" || key == "KernelStack:" || key == "PageTables:" || key == "Percpu:") {
-      sum += value;
-    }
+    if (key == "Slab:") k.slab = value;
+    if (key == "SUnreclaim:") k.sunreclaim = value;
+    if (key == "KernelStack:") k.kernel_stack = value;
+    if (key == "PageTables:") k.page_tables = value;
+    if (key == "Percpu:") k.percpu = value;
   }
-  return sum;
+  if (!with_caches) return k;
+  std::ifstream slabinfo("/proc/slabinfo");
+  std::string line;
+  long page_kib = ::sysconf(_SC_PAGESIZE) / 1024;
+  while (std::getline(slabinfo, line)) {
+    if (line.empty() || line[0] == '#' || line.rfind("slabinfo", 0) == 0) continue;
+    // name active_objs num_objs objsize objperslab pagesperslab : tunables l b s : slabdata
+    // active_slabs num_slabs sharedavail
+    std::istringstream f(line);
+    std::string name, colon, word;
+    long active = 0, num = 0, objsize = 0, per_slab = 0, pages_per_slab = 0;
+    f >> name >> active >> num >> objsize >> per_slab >> pages_per_slab;
+    long num_slabs = 0;
+    for (int i = 0; i < 9 && f >> word; ++i) {
+      if (i == 8) num_slabs = std::atol(word.c_str());
+    }
+    k.cache_kib[name] = num_slabs * pages_per_slab * page_kib;
+    k.object_bytes += static_cast<long long>(active) * objsize;
+  }
+  return k;
 }
+
+long kernel_kib() { return kernel_snapshot(false).total(); }
 
 std::string proc_field(const std::string& pid, const std::string& file, const std::string& key) {
   std::ifstream in("/proc/" + pid + "/" + file);
@@ -90,6 +142,46 @@ size_t count_sandboxed(const std::string& comm, uint32_t base, uint32_t count) {
   return n;
 }
 
+// pidfds of every process whose real uid is in [base, base + count).
+std::vector<int> sandboxed_pidfds(uint32_t base, uint32_t count) {
+  std::vector<int> fds;
+  DIR* d = ::opendir("/proc");
+  if (d == nullptr) return fds;
+  while (struct dirent* e = ::readdir(d)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    std::string pid = e->d_name;
+    std::istringstream uids(proc_field(pid, "status", "Uid:"));
+    uint64_t uid = 0;
+    if (!(uids >> uid) || uid < base || uid >= base + count) continue;
+    int fd = static_cast<int>(::syscall(SYS_pidfd_open, std::atoi(pid.c_str()), 0));
+    if (fd >= 0) fds.push_back(fd);
+  }
+  ::closedir(d);
+  return fds;
+}
+
+// Waits until every pidfd is readable (its process has exited), closing them; false after
+// `limit_ms`.
+bool wait_all_exited(std::vector<int>& fds, double limit_ms, Clock::time_point t0) {
+  std::vector<struct pollfd> pfds;
+  for (int fd : fds) pfds.push_back({fd, POLLIN, 0});
+  fds.clear();
+  while (!pfds.empty()) {
+    if (ms_since(t0) > limit_ms) return false;
+    if (::poll(pfds.data(), pfds.size(), 100) < 0 && errno != EINTR) die("poll pidfds");
+    std::vector<struct pollfd> left;
+    for (const auto& p : pfds) {
+      if (p.revents != 0) {
+        ::close(p.fd);
+      } else {
+        left.push_back({p.fd, POLLIN, 0});
+      }
+    }
+    pfds.swap(left);
+  }
+  return true;
+}
+
 // VmRSS (KiB) of our child named `comm` (the spawner), -1 if none.
 long child_rss_kib(const std::string& comm) {
   DIR* d = ::opendir("/proc");
@@ -107,19 +199,314 @@ long child_rss_kib(const std::string& comm) {
   return rss;
 }
 
+std::string loadavg() {
+  std::ifstream in("/proc/loadavg");
+  std::string a, b, c;
+  in >> a >> b >> c;
+  return a + " " + b + " " + c;
+}
+
+// Superblocks mounted in `pid`'s mount namespace that the host's (ours) does not have:
+// each costs its own shrinker, and every memcg on the machine a slot for it.
+size_t own_superblocks(const std::string& pid) {
+  auto devs = [](const std::string& path) {
+    std::set<std::string> out;
+    std::ifstream in(path);
+    std::string line;
+    while (std::getline(in, line)) {
+      std::istringstream f(line);
+      std::string id, parent, dev;
+      f >> id >> parent >> dev;
+      out.insert(dev);
+    }
+    return out;
+  };
+  auto host = devs("/proc/self/mountinfo");
+  size_t n = 0;
+  for (const auto& d : devs("/proc/" + pid + "/mountinfo")) n += host.count(d) == 0;
+  return n;
+}
+
+// A pid of a process named `comm` whose real uid is in [base, base + count), or "".
+std::string find_sandboxed(const std::string& comm, uint32_t base, uint32_t count) {
+  std::string found;
+  DIR* d = ::opendir("/proc");
+  if (d == nullptr) return found;
+  while (struct dirent* e = ::readdir(d)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    std::string pid = e->d_name;
+    if (proc_field(pid, "status", "Name:\t") != comm) continue;
+    std::istringstream uids(proc_field(pid, "status", "Uid:"));
+    uint64_t uid = 0;
+    if (uids >> uid && uid >= base && uid < base + count) {
+      found = pid;
+      break;
+    }
+  }
+  ::closedir(d);
+  return found;
+}
+
+struct Round {
+  KernelSnapshot before, running, after;
+  double started_ms = 0, all_running_ms = 0, kill_calls_ms = 0, gone_ms = 0, reaped_ms = 0,
+         settled_ms = 0;
+  double settle_ms = 0;  // after every job settled, until the kernel figure stopped falling
+  long rss_kib = 0, spawner_rss_kib = 0;
+  size_t fds = 0, tasks = 0, superblocks = 0;
+  std::string load_before, load_after;
+  long grown_kib() const { return running.total() - before.total(); }
+  long back_kib() const { return running.total() - after.total(); }
+  double per_job_kib(unsigned jobs) const { return static_cast<double>(grown_kib()) / jobs; }
+};
+
+// One round: start `jobs` sleeps, measure with all of them running, kill all, wait until the
+// kernel has given the memory back (namespaces and their objects are freed after RCU grace
+// periods and by workqueues, so the figure keeps falling after the last process is gone).
+Round run_round(cordon::Engine& engine, unsigned jobs, uint32_t base, uint32_t count) {
+  Round k;
+  k.load_before = loadavg();
+  k.before = kernel_snapshot(true);
+  std::vector<std::string> ids;
+  auto t0 = Clock::now();
+  for (unsigned i = 0; i < jobs; ++i) {
+    auto s = engine.start("s", {.argv = {"/bin/sleep", "1000"}});
+    if (!s || s->state != "running") {
+      die("job " + std::to_string(i) + ": " +
+          (s ? s->state + " " + s->error : s.error().message()));
+    }
+    ids.push_back(s->task_id);
+  }
+  k.started_ms = ms_since(t0);
+  size_t running = 0;
+  while ((running = count_sandboxed("sleep", base, count)) < jobs) {
+    if (ms_since(t0) > 60000) die("only " + std::to_string(running) + " sleeps run after 60 s");
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  k.all_running_ms = ms_since(t0);
+  k.running = kernel_snapshot(true);
+  k.rss_kib = std::atol(proc_field("self", "status", "VmRSS:").c_str());
+  k.spawner_rss_kib = child_rss_kib("cordon-spawner");
+  for ([[maybe_unused]] auto& e : std::filesystem::directory_iterator("/proc/self/fd")) ++k.fds;
+  k.tasks = count_sandboxed("", base, count);
+  k.superblocks = own_superblocks(find_sandboxed("sleep", base, count));
+
+  // Exits are watched through pidfds (scanning /proc for 2000 processes takes tens of ms);
+  // "reaped" is when /proc shows none of them any more (zombies too).
+  std::vector<int> pidfds = sandboxed_pidfds(base, count);
+  auto t1 = Clock::now();
+  for (const auto& id : ids) {
+    auto r = engine.kill("s", id, SIGKILL);
+    if (!r) die("kill: " + r.error().message());
+  }
+  k.kill_calls_ms = ms_since(t1);
+  if (!wait_all_exited(pidfds, 120000, t1)) die("sandboxed processes left after 120 s");
+  k.gone_ms = ms_since(t1);
+  size_t left = 0;
+  while ((left = count_sandboxed("", base, count)) > 0) {
+    if (ms_since(t1) > 120000) die(std::to_string(left) + " sandboxed processes left after 120 s");
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  k.reaped_ms = ms_since(t1);
+  auto w = engine.wait("s", ids, std::chrono::seconds(300), true);
+  k.settled_ms = ms_since(t1);
+  if (!w) die("wait: " + w.error().message());
+  for (const auto& st : *w) {
+    if (st.state != "killed") die(st.task_id + " ended " + st.state);
+  }
+  // Until the figure is back within 5 % of the growth, or has not fallen for 3 s, or 20 s.
+  auto t2 = Clock::now();
+  long low = kernel_kib();
+  auto low_at = Clock::now();
+  long near = k.before.total() + (k.running.total() - k.before.total()) / 20;
+  while (low > near && ms_since(low_at) < 3000 && ms_since(t2) < 20000) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    long now = kernel_kib();
+    if (now < low - 256) {
+      low = now;
+      low_at = Clock::now();
+    }
+  }
+  k.settle_ms = std::chrono::duration<double, std::milli>(low_at - t2).count();
+  k.after = kernel_snapshot(true);
+  k.load_after = loadavg();
+  return k;
+}
+
+// Where the growth went: meminfo's parts and the slab caches that grew most, per job, and
+// what each gave back after the kill. Slab pages are counted as meminfo counts them; large
+// kmalloc()s (over 8 KiB, e.g. 1 MiB pipes' buffer arrays) bypass the caches and show only
+// in meminfo's Slab, as "large kmalloc".
+void print_round_detail(const Round& k, unsigned jobs) {
+  auto per = [&](long kib) { return static_cast<double>(kib) / jobs; };
+  std::printf("kernel memory per job, KiB: all running - before (given back after the kill)\n");
+  auto row = [&](const char* name, long b, long r, long a) {
+    std::printf("  %-28s %8.1f (%.1f)\n", name, per(r - b), per(r - a));
+  };
+  row("Slab", k.before.slab, k.running.slab, k.after.slab);
+  row("  of it unreclaimable", k.before.sunreclaim, k.running.sunreclaim, k.after.sunreclaim);
+  row("KernelStack", k.before.kernel_stack, k.running.kernel_stack, k.after.kernel_stack);
+  row("PageTables", k.before.page_tables, k.running.page_tables, k.after.page_tables);
+  row("Percpu", k.before.percpu, k.running.percpu, k.after.percpu);
+  row("total (issue 6)", k.before.total(), k.running.total(), k.after.total());
+  std::vector<std::pair<long, std::string>> grown;
+  long caches = 0;
+  for (const auto& [name, kib] : k.running.cache_kib) {
+    auto b = k.before.cache_kib.find(name);
+    long d = kib - (b == k.before.cache_kib.end() ? 0 : b->second);
+    caches += d;
+    grown.emplace_back(d, name);
+  }
+  std::sort(grown.rbegin(), grown.rend());
+  std::printf("  slab caches that grew most:\n");
+  for (size_t i = 0; i < grown.size() && i < 14; ++i) {
+    const auto& [d, name] = grown[i];
+    auto a = k.after.cache_kib.find(name);
+    long after = a == k.after.cache_kib.end() ? 0 : a->second;
+    std::printf("    %-26s %8.1f (%.1f)\n", name.c_str(), per(d),
+                per(k.running.cache_kib.at(name) - after));
+  }
+  std::printf("    %-26s %8.1f\n", "large kmalloc (no cache)",
+              per(k.running.slab - k.before.slab - caches));
+  std::printf("  slab objects in use (all caches) %8.1f (%.1f)\n",
+              per(static_cast<long>((k.running.object_bytes - k.before.object_bytes) / 1024)),
+              per(static_cast<long>((k.running.object_bytes - k.after.object_bytes) / 1024)));
+}
+
+// --- The kernel's floor for the same teardown (no cordon): N processes killed at once -------
+
+// This process's cgroup directory in the cgroup2 hierarchy ("" if none).
+std::string own_v2_dir() {
+  std::string mount, rel;
+  std::ifstream mi("/proc/self/mountinfo");
+  std::string line;
+  while (std::getline(mi, line)) {
+    size_t dash = line.find(" - cgroup2 ");
+    if (dash == std::string::npos) continue;
+    std::istringstream f(line);
+    std::string id, parent, dev, root;
+    f >> id >> parent >> dev >> root >> mount;
+    break;
+  }
+  std::ifstream cg("/proc/self/cgroup");
+  while (std::getline(cg, line)) {
+    if (line.rfind("0::", 0) == 0) rel = line.substr(3);
+  }
+  if (mount.empty()) return {};
+  return rel == "/" ? mount : mount + rel;
+}
+
+bool write_text(const std::string& path, const std::string& text) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  ::close(fd);
+  return ok;
+}
+
+// In a child of its own (it becomes the subreaper of everything it starts, so the bench's
+// own children are never reaped by it): `n` sandboxes-without-cordon, each `tasks` sleeping
+// processes in fresh pid, net, mount, ipc and uts namespaces when `namespaces`, each in a v2
+// cgroup of its own (`per_job_cgroup`) or all in one; then one cgroup.kill per cgroup and the
+// time until every process is reaped. Returns the ms, or a negative number on failure.
+double kernel_floor_kill_ms(unsigned n, bool namespaces, bool per_job_cgroup) {
+  int rep[2];
+  if (::pipe2(rep, O_CLOEXEC) != 0) return -1;
+  std::fflush(nullptr);  // the child may exit through die(): nothing buffered twice
+  pid_t helper = ::fork();
+  if (helper < 0) return -1;
+  if (helper == 0) {
+    ::close(rep[0]);
+    double result = -1;
+    std::string base = own_v2_dir();
+    std::string top = base + "/cordon-scale-floor." + std::to_string(::getpid());
+    std::vector<std::string> dirs;
+    if (!base.empty() && ::prctl(PR_SET_CHILD_SUBREAPER, 1) == 0 &&
+        ::mkdir(top.c_str(), 0755) == 0) {
+      for (unsigned i = 0; i < (per_job_cgroup ? n : 1); ++i) {
+        dirs.push_back(top + "/" + std::to_string(i));
+        if (::mkdir(dirs.back().c_str(), 0755) != 0) die("mkdir " + dirs.back());
+      }
+      size_t want = 0;
+      for (unsigned i = 0; i < n; ++i) {
+        pid_t c = ::fork();
+        if (c < 0) die("fork");
+        if (c == 0) {
+          const std::string& dir = dirs[per_job_cgroup ? i : 0];
+          if (!write_text(dir + "/cgroup.procs", "0")) ::_exit(120);
+          if (namespaces) {
+            if (::unshare(CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWNS | CLONE_NEWIPC |
+                          CLONE_NEWUTS) != 0) {
+              ::_exit(121);
+            }
+            // pid 1 of the new namespace and one more, as a sandbox's init and command.
+            if (::fork() != 0) ::_exit(0);  // reparented to the helper (subreaper)
+            if (::fork() < 0) ::_exit(122);
+          }
+          ::execl("/bin/sleep", "sleep", "1000", static_cast<char*>(nullptr));
+          ::_exit(127);
+        }
+        want += namespaces ? 2 : 1;
+      }
+      // Every sleep running: count the members of the cgroups.
+      auto t0 = Clock::now();
+      for (;;) {
+        size_t members = 0;
+        for (const auto& d : dirs) {
+          std::ifstream procs(d + "/cgroup.procs");
+          std::string pid;
+          while (procs >> pid) {
+            std::ifstream comm("/proc/" + pid + "/comm");
+            std::string name;
+            comm >> name;
+            members += name == "sleep";
+          }
+        }
+        if (members >= want) break;
+        if (ms_since(t0) > 60000) die("floor: not all sleeps run after 60 s");
+        // Reap the intermediate forks as they go.
+        while (::waitpid(-1, nullptr, WNOHANG) > 0) {
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      auto t1 = Clock::now();
+      for (const auto& d : dirs) write_text(d + "/cgroup.kill", "1");
+      while (::waitpid(-1, nullptr, 0) > 0 || errno == EINTR) {
+      }
+      result = ms_since(t1);
+      for (const auto& d : dirs) ::rmdir(d.c_str());
+      ::rmdir(top.c_str());
+    }
+    (void)!::write(rep[1], &result, sizeof result);
+    ::_exit(0);
+  }
+  ::close(rep[1]);
+  double ms = -1;
+  if (::read(rep[0], &ms, sizeof ms) != sizeof ms) ms = -1;
+  ::close(rep[0]);
+  ::waitpid(helper, nullptr, 0);
+  return ms;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  unsigned jobs = 1000;
+  unsigned jobs = 1000, n_rounds = 1;
+  bool with_floor = true;
   std::string json_out;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--jobs" && i + 1 < argc) {
       jobs = static_cast<unsigned>(std::atoi(argv[++i]));
+    } else if (a == "--no-floor") {
+      with_floor = false;
+    } else if (a == "--rounds" && i + 1 < argc) {
+      n_rounds = static_cast<unsigned>(std::max(1, std::atoi(argv[++i])));
     } else if (a == "--json" && i + 1 < argc) {
       json_out = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: scale_bench [--jobs N] [--json FILE]\n");
+      std::fprintf(stderr,
+                   "usage: scale_bench [--jobs N] [--rounds R] [--no-floor] [--json FILE]\n");
       return 2;
     }
   }
@@ -155,76 +542,84 @@ int main(int argc, char** argv) {
   }
 
   long rss_before = std::atol(proc_field("self", "status", "VmRSS:").c_str());
-  long kern_before = kernel_kib();
-  std::vector<std::string> ids;
-  auto t0 = Clock::now();
-  for (unsigned i = 0; i < jobs; ++i) {
-    auto s = engine.start("s", {.argv = {"/bin/sleep", "1000"}});
-    if (!s || s->state != "running") {
-      die("job " + std::to_string(i) + ": " +
-          (s ? s->state + " " + s->error : s.error().message()));
+  std::vector<Round> rounds;
+  for (unsigned r = 0; r < n_rounds; ++r) {
+    rounds.push_back(run_round(engine, jobs, eo.host_id_base, eo.host_id_count));
+    const Round& k = rounds.back();
+    if (r == 0) {
+      print_round_detail(k, jobs);
     }
-    ids.push_back(s->task_id);
   }
-  double started_ms = ms_since(t0);
-  size_t running = 0;
-  while ((running = count_sandboxed("sleep", eo.host_id_base, eo.host_id_count)) < jobs) {
-    if (ms_since(t0) > 60000) die("only " + std::to_string(running) + " sleeps run after 60 s");
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  double all_running_ms = ms_since(t0);
-  long kern_after = kernel_kib();
-  long rss_after = std::atol(proc_field("self", "status", "VmRSS:").c_str());
-  long spawner_rss = child_rss_kib("cordon-spawner");
-  size_t fds = 0;
-  for ([[maybe_unused]] auto& e : std::filesystem::directory_iterator("/proc/self/fd")) ++fds;
-
-  auto t1 = Clock::now();
-  for (const auto& id : ids) {
-    auto k = engine.kill("s", id, SIGKILL);
-    if (!k) die("kill: " + k.error().message());
-  }
-  double kill_calls_ms = ms_since(t1);
-  size_t left = 0;
-  while ((left = count_sandboxed("", eo.host_id_base, eo.host_id_count)) > 0) {
-    if (ms_since(t1) > 120000) die(std::to_string(left) + " sandboxed processes left after 120 s");
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  double gone_ms = ms_since(t1);
-  auto w = engine.wait("s", ids, std::chrono::seconds(300), true);
-  double kill_ms = ms_since(t1);
-  if (!w) die("wait: " + w.error().message());
-  for (const auto& st : *w) {
-    if (st.state != "killed") die(st.task_id + " ended " + st.state);
-  }
-  long kern_end = kernel_kib();
-  double per_job_kib = static_cast<double>(kern_after - kern_before) / jobs;
+  long rss_after = rounds.front().rss_kib;
+  const Round& first = rounds.front();
+  double per_job_kib = first.per_job_kib(jobs);
 
   std::printf("%u concurrent sandboxed `sleep 1000` jobs through one engine (own netns each)\n",
               jobs);
-  std::printf("  all start() calls returned           %9.0f ms\n", started_ms);
-  std::printf("  all %u sleeps running                %9.0f ms\n", jobs, all_running_ms);
+  std::printf("  load average before / after          %s / %s\n", first.load_before.c_str(),
+              rounds.back().load_after.c_str());
+  std::printf("  all start() calls returned           %9.0f ms\n", first.started_ms);
+  std::printf("  all %u sleeps running                %9.0f ms\n", jobs, first.all_running_ms);
   std::printf("  engine RSS                           %9.1f MiB (before the jobs %.1f MiB)\n",
               rss_after / 1024.0, rss_before / 1024.0);
-  std::printf("  spawner RSS                          %9.1f MiB\n", spawner_rss / 1024.0);
-  std::printf("  engine fds                           %9zu (RLIMIT_NOFILE %llu)\n", fds,
+  std::printf("  spawner RSS                          %9.1f MiB\n", first.spawner_rss_kib / 1024.0);
+  std::printf("  engine fds                           %9zu (RLIMIT_NOFILE %llu)\n", first.fds,
               static_cast<unsigned long long>(nofile.rlim_cur));
+  std::printf("  tasks per sandbox                    %9.2f (superblocks of its own: %zu)\n",
+              static_cast<double>(first.tasks) / jobs, first.superblocks);
   std::printf(
       "  kernel memory per job                %9.0f KiB (Slab+KernelStack+PageTables+"
-      "Percpu grew %ld MiB; %ld MiB back after the kill)\n",
-      per_job_kib, (kern_after - kern_before) / 1024, (kern_after - kern_end) / 1024);
-  std::printf("  kill all: kill() returned for all       %9.0f ms\n", kill_calls_ms);
-  std::printf("  kill all: no sandboxed process left     %9.0f ms\n", gone_ms);
-  std::printf("  kill all: every job settled             %9.0f ms\n", kill_ms);
+      "Percpu grew %ld MiB; %ld MiB back %0.f ms after the last job settled)\n",
+      per_job_kib, first.grown_kib() / 1024, first.back_kib() / 1024, first.settle_ms);
+  for (const auto& k : rounds) {
+    if (k.back_kib() * 10 < k.grown_kib() * 8) {
+      std::printf(
+          "  WARNING: only %ld of %ld MiB came back after the kill: other work on the machine "
+          "moved /proc/meminfo during this round; trust the slab diff, not the headline\n",
+          k.back_kib() / 1024, k.grown_kib() / 1024);
+    }
+  }
+  for (size_t r = 1; r < rounds.size(); ++r) {
+    std::printf("  kernel memory per job, round %zu       %9.0f KiB (%ld MiB back after %.0f ms)\n",
+                r + 1, rounds[r].per_job_kib(jobs), rounds[r].back_kib() / 1024,
+                rounds[r].settle_ms);
+  }
+  std::printf("  kill all: kill() returned for all       %9.0f ms\n", first.kill_calls_ms);
+  std::printf("  kill all: every sandboxed process exited %8.0f ms (pidfds)\n", first.gone_ms);
+  std::printf("  kill all: no sandboxed process left     %9.0f ms (reaped: /proc shows none)\n",
+              first.reaped_ms);
+  std::printf("  kill all: every job settled             %9.0f ms\n", first.settled_ms);
+  double floor_plain = -1, floor_ns = -1, floor_ns_own = -1;
+  if (with_floor) {
+    floor_plain = kernel_floor_kill_ms(jobs, false, false);
+    floor_ns = kernel_floor_kill_ms(jobs, true, false);
+    floor_ns_own = kernel_floor_kill_ms(jobs, true, true);
+    std::printf("kernel floor, no cordon: %u x, killed with cgroup.kill, until all are reaped\n",
+                jobs);
+    std::printf("  1 sleep each, one cgroup                %9.0f ms\n", floor_plain);
+    std::printf("  2 sleeps in own pid+net+mnt+ipc+uts ns, one cgroup %5.0f ms\n", floor_ns);
+    std::printf("  the same, a cgroup each (%u cgroup.kill)  %9.0f ms\n", jobs, floor_ns_own);
+  }
   if (!json_out.empty()) {
-    char buf[512];
+    std::string per_round;
+    for (const auto& k : rounds) {
+      per_round += (per_round.empty() ? "" : ", ") + std::to_string(k.per_job_kib(jobs));
+    }
+    char buf[1024];
     std::snprintf(buf, sizeof buf,
                   "{\"jobs\": %u, \"allStartedMs\": %.1f, \"allRunningMs\": %.1f, "
                   "\"engineRssKiB\": %ld, \"spawnerRssKiB\": %ld, \"engineFds\": %zu, "
-                  "\"kernelKiBPerJob\": %.1f, \"killCallsMs\": %.1f, \"killAllGoneMs\": %.1f, "
-                  "\"killAllSettledMs\": %.1f}\n",
-                  jobs, started_ms, all_running_ms, rss_after, spawner_rss, fds, per_job_kib,
-                  kill_calls_ms, gone_ms, kill_ms);
+                  "\"kernelKiBPerJob\": %.1f, \"kernelKiBPerJobRounds\": [%s], "
+                  "\"kernelKiBBackAfterKill\": %ld, \"tasksPerSandbox\": %.2f, "
+                  "\"superblocksPerSandbox\": %zu, \"killCallsMs\": %.1f, "
+                  "\"killAllGoneMs\": %.1f, \"killAllReapedMs\": %.1f, \"killAllSettledMs\": %.1f, "
+                  "\"floorKillPlainMs\": %.1f, \"floorKillNamespacesMs\": %.1f, "
+                  "\"floorKillNamespacesOwnCgroupMs\": %.1f, \"loadBefore\": \"%s\"}\n",
+                  jobs, first.started_ms, first.all_running_ms, rss_after, first.spawner_rss_kib,
+                  first.fds, per_job_kib, per_round.c_str(), first.back_kib(),
+                  static_cast<double>(first.tasks) / jobs, first.superblocks, first.kill_calls_ms,
+                  first.gone_ms, first.reaped_ms, first.settled_ms, floor_plain, floor_ns,
+                  floor_ns_own, first.load_before.c_str());
     std::ofstream(json_out) << buf;
   }
   opened->reset();
