@@ -227,6 +227,10 @@ void mount_proc(const ChildPlan& plan) {
 
 void mount_dev(const ChildPlan& plan, int root_fd) {
   mkdir_p(root_fd, "dev", SetupStep::kMountDev);
+  // 0755 whatever the umask (it was the mode of /dev's own tmpfs, mode=0755).
+  if (::fchmodat(root_fd, "dev", 0755, 0) != 0) {
+    fail(SetupStep::kMountDev);
+  }
   // The root tmpfs's own `dev` bound onto itself: a mount of its own (nosuid, noexec, then
   // read-only below) without a superblock of its own.
   if (::mount("dev", "dev", nullptr, MS_BIND, nullptr) != 0 ||

@@ -415,14 +415,16 @@ BOOST_AUTO_TEST_CASE(tmp_dev_shm_dev_and_masked_dirs_share_two_tmpfs_superblocks
   auto mi = s.run({}, {"/bin/cat", "/proc/self/mountinfo"});
   BOOST_TEST_REQUIRE(mi.exit_code() == 0, mi.err);
   const std::string& text = mi.out;
-  std::map<std::string, std::string> dev_of;  // mount point -> major:minor (the last mount)
+  std::map<std::string, std::string> dev_of;   // mount point -> major:minor (the last mount)
+  std::map<std::string, std::string> opts_of;  // mount point -> per-mount options (the last)
   std::set<std::string> tmpfs_devs;
   std::istringstream lines(text);
   for (std::string line; std::getline(lines, line);) {
     std::istringstream f(line);
-    std::string id, parent, dev, root, point;
-    f >> id >> parent >> dev >> root >> point;
+    std::string id, parent, dev, root, point, options;
+    f >> id >> parent >> dev >> root >> point >> options;
     dev_of[point] = dev;
+    opts_of[point] = "," + options + ",";
     size_t dash = line.find(" - ");
     if (dash != std::string::npos && line.compare(dash + 3, 6, "tmpfs ") == 0) {
       tmpfs_devs.insert(dev);
@@ -437,6 +439,37 @@ BOOST_AUTO_TEST_CASE(tmp_dev_shm_dev_and_masked_dirs_share_two_tmpfs_superblocks
     BOOST_TEST(probe(s, {"write-file", std::string(dir) + "/x"}).line == "allowed", dir);
   }
   BOOST_TEST(probe(s, {"write-file", "/dev/x"}).line == "errno EROFS");
+  // The flags each mount had when it was a tmpfs of its own.
+  auto has = [&](const char* point, const char* opt) {
+    return opts_of.at(point).find("," + std::string(opt) + ",") != std::string::npos;
+  };
+  for (const char* opt : {"ro", "nosuid", "noexec"}) {
+    BOOST_TEST(has("/dev", opt), "/dev " << opt << ": " << opts_of.at("/dev"));
+  }
+  for (const char* point : {"/tmp", "/dev/shm"}) {
+    for (const char* opt : {"rw", "nosuid", "nodev"}) {
+      BOOST_TEST(has(point, opt), point << " " << opt << ": " << opts_of.at(point));
+    }
+  }
+  // /dev is 0755 whatever the umask, and the command, which owns it, cannot change that,
+  // add a node, or put one anywhere it can write.
+  BOOST_TEST(probe(s, {"stat", "/dev"}).line.rfind("value mode=040755 ", 0) == 0u,
+             probe(s, {"stat", "/dev"}).line);
+  auto chmod_dev = s.run({}, {"/bin/chmod", "0777", "/dev"});
+  BOOST_TEST(chmod_dev.exit_code() != 0);
+  BOOST_TEST(chmod_dev.err.find("Read-only file system") != std::string::npos, chmod_dev.err);
+  for (const char* node : {"/dev/cordon-null", "/tmp/cordon-null", "/dev/shm/cordon-null"}) {
+    BOOST_TEST(probe(s, {"mknod-dev", node}).line != "allowed", node);
+  }
+  // One size budget for both: the 10 MiB written to /tmp are used space of /dev/shm.
+  auto shared = s.run(
+      {},
+      {"/bin/sh", "-c", "head -c 10485760 /dev/zero > /tmp/a && stat -f -c '%b %f %S' /dev/shm"});
+  BOOST_TEST_REQUIRE(shared.exit_code() == 0, shared.err);
+  std::istringstream sf(shared.out);
+  uint64_t blocks = 0, free_blocks = 0, block_size = 0;
+  sf >> blocks >> free_blocks >> block_size;
+  BOOST_TEST((blocks - free_blocks) * block_size >= 10485760u, shared.out);
   struct stat st {};
   if (::lstat("/etc/ssl/private", &st) == 0 && S_ISDIR(st.st_mode)) {
     BOOST_TEST(dev_of.at("/etc/ssl/private") == dev_of.at("/"));
