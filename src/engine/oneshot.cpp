@@ -177,7 +177,7 @@ Result<OneshotReport> run_oneshot(const OneshotRequest& req) {
   sp.cgroupns_at_clone = layout.mode == sandbox::CgroupMode::kUnified;
   sp.network_namespace = req.spec.network == sandbox::NetworkMode::kNone;
   if (layout.mode == sandbox::CgroupMode::kHybrid) {
-    sp.before_go = [&cgroup](pid_t pid) -> Result<void> { return cgroup.place_v1(pid); };
+    sp.v1_cgroup_dirs = cgroup.v1_dirfds();
   }
   auto start = std::chrono::steady_clock::now();
   CORDON_TRY(spawned, sandbox::spawn_sandbox(*prepared, sp));

@@ -93,7 +93,7 @@ class JobCgroup {
   /// O_DIRECTORY|O_CLOEXEC fd of the v2 job cgroup, for clone_args.cgroup; owned by this object.
   int v2_dirfd() const { return v2_.fd.get(); }
   /// O_DIRECTORY|O_CLOEXEC fds of the v1 job cgroups (one per unique hierarchy; empty on
-  /// kUnified), owned by this object: what a spawner writes a new pid into (cgroup.procs).
+  /// kUnified), owned by this object: where a new sandbox moves itself (their `tasks`).
   std::vector<int> v1_dirfds() const {
     std::vector<int> fds;
     for (const Dir& d : v1_) {

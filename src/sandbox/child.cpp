@@ -593,11 +593,25 @@ void child_main(const ChildPlan& plan) {
     fail(SetupStep::kFds);
   }
 
-  // 1. Wait for the go byte: id maps written (and, without placement_go, the v1 cgroups
-  // placed). EOF: the parent gave up.
+  // 1. Hybrid hosts: into the v1 job cgroups, before anything else runs or is allocated
+  // here (ChildPlan::v1_tasks_fds); the descriptors are closed at once. Then wait for the go
+  // byte: id maps written. EOF: the parent gave up.
+  for (size_t i = 0; i < plan.n_v1_tasks_fds; ++i) {
+    ssize_t w;
+    do {
+      w = ::write(plan.v1_tasks_fds[i], "0", 1);
+    } while (w < 0 && errno == EINTR);
+    if (w != 1) {
+      fail(SetupStep::kCgroupPlace);
+    }
+    ::close(plan.v1_tasks_fds[i]);
+  }
   wait_go(plan);
 
-  // 2. (Hybrid hosts: the v1 placement runs in the parent meanwhile; see step 6.)
+  // 2. After the v1 placement, so v1 paths are rooted at the job too.
+  if (plan.unshare_cgroupns && ::unshare(CLONE_NEWCGROUP) != 0) {
+    fail(SetupStep::kCgroupNs);
+  }
 
   // 3. Mounts, under a fresh tmpfs that becomes the root. Nothing propagates to the host.
   if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
@@ -662,15 +676,7 @@ void child_main(const ChildPlan& plan) {
   int ll_cmd = build_landlock(plan, false);
   int ll_init = build_landlock(plan, true);
 
-  // 6. Hybrid hosts: wait for the v1 placement, then root the cgroup namespace at the job,
-  // so v1 paths read `/` too. Then drop every privilege; PDEATHSIG after the last credential
-  // change (which clears it).
-  if (plan.placement_go) {
-    wait_go(plan);
-  }
-  if (plan.unshare_cgroupns && ::unshare(CLONE_NEWCGROUP) != 0) {
-    fail(SetupStep::kCgroupNs);
-  }
+  // 6. Drop every privilege; PDEATHSIG after the last credential change (which clears it).
   drop_privileges(plan);
   if (::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) {
     fail(SetupStep::kPdeathsig);

@@ -49,11 +49,13 @@ struct ChildPlan {
   size_t n_keep_fds = 0;
   int status_fd = -1;             // SOCK_SEQPACKET to the supervisor
   bool unshare_cgroupns = false;  // hybrid hosts: unshare after the v1 placement
-  // Hybrid hosts: a second go byte says the v1 placement is done. The first (id maps
-  // written) releases the mount setup, which then overlaps the placement's wait for an RCU
-  // grace period (≈ 11 ms at one spawn per 20 ms); the second is awaited before the
-  // privilege drop, so no code but this recipe runs outside the job's cgroups.
-  bool placement_go = false;
+  // Hybrid hosts: the `tasks` file of each v1 job cgroup, opened by the (root) parent. The
+  // child moves itself in as its first step by writing "0" (itself, one thread) to each: a
+  // thread that moves itself skips cgroup_threadgroup_rwsem, whose writer waits for an RCU
+  // grace period (≈ 11 ms at one spawn per 20 ms) when the parent writes the child's pid to
+  // cgroup.procs. The permission check uses the opener's credentials.
+  const int* v1_tasks_fds = nullptr;
+  size_t n_v1_tasks_fds = 0;
   uint64_t root_tmpfs_size = 0;
 
   const TreeMount* system_trees = nullptr;  // usr, lib, etc (all read-only)

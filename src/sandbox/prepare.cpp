@@ -106,6 +106,9 @@ void PreparedSandbox::finalize_keep_fds() {
   for (size_t i = 0; i < p.n_user_trees; ++i) {
     keep_fds_.push_back(p.user_trees[i].fd);
   }
+  for (size_t i = 0; i < p.n_v1_tasks_fds; ++i) {
+    keep_fds_.push_back(p.v1_tasks_fds[i]);
+  }
   std::sort(keep_fds_.begin(), keep_fds_.end());
   keep_fds_.erase(std::unique(keep_fds_.begin(), keep_fds_.end()), keep_fds_.end());
   plan_.keep_fds = keep_fds_.data();

@@ -1,5 +1,6 @@
 #include "sandbox/spawn.hpp"
 
+#include <fcntl.h>
 #include <linux/sched.h>
 #include <sched.h>
 #include <signal.h>
@@ -11,6 +12,8 @@
 
 #include <cerrno>
 
+#include "base/scope_exit.hpp"
+#include "base/unique_fd.hpp"
 #include "sandbox/child.hpp"
 #include "sandbox/userns.hpp"
 #include "sys/syscalls.hpp"
@@ -97,7 +100,26 @@ Result<SpawnedSandbox> spawn_sandbox(PreparedSandbox& prepared, const SpawnOptio
     flags |= CLONE_NEWCGROUP;
   }
   plan.unshare_cgroupns = !options.cgroupns_at_clone;
-  plan.placement_go = static_cast<bool>(options.before_go);
+  // Hybrid hosts: the child moves itself into the v1 job cgroups (ChildPlan::v1_tasks_fds).
+  std::vector<UniqueFd> tasks;
+  std::vector<int> tasks_raw;
+  for (int dir : options.v1_cgroup_dirs) {
+    UniqueFd fd(::openat(dir, "tasks", O_WRONLY | O_CLOEXEC));
+    if (!fd) {
+      prepared.close_child_ends();
+      return sys_error("open the `tasks` file of a v1 job cgroup");
+    }
+    tasks_raw.push_back(fd.get());
+    tasks.push_back(std::move(fd));
+  }
+  plan.v1_tasks_fds = tasks_raw.data();
+  plan.n_v1_tasks_fds = tasks_raw.size();
+  prepared.finalize_keep_fds();
+  ScopeExit forget_tasks([&] {
+    plan.v1_tasks_fds = nullptr;
+    plan.n_v1_tasks_fds = 0;
+    prepared.finalize_keep_fds();
+  });
 
   int pidfd = -1;
   struct clone_args args {};
@@ -150,39 +172,27 @@ Result<SpawnedSandbox> spawn_sandbox(PreparedSandbox& prepared, const SpawnOptio
     }
     return {};
   };
-  // After the first of two go bytes the child runs its setup while we place it, and a step
-  // may fail meanwhile: it sends its error record and exits, and our placement (ESRCH) or
-  // second byte (EPIPE, ECONNRESET) fails for that reason. Kill it and wait (without reaping)
-  // for its end: if it exited on its own, its record on the status channel says why and the
-  // supervisor reaps it, as after any setup failure; if our SIGKILL ended it, `e` is the
-  // reason. Either way it never ran the command: that needs the second byte.
-  auto abort_placed_child = [&](Error e) -> Result<SpawnedSandbox> {
+  // The child runs its first step (the v1 placement) without waiting for us, and may fail
+  // it: it sends its error record and exits, and the go byte then fails (EPIPE). Kill it and
+  // wait (without reaping) for its end: if it exited on its own, its record on the status
+  // channel says why and the supervisor reaps it, as after any setup failure; if our SIGKILL
+  // ended it, `e` is the reason. Either way it never ran the command: that needs the byte.
+  auto abort_or_report = [&](Error e) -> Result<SpawnedSandbox> {
     (void)sys::pidfd_send_signal(out.pidfd.get(), SIGKILL, nullptr, 0);
     siginfo_t info{};
-    if (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(out.pidfd.get()), &info,
+    if (!options.as_sibling &&
+        ::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(out.pidfd.get()), &info,
                  WEXITED | WNOWAIT) == 0 &&
         info.si_code == CLD_EXITED) {
       return std::move(out);
     }
     return abort_child(std::move(e));
   };
-  if (options.before_go) {
-    // Two go bytes (ChildPlan::placement_go): the child builds its mounts while the v1
-    // placement waits for its grace period, and waits for the second before it drops its
-    // privileges, so it runs nothing but this recipe outside the job's cgroups.
-    if (auto sent = send_go(); !sent) {
-      return abort_child(std::move(sent.error()));
-    }
-    if (auto placed = options.before_go(out.pid); !placed) {
-      return abort_placed_child(std::move(placed.error()));
-    }
-  }
   if (!options.send_go) {
     return out;
   }
   if (auto sent = send_go(); !sent) {
-    return plan.placement_go ? abort_placed_child(std::move(sent.error()))
-                             : abort_child(std::move(sent.error()));
+    return abort_or_report(std::move(sent.error()));
   }
   return out;
 }

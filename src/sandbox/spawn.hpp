@@ -2,7 +2,7 @@
 
 #include <sys/types.h>
 
-#include <functional>
+#include <vector>
 
 #include "base/error.hpp"
 #include "base/unique_fd.hpp"
@@ -15,9 +15,9 @@ struct SpawnOptions {
   int cgroup_fd = -1;             // v2 job cgroup for CLONE_INTO_CGROUP, -1 for none
   bool cgroupns_at_clone = true;  // pure v2: CLONE_NEWCGROUP; hybrid: the child unshares later
   bool network_namespace = true;
-  // The v1 placement: runs after the id maps are written, while the child builds its mounts;
-  // the child drops its privileges only after it returned (a second go byte).
-  std::function<Result<void>(pid_t)> before_go;
+  // Hybrid hosts: the v1 job cgroup directories; the child moves itself into each as its
+  // first step (ChildPlan::v1_tasks_fds). Borrowed for the call.
+  std::vector<int> v1_cgroup_dirs;
   // Warm pool: the caller is a placeholder already inside the job's cgroups. The child is
   // born there (fork inherits membership) as a sibling of the caller (CLONE_PARENT), so it
   // is the spawner's own child from birth: the spawner reaps it, and its PDEATHSIG names the
@@ -32,8 +32,9 @@ struct SpawnedSandbox {
   UniqueFd pidfd;
 };
 
-/// clone3s the sandbox from the calling (single-threaded, small) process, maps its ids,
-/// runs before_go and releases it. The child's ends in `prepared` are closed on return.
+/// clone3s the sandbox from the calling (single-threaded, small) process (which moves
+/// itself into `v1_cgroup_dirs`), maps its ids and releases it. The child's ends in `prepared` are
+/// closed on return.
 [[nodiscard]] Result<SpawnedSandbox> spawn_sandbox(PreparedSandbox& prepared,
                                                    const SpawnOptions& options);
 

@@ -471,18 +471,7 @@ class Server {
     sp.network_namespace = req.spec.network == NetworkMode::kNone;
     sp.as_sibling = pooled;
     sp.send_go = !pooled;
-    if (!v1_fds.empty()) {
-      // One cgroup.procs write per hierarchy before the go byte, as JobCgroup::place_v1 does
-      // with its own descriptors.
-      sp.before_go = [&v1_fds](pid_t pid) -> Result<void> {
-        std::string text = std::to_string(pid);
-        for (int fd : v1_fds) {
-          CORDON_CHECK_CTX(sys::write_file_at(fd, "cgroup.procs", text),
-                           "move pid {} into its v1 cgroup", pid);
-        }
-        return {};
-      };
-    }
+    sp.v1_cgroup_dirs = v1_fds;  // the child moves itself in (ChildPlan::v1_tasks_fds)
     CORDON_TRY(spawned, spawn_sandbox(*prepared, sp));
     live_.insert(spawned.pid);
 

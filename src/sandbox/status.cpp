@@ -84,6 +84,8 @@ const char* step_name(SetupStep step) {
       return "command: Landlock";
     case SetupStep::kCommandSeccomp:
       return "command: seccomp";
+    case SetupStep::kCgroupPlace:
+      return "move into the job's v1 cgroups";
     case SetupStep::kCommandExec:
       return "command: exec";
     case SetupStep::kStepCount:

@@ -60,6 +60,7 @@ enum class SetupStep : uint32_t {
   kCommandLandlock,
   kCommandSeccomp,
   kCommandExec,
+  kCgroupPlace,  // the child moving itself into its v1 job cgroups (hybrid hosts)
   kStepCount,
 };
 
