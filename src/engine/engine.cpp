@@ -75,9 +75,11 @@ constexpr size_t kHashChunks = 8;
 constexpr size_t kArtifactIndexes = 16;
 constexpr size_t kTailChars = 2000;
 constexpr std::chrono::milliseconds kDrainAfterInit{2000};
-// Starter threads (Impl::starter_loop): two, so one job's cgroup and uid-lease work overlaps
-// another's spawner round trip (the spawner serves one request at a time anyway).
-constexpr int kStarters = 2;
+// Starter threads (Impl::starter_loop), each with its own spawner process: two sandboxes are
+// made at once (one per core here), and one job's cgroup and uid-lease work overlaps another's
+// spawner round trip.
+constexpr size_t kStarters = 2;
+constexpr size_t kSpawners = kStarters;  // 1 would have both starters share one spawner
 // Room kept in `<state>/reserve` so that settling still works on a full disk: a meta write
 // that hits ENOSPC frees one step of it and retries. A meta.json or artifact record takes a
 // page or two; the reserve is taken back as soon as space allows. Freed a step at a time, not
@@ -469,7 +471,11 @@ class Engine::Impl {
   // network. The jobs live in the same registry and session as every other job, so ids,
   // counters, quotas, artifacts and retrieve_context work for them unchanged.
   std::optional<policy::Policy> git_pol;
-  std::optional<sandbox::SpawnerClient> spawner;
+  // One spawner per starter thread (kStarters): the spawner is single-threaded, and its part
+  // of a spawn (prepare, clone3, id maps, v1 placement) was the serial step of many starts.
+  // spawners[0] is also the warm pool's: its placeholders are that process's children, so
+  // every pooled spawn goes through it.
+  std::vector<std::unique_ptr<sandbox::SpawnerClient>> spawners;
   sandbox::CgroupLayout layout;
   std::optional<sandbox::CgroupRecords> records;
   std::optional<sandbox::WarmPool> pool;  // declared after what it borrows: destroyed first
@@ -1536,7 +1542,7 @@ class Engine::Impl {
 
   // Runs without mu: touches only thread-safe members (layout and opt are read-only; records,
   // pool and spawner are safe to share) and the work's own data.
-  SpawnDone run_spawn(SpawnWork& w) {
+  SpawnDone run_spawn(SpawnWork& w, sandbox::SpawnerClient& own) {
     SpawnDone d;
     auto step = [&]() -> Result<void> {
       // Warm pool: cgroups made and a placeholder parked in them ahead of time; only the
@@ -1564,7 +1570,8 @@ class Engine::Impl {
         w.req.cgroup_v1_fds = d.cgroup->v1_dirfds();
       }
       w.req.pool_slot = pool_slot;
-      CORDON_TRY_CTX(reply, spawner->spawn(w.req), "spawn the sandbox");
+      sandbox::SpawnerClient& via = pool_slot != 0 ? *spawners.front() : own;
+      CORDON_TRY_CTX(reply, via.spawn(w.req), "spawn the sandbox");
       d.reply.emplace(std::move(reply));
       return {};
     };
@@ -1627,7 +1634,8 @@ class Engine::Impl {
 
   // A starter thread: takes launched jobs in order and spawns each without mu. Several run,
   // so one's cgroup and lease work overlaps another's spawner round trip.
-  void starter_loop() {
+  void starter_loop(size_t index) {
+    sandbox::SpawnerClient& own = *spawners[index % spawners.size()];
     std::unique_lock<std::mutex> lock(mu);
     for (;;) {
       starter_cv.wait(lock, [this] { return stopping_starters || !to_spawn.empty(); });
@@ -1639,7 +1647,7 @@ class Engine::Impl {
       // In `live` and unsettled until attach(): nothing settles a job that is not attached.
       SpawnWork w = spawn_work(*j);
       lock.unlock();
-      SpawnDone d = run_spawn(w);
+      SpawnDone d = run_spawn(w, own);
       lock.lock();
       attach(*j, std::move(d));
     }
@@ -1840,8 +1848,8 @@ Engine::~Engine() {
     impl_->flusher.join();  // its last syncfs() covers everything written before
   }
   // Jobs still running are abandoned: the next engine on this state dir says so.
-  if (impl_->spawner) {
-    (void)impl_->spawner->stop();
+  for (auto& spawner : impl_->spawners) {
+    (void)spawner->stop();
   }
 }
 
@@ -1915,15 +1923,17 @@ Result<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
   impl->layout = layout;
   CORDON_CHECK_CTX(sandbox::prepare_parents(layout), "prepare cordon's cgroups");
   CORDON_CHECK_CTX(impl->recover(), "recover jobs from `{}`", impl->jobs_dir());
-  CORDON_TRY_CTX(spawner, sandbox::SpawnerClient::start(o.spawner_path), "start `{}`",
-                 o.spawner_path);
-  impl->spawner.emplace(std::move(spawner));
+  for (size_t i = 0; i < kSpawners; ++i) {
+    CORDON_TRY_CTX(spawner, sandbox::SpawnerClient::start(o.spawner_path), "start `{}`",
+                   o.spawner_path);
+    impl->spawners.push_back(std::make_unique<sandbox::SpawnerClient>(std::move(spawner)));
+  }
   if (o.warm_pool && o.warm_pool_size > 0) {
     // The profile the jobs will use, compiled before each placeholder forks (a placeholder
     // asked for another one compiles it itself: correct, but slower).
     std::string profile = impl->pol && impl->pol->seccomp_profile ? *impl->pol->seccomp_profile
                                                                   : o.default_seccomp_profile;
-    impl->pool.emplace(impl->layout, *impl->records, *impl->spawner,
+    impl->pool.emplace(impl->layout, *impl->records, *impl->spawners.front(),
                        sandbox::WarmPoolOptions{o.warm_pool_size, profile});
     // Filled now (so open() returns with the pool's descriptors in place), then topped up by
     // its own thread. When refills fail, spawns go unpooled.
@@ -1952,10 +1962,10 @@ Result<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
     ::pthread_setname_np(::pthread_self(), "cordon-loop");
     raw->run_loop();
   });
-  for (int i = 0; i < kStarters; ++i) {
-    impl->starters.emplace_back([raw] {
+  for (size_t i = 0; i < kStarters; ++i) {
+    impl->starters.emplace_back([raw, i] {
       ::pthread_setname_np(::pthread_self(), "cordon-start");
-      raw->starter_loop();
+      raw->starter_loop(i);
     });
   }
   if (!impl->strict_sync()) {
