@@ -75,6 +75,11 @@ constexpr size_t kHashChunks = 8;
 constexpr size_t kArtifactIndexes = 16;
 constexpr size_t kTailChars = 2000;
 constexpr std::chrono::milliseconds kDrainAfterInit{2000};
+// Starter threads (Impl::starter_loop), each with its own spawner process: two sandboxes are
+// made at once (one per core here), and one job's cgroup and uid-lease work overlaps another's
+// spawner round trip.
+constexpr size_t kStarters = 2;
+constexpr size_t kSpawners = kStarters;  // 1 would have both starters share one spawner
 // Room kept in `<state>/reserve` so that settling still works on a full disk: a meta write
 // that hits ENOSPC frees one step of it and retries. A meta.json or artifact record takes a
 // page or two; the reserve is taken back as soon as space allows. Freed a step at a time, not
@@ -334,6 +339,10 @@ struct Job {
   bool init_exited = false, have_exit = false, stdin_eof_pending = false;
   bool command_started = false;  // init reported the fork: its signal handlers are in place
   int pending_signal = 0;        // a kill that arrived before that
+  // Running jobs are spawned by a starter thread after start() returned (launch()): until
+  // attach() the job has no sandbox, pidfd or pipes, and a kill is kept for it here.
+  bool attached = false;
+  int kill_on_attach = 0;
   int wait_status = 0;
   sandbox::SetupStep setup_step = sandbox::SetupStep::kNone;
   int setup_errno = 0;
@@ -462,7 +471,11 @@ class Engine::Impl {
   // network. The jobs live in the same registry and session as every other job, so ids,
   // counters, quotas, artifacts and retrieve_context work for them unchanged.
   std::optional<policy::Policy> git_pol;
-  std::optional<sandbox::SpawnerClient> spawner;
+  // One spawner per starter thread (kStarters): the spawner is single-threaded, and its part
+  // of a spawn (prepare, clone3, id maps, v1 placement) was the serial step of many starts.
+  // spawners[0] is also the warm pool's: its placeholders are that process's children, so
+  // every pooled spawn goes through it.
+  std::vector<std::unique_ptr<sandbox::SpawnerClient>> spawners;
   sandbox::CgroupLayout layout;
   std::optional<sandbox::CgroupRecords> records;
   std::optional<sandbox::WarmPool> pool;  // declared after what it borrows: destroyed first
@@ -477,6 +490,11 @@ class Engine::Impl {
 
   std::mutex mu;
   std::condition_variable cv;
+  // Launched jobs waiting for a starter thread (launch(), starter_loop()); guarded by mu.
+  std::deque<Job*> to_spawn;
+  std::condition_variable starter_cv;
+  bool stopping_starters = false;
+  std::vector<std::thread> starters;
   std::unordered_map<std::string, std::unique_ptr<Job>> live;  // queued and running
   std::list<std::unique_ptr<Job>> cache;                       // settled, most recent first
   std::deque<Job*> queue;
@@ -1424,28 +1442,42 @@ class Engine::Impl {
     }
   }
 
-  // Spawns a queued job (state queued → running, or failed). Called with mu held.
-  void launch(Job& j) {
+  // Launches a job (state → running) and hands it to a starter thread; called with mu held.
+  // The spawn itself (cgroups, a uid lease, the spawner round trip) runs there without mu, so
+  // a start returns at once and other calls go on meanwhile; attach() completes the job.
+  // `meta_written`: the caller already wrote meta.json with state running.
+  void launch(Job& j, bool meta_written = false) {
     ++running_total;
     ++running_per_session[j.session];
     j.state = "running";
-    j.start_tp = Clock::now();
-    j.started_at = rfc3339_now();
-    auto r = spawn(j);
-    if (!r) {
-      j.init_exited = true;
-      j.setup_step = sandbox::SetupStep::kNone;
-      j.io_failed = false;
-      j.state = "running";  // settle() computes the final state
-      j.error = r.error().message();
-      settle_failed_start(j);
-      return;
+    if (!meta_written) {
+      j.start_tp = Clock::now();
+      j.started_at = rfc3339_now();
+      (void)write_meta(j.dir, "meta.json", meta_json(j).dump());
     }
-    (void)write_meta(j.dir, "meta.json", meta_json(j).dump());
-    if (j.timeout_ms > 0) {
-      j.deadline = j.start_tp + std::chrono::milliseconds(j.timeout_ms);
-      rearm_timer();
+    // The logs exist before the command does: output goes to files as it arrives, and
+    // `output` pages them from the start.
+    for (Stream* s : {&j.out, &j.err}) {
+      int fd = ::open(s->path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (fd < 0) {
+        fail_start(j, Error::sys(errno, fmt::format("open `{}`", s->path)));
+        return;
+      }
+      s->file.reset(fd);
     }
+    to_spawn.push_back(&j);
+    starter_cv.notify_one();
+  }
+
+  // A start that failed before or while spawning: settled `failed`, saying why. mu held.
+  void fail_start(Job& j, const Error& e) {
+    j.attached = true;
+    j.init_exited = true;
+    j.setup_step = sandbox::SetupStep::kNone;
+    j.io_failed = false;
+    j.state = "running";  // settle() computes the final state
+    j.error = e.message();
+    settle_failed_start(j);
   }
 
   void settle_failed_start(Job& j) {
@@ -1462,8 +1494,26 @@ class Engine::Impl {
     }
   }
 
-  Result<void> spawn(Job& j) {
+  // What a starter needs to spawn a job without mu: copied from the Job under mu.
+  struct SpawnWork {
+    std::string id;
+    sandbox::SpawnerClient::Request req;
+    sandbox::CgroupLimits limits;
+  };
+  // What it got: everything acquired is handed to the Job (settle() releases it), also when
+  // a later step failed.
+  struct SpawnDone {
+    std::optional<sandbox::JobCgroup> cgroup;
+    sandbox::RecordLock record;
+    std::optional<sandbox::HostIdLease> lease;
+    std::optional<sandbox::SpawnerClient::Reply> reply;
+    std::optional<Error> error;
+  };
+
+  SpawnWork spawn_work(Job& j) {
     const policy::CheckedStart& cs = *j.checked;
+    SpawnWork w;
+    w.id = j.id;
     sandbox::SandboxSpec spec = policy::to_sandbox_spec(cs);
     spec.tty = j.pty;
     spec.tty_cols = j.cols;
@@ -1480,55 +1530,73 @@ class Engine::Impl {
         spec.env.push_back("TERM=xterm-256color");
       }
     }
-    sandbox::CgroupLimits limits;
-    limits.memory_bytes = cs.limits.memory_bytes;
-    limits.pids = cs.limits.pids;
-    limits.cpus = cs.limits.cpus;
-    // Warm pool: cgroups made and a placeholder parked in them ahead of time; only the
-    // job's limits are written now. Otherwise the job's own, named after it.
-    uint64_t pool_slot = 0;
-    if (auto entry = pool ? pool->take() : std::nullopt) {
-      j.record = std::move(entry->record);
-      j.cgroup.emplace(std::move(entry->cgroup));
-      pool_slot = entry->slot;
-      CORDON_CHECK_CTX(j.record.rename(j.id), "record job cgroup");
-      CORDON_CHECK_CTX(j.cgroup->set_limits(limits), "set the job's cgroup limits");
-    } else {
-      CORDON_TRY(paths, sandbox::JobCgroup::paths_for(layout, j.id));
-      CORDON_TRY_CTX(record, records->add(j.id, paths), "record job cgroup");
-      j.record = std::move(record);
-      CORDON_TRY_CTX(cg, sandbox::JobCgroup::create(layout, j.id, limits), "create job cgroup");
-      j.cgroup.emplace(std::move(cg));
-    }
-    CORDON_TRY(lease, sandbox::HostIdLease::acquire(opt.state_dir + "/uids", opt.host_id_base,
-                                                    opt.host_id_count));
-    j.lease.emplace(std::move(lease));
+    w.limits.memory_bytes = cs.limits.memory_bytes;
+    w.limits.pids = cs.limits.pids;
+    w.limits.cpus = cs.limits.cpus;
+    w.req.spec = std::move(spec);
+    w.req.seccomp_profile_path = cs.seccomp_profile.value_or(opt.default_seccomp_profile);
+    w.req.init_path = opt.init_path;
+    w.req.cgroupns_at_clone = layout.mode == sandbox::CgroupMode::kUnified;
+    return w;
+  }
 
-    // The logs exist before the command does: output goes to files as it arrives.
-    int out_fd = ::open(j.out.path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (out_fd < 0) {
-      return sys_error("open `{}`", j.out.path);
+  // Runs without mu: touches only thread-safe members (layout and opt are read-only; records,
+  // pool and spawner are safe to share) and the work's own data.
+  SpawnDone run_spawn(SpawnWork& w, sandbox::SpawnerClient& own) {
+    SpawnDone d;
+    auto step = [&]() -> Result<void> {
+      // Warm pool: cgroups made and a placeholder parked in them ahead of time; only the
+      // job's limits are written now. Otherwise the job's own, named after it.
+      uint64_t pool_slot = 0;
+      if (auto entry = pool ? pool->take() : std::nullopt) {
+        d.record = std::move(entry->record);
+        d.cgroup.emplace(std::move(entry->cgroup));
+        pool_slot = entry->slot;
+        CORDON_CHECK_CTX(d.record.rename(w.id), "record job cgroup");
+        CORDON_CHECK_CTX(d.cgroup->set_limits(w.limits), "set the job's cgroup limits");
+      } else {
+        CORDON_TRY(paths, sandbox::JobCgroup::paths_for(layout, w.id));
+        CORDON_TRY_CTX(record, records->add(w.id, paths), "record job cgroup");
+        d.record = std::move(record);
+        CORDON_TRY_CTX(cg, sandbox::JobCgroup::create(layout, w.id, w.limits), "create job cgroup");
+        d.cgroup.emplace(std::move(cg));
+      }
+      CORDON_TRY(lease, sandbox::HostIdLease::acquire(opt.state_dir + "/uids", opt.host_id_base,
+                                                      opt.host_id_count));
+      d.lease.emplace(std::move(lease));
+      w.req.host_id = d.lease->id();
+      w.req.cgroup_v2_fd = d.cgroup->v2_dirfd();
+      if (layout.mode == sandbox::CgroupMode::kHybrid) {
+        w.req.cgroup_v1_fds = d.cgroup->v1_dirfds();
+      }
+      w.req.pool_slot = pool_slot;
+      sandbox::SpawnerClient& via = pool_slot != 0 ? *spawners.front() : own;
+      CORDON_TRY_CTX(reply, via.spawn(w.req), "spawn the sandbox");
+      d.reply.emplace(std::move(reply));
+      return {};
+    };
+    if (auto r = step(); !r) {
+      d.error = std::move(r.error());
     }
-    j.out.file.reset(out_fd);
-    int err_fd = ::open(j.err.path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (err_fd < 0) {
-      return sys_error("open `{}`", j.err.path);
-    }
-    j.err.file.reset(err_fd);
+    return d;
+  }
 
-    sandbox::SpawnerClient::Request req;
-    req.spec = std::move(spec);
-    req.seccomp_profile_path = cs.seccomp_profile.value_or(opt.default_seccomp_profile);
-    req.init_path = opt.init_path;
-    req.host_id = j.lease->id();
-    req.cgroup_v2_fd = j.cgroup->v2_dirfd();
-    if (layout.mode == sandbox::CgroupMode::kHybrid) {
-      req.cgroup_v1_fds = j.cgroup->v1_dirfds();
+  // Completes a spawn (or fails the start) with mu held. A kill that came meanwhile is
+  // applied now, to the sandbox that exists from here on.
+  void attach(Job& j, SpawnDone d) {
+    j.cgroup = std::move(d.cgroup);
+    j.record = std::move(d.record);
+    j.lease = std::move(d.lease);
+    if (d.error) {
+      fail_start(j, *d.error);
+      return;
     }
-    req.cgroupns_at_clone = layout.mode == sandbox::CgroupMode::kUnified;
-    req.pool_slot = pool_slot;
-    CORDON_TRY_CTX(reply, spawner->spawn(req), "spawn the sandbox");
-    j.argv = reply.argv.empty() ? j.argv : reply.argv;
+    j.attached = true;
+    auto& reply = *d.reply;
+    if (!reply.argv.empty() && reply.argv != j.argv) {
+      j.argv = reply.argv;  // e.g. a script's interpreter
+      (void)write_meta(j.dir, "meta.json", meta_json(j).dump());
+    }
     j.pidfd = std::move(reply.pidfd);
     j.status = std::move(reply.status);
     set_nonblock(j.status.get());
@@ -1544,13 +1612,45 @@ class Engine::Impl {
       if (j.stdin_mode == StdinMode::kPipe) {
         j.stdin_w = std::move(reply.stdin_write);
         set_nonblock(j.stdin_w.get());
+        // What `write` queued while the sandbox was being made.
+        flush_stdin(j);
+        if (!j.pending_stdin.empty() && j.stdin_w) {
+          watch(j, j.stdin_w.get(), WatchKind::kStdin, EPOLLOUT);
+        }
       } else {
         reply.stdin_write.reset();  // EOF for the command
       }
     } else {
       j.err.eof = true;
     }
-    return {};
+    if (j.timeout_ms > 0) {
+      j.deadline = j.start_tp + std::chrono::milliseconds(j.timeout_ms);
+      rearm_timer();
+    }
+    if (j.kill_on_attach != 0) {
+      terminate(j, j.kill_on_attach);
+    }
+  }
+
+  // A starter thread: takes launched jobs in order and spawns each without mu. Several run,
+  // so one's cgroup and lease work overlaps another's spawner round trip.
+  void starter_loop(size_t index) {
+    sandbox::SpawnerClient& own = *spawners[index % spawners.size()];
+    std::unique_lock<std::mutex> lock(mu);
+    for (;;) {
+      starter_cv.wait(lock, [this] { return stopping_starters || !to_spawn.empty(); });
+      if (stopping_starters) {
+        return;  // jobs still waiting stay `running` on disk: the next engine abandons them
+      }
+      Job* j = to_spawn.front();
+      to_spawn.pop_front();
+      // In `live` and unsettled until attach(): nothing settles a job that is not attached.
+      SpawnWork w = spawn_work(*j);
+      lock.unlock();
+      SpawnDone d = run_spawn(w, own);
+      lock.lock();
+      attach(*j, std::move(d));
+    }
   }
 
   // ---- the loop -----------------------------------------------------------------------------
@@ -1720,6 +1820,15 @@ Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() {
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->stopping_starters = true;
+  }
+  impl_->starter_cv.notify_all();
+  // A spawn in flight finishes and is attached, so the kill below reaches its sandbox.
+  for (auto& t : impl_->starters) {
+    t.join();
+  }
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->stopping = true;
     for (auto& [id, j] : impl_->live) {
       impl_->kill_all(*j);
@@ -1739,8 +1848,8 @@ Engine::~Engine() {
     impl_->flusher.join();  // its last syncfs() covers everything written before
   }
   // Jobs still running are abandoned: the next engine on this state dir says so.
-  if (impl_->spawner) {
-    (void)impl_->spawner->stop();
+  for (auto& spawner : impl_->spawners) {
+    (void)spawner->stop();
   }
 }
 
@@ -1814,15 +1923,17 @@ Result<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
   impl->layout = layout;
   CORDON_CHECK_CTX(sandbox::prepare_parents(layout), "prepare cordon's cgroups");
   CORDON_CHECK_CTX(impl->recover(), "recover jobs from `{}`", impl->jobs_dir());
-  CORDON_TRY_CTX(spawner, sandbox::SpawnerClient::start(o.spawner_path), "start `{}`",
-                 o.spawner_path);
-  impl->spawner.emplace(std::move(spawner));
+  for (size_t i = 0; i < kSpawners; ++i) {
+    CORDON_TRY_CTX(spawner, sandbox::SpawnerClient::start(o.spawner_path), "start `{}`",
+                   o.spawner_path);
+    impl->spawners.push_back(std::make_unique<sandbox::SpawnerClient>(std::move(spawner)));
+  }
   if (o.warm_pool && o.warm_pool_size > 0) {
     // The profile the jobs will use, compiled before each placeholder forks (a placeholder
     // asked for another one compiles it itself: correct, but slower).
     std::string profile = impl->pol && impl->pol->seccomp_profile ? *impl->pol->seccomp_profile
                                                                   : o.default_seccomp_profile;
-    impl->pool.emplace(impl->layout, *impl->records, *impl->spawner,
+    impl->pool.emplace(impl->layout, *impl->records, *impl->spawners.front(),
                        sandbox::WarmPoolOptions{o.warm_pool_size, profile});
     // Filled now (so open() returns with the pool's descriptors in place), then topped up by
     // its own thread. When refills fail, spawns go unpooled.
@@ -1851,6 +1962,12 @@ Result<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
     ::pthread_setname_np(::pthread_self(), "cordon-loop");
     raw->run_loop();
   });
+  for (size_t i = 0; i < kStarters; ++i) {
+    impl->starters.emplace_back([raw, i] {
+      ::pthread_setname_np(::pthread_self(), "cordon-start");
+      raw->starter_loop(i);
+    });
+  }
   if (!impl->strict_sync()) {
     impl->flusher = std::thread([raw] {
       ::pthread_setname_np(::pthread_self(), "cordon-flush");
@@ -1948,6 +2065,11 @@ Result<JobStatus> Engine::start(const std::string& session, const StartOptions& 
   j.err.path = j.dir + "/stderr.log";
   j.out.index->idx_path = idx_path_for(j.out.path);
   j.err.index->idx_path = idx_path_for(j.err.path);
+  // A job that runs now is recorded as running at once: one meta write on the start path.
+  bool launch_now = !missing_executable && m.has_slot(session);
+  if (launch_now) {
+    j.state = "running";
+  }
   // The job is on disk (meta first, then the session index) before anything runs.
   CORDON_CHECK(m.write_meta(j.dir, "meta.json", meta_json(j).dump()));
   {
@@ -1978,9 +2100,10 @@ Result<JobStatus> Engine::start(const std::string& session, const StartOptions& 
     m.settle_failed_start(*raw);
     return m.status_of(*m.find(id));
   }
-  if (m.has_slot(session)) {
-    m.launch(*raw);
+  if (launch_now) {
+    m.launch(*raw, true);
   } else {
+    raw->state = "queued";
     m.queue.push_back(raw);
   }
   Job* now = m.find(raw->id);
@@ -2159,6 +2282,27 @@ Result<JobStatus> Engine::kill(const std::string& session, const std::string& ta
     m.announce_settled(id);
     return m.status_of(*s);
   }
+  if (!j->attached) {
+    auto waiting = std::find(m.to_spawn.begin(), m.to_spawn.end(), j);
+    if (waiting != m.to_spawn.end()) {
+      // No starter took it yet: it never runs, and settles `killed` like a queued job.
+      m.to_spawn.erase(waiting);
+      j->attached = true;
+      j->init_exited = true;
+      j->error = "killed before it started";
+      std::string id = j->id;
+      m.settle(*j, false);
+      Job* s = m.find(id);
+      s->state = "killed";
+      s->signal = signal_name(signal);
+      (void)m.write_meta(s->dir, "meta.json", meta_json(*s).dump());
+      m.announce_settled(id);
+      return m.status_of(*s);
+    }
+    // Being spawned: attach() sends the signal as soon as the sandbox exists.
+    j->kill_on_attach = signal;
+    return m.status_of(*j);
+  }
   m.terminate(*j, signal);
   return m.status_of(*j);
 }
@@ -2190,7 +2334,11 @@ Result<void> Engine::write(const std::string& session, const std::string& task_i
     if (!input.keys.empty() || input.paste || input.submit) {
       return refusal("keys, paste and submit need a pty job; for a pipe send `data` (and `eof`)");
     }
-    if (!j->stdin_w) {
+    // Until its sandbox exists (queued, or being spawned) the bytes wait in pending_stdin.
+    if (j->attached && !j->stdin_w) {
+      return refusal("task `{}`: stdin is already closed", task_id);
+    }
+    if (!j->attached && j->stdin_eof_pending) {
       return refusal("task `{}`: stdin is already closed", task_id);
     }
     bytes = input.data.value_or("");

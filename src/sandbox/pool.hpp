@@ -58,9 +58,10 @@ class WarmPool {
   /// Starts the background refill thread and asks it to fill the pool. Its work (mkdirs, a
   /// record, a fork of the spawner per entry) then never runs on a caller's path.
   void start();
-  /// The oldest entry (its placeholder most likely placed by now), or nullopt when empty.
-  /// The caller owns it: destroy its cgroup and remove its record when the job is done.
-  /// Thread-safe; asks for a refill when it leaves the pool empty.
+  /// The oldest entry once its placeholder is placed, or nullopt (empty, or that placement
+  /// still running: spawn unpooled rather than wait for it). The caller owns it: destroy its
+  /// cgroup and remove its record when the job is done. Thread-safe; never asks for a refill
+  /// (refill_later() when jobs settle does).
   std::optional<Entry> take();
   /// Asks the refill thread to top the pool up (no-op without start()). Call when a job's own
   /// cgroup work is done: a new placeholder's placement holds cgroup_mutex for a grace period,
@@ -77,6 +78,8 @@ class WarmPool {
 
  private:
   Result<Entry> make_entry();
+  // Whether the entry's placeholder is in all its cgroups (reads the last one's cgroup.procs).
+  bool placed(const Entry& e) const;
   void refill_loop();
 
   const CgroupLayout layout_;

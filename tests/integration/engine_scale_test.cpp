@@ -42,7 +42,10 @@ BOOST_AUTO_TEST_CASE(many_concurrent_jobs_start_and_are_all_killed) {
     ids.push_back(s->task_id);
   }
   BOOST_TEST(e->counters("s").running == jobs);
-  BOOST_TEST(env.sandbox_pids().size() >= jobs);
+  // start() returns before the sandbox exists (the starter threads spawn it); every one of
+  // them comes up.
+  BOOST_TEST(eventually([&] { return env.sandbox_pids().size() >= jobs; }, 120s),
+             env.sandbox_pids().size() << " sandboxes of " << jobs);
   // Budgeted per running job (measured 13 on this hybrid host: pidfd, status channel, two
   // pipes, two logs, four cgroup dirfds, the cgroup record lock, the host-uid lease): 1000 jobs
   // stay under the fd limit of 20000.

@@ -275,12 +275,25 @@ BOOST_AUTO_TEST_CASE(engine_jobs_take_pool_entries_with_their_own_limits) {
     return n;
   };
   const size_t size = EngineOptions{}.warm_pool_size;
-  // Filled at open: entries recorded under pool names.
-  BOOST_REQUIRE(eventually([&] { return pool_entries() == size; }));
+  // Filled at open: entries recorded under pool names, each placeholder placed (in its last
+  // cgroup) — a start takes only such an entry.
+  BOOST_REQUIRE(eventually([&] {
+    size_t placed = 0;
+    for (const auto& [name, ps] : records_in(records)) {
+      placed += is_pool_cgroup_name(name) && !ps.empty() && !procs_of(ps.back()).empty() ? 1 : 0;
+    }
+    return pool_entries() == size && placed == size;
+  }));
   auto before = records_in(records);
 
-  auto s = e->start("s", {.argv = {"/bin/sleep", "1000"}});
+  auto s = e->start("s", {.argv = {"/bin/sh", "-c", "echo up; exec sleep 1000"}});
   BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+  // start() returns before the spawn (a starter thread takes the entry): once the command
+  // printed, the spawn is complete and the placeholder gone.
+  BOOST_REQUIRE(eventually([&] {
+    auto st = e->status("s", s->task_id);
+    return st && st->stdout_bytes > 0;
+  }));
   // The job took an entry: its record carries its id and lists a pool's cgroups.
   auto now = records_in(records);
   BOOST_REQUIRE(now.contains(s->task_id));
@@ -319,13 +332,18 @@ BOOST_AUTO_TEST_CASE(engine_jobs_take_pool_entries_with_their_own_limits) {
   // Back to back, more jobs than the pool holds: each settles, each in fresh cgroups.
   std::set<std::string> seen;
   for (int i = 0; i < 6; ++i) {
-    auto t = e->start("s", {.argv = {"/bin/sh", "-c", "exit 3"}});
+    auto t = e->start("s", {.argv = {"/bin/sh", "-c", "echo up; read x; exit 3"},
+                            .stdin_mode = StdinMode::kPipe});
     BOOST_REQUIRE_MESSAGE(t.has_value(), describe(t));
+    // Running (so its record names its cgroups) until its stdin ends.
+    BOOST_REQUIRE(eventually([&] {
+      auto st = e->status("s", t->task_id);
+      return st && st->stdout_bytes > 0;
+    }));
     auto rec = records_in(records);
-    // The job may settle (and its record go) between listing the dir and reading the file.
-    if (rec.contains(t->task_id) && !rec[t->task_id].empty()) {
-      BOOST_TEST(seen.insert(rec[t->task_id][0]).second, "cgroup reused: " << rec[t->task_id][0]);
-    }
+    BOOST_REQUIRE(rec.contains(t->task_id) && !rec[t->task_id].empty());
+    BOOST_TEST(seen.insert(rec[t->task_id][0]).second, "cgroup reused: " << rec[t->task_id][0]);
+    BOOST_REQUIRE(e->write("s", t->task_id, {.eof = true}).has_value());
     auto ts = e->status("s", t->task_id, std::chrono::seconds(20));
     BOOST_REQUIRE_MESSAGE(ts.has_value(), describe(ts));
     BOOST_TEST(ts->state == "exited");
@@ -353,8 +371,12 @@ BOOST_AUTO_TEST_CASE(engine_without_a_pool_spawns_unpooled) {
   BOOST_TEST(records_in(env.state_dir + "/cgroups").empty());
   auto s = (*e)->start("s", {.argv = {"/bin/sleep", "1000"}});
   BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
-  auto rec = records_in(env.state_dir + "/cgroups");
-  BOOST_REQUIRE(rec.contains(s->task_id));
+  // Recorded by the starter thread, before it creates the cgroups.
+  std::map<std::string, std::vector<std::string>> rec;
+  BOOST_REQUIRE(eventually([&] {
+    rec = records_in(env.state_dir + "/cgroups");
+    return rec.contains(s->task_id) && !rec[s->task_id].empty();
+  }));
   // Named after the job, as before the pool.
   BOOST_TEST(rec[s->task_id][0].ends_with("/" + s->task_id));
   (void)(*e)->kill("s", s->task_id, SIGKILL);
