@@ -9,6 +9,9 @@
 
 namespace cordon::sandbox {
 namespace {
+// An entry not placed this long after it was made never will be (its placeholder died or
+// failed to enter): a placement waits for one RCU grace period, milliseconds even under load.
+constexpr std::chrono::seconds kNeverPlaced{10};
 
 // 64 random bits: pool names must not collide with a crashed engine's entries that no sweep
 // has removed yet (its pid may be ours now), nor with another engine's.
@@ -91,19 +94,40 @@ bool WarmPool::placed(const Entry& e) const {
 }
 
 std::optional<WarmPool::Entry> WarmPool::take() {
-  std::lock_guard lock(mu_);
   // Failure fixed: an entry taken before its placeholder was placed made the spawner wait for
   // that placement's grace period, serially: 1000 starts at once took 9.5 ms per pooled spawn
   // (the pool refilled on every take and each fresh entry was taken at once). Such an entry
   // stays for a later take, and the caller spawns unpooled meanwhile; a burst no longer
   // refills the pool either (refill_later() when jobs settle does), since each placement holds
   // cgroup_mutex, which the unpooled spawns' cgroup mkdirs need.
-  if (entries_.empty() || !placed(entries_.front())) {
-    return std::nullopt;
+  //
+  // The first placed entry, not only the front one: an entry whose placeholder died or never
+  // got in (its cgroup.procs stays empty) must not block the pool for good. Such an entry is
+  // dropped once it is older than any placement takes, and the pool refills.
+  std::optional<Entry> out;
+  std::deque<Entry> stale;
+  {
+    std::lock_guard lock(mu_);
+    const auto now = std::chrono::steady_clock::now();
+    for (auto it = entries_.begin(); it != entries_.end();) {
+      if (placed(*it)) {
+        out.emplace(std::move(*it));
+        entries_.erase(it);
+        break;
+      }
+      if (now - it->made > kNeverPlaced) {
+        stale.push_back(std::move(*it));
+        it = entries_.erase(it);
+        continue;
+      }
+      ++it;
+    }
   }
-  std::optional<Entry> e(std::move(entries_.front()));
-  entries_.pop_front();
-  return e;
+  if (!stale.empty()) {
+    (void)destroy_entries(stale);  // a record left behind is swept like a crashed job's
+    refill_later();
+  }
+  return out;
 }
 
 void WarmPool::refill_later() {
@@ -159,7 +183,7 @@ Result<WarmPool::Entry> WarmPool::make_entry() {
     (void)record.remove();
     return std::unexpected(std::move(slot.error()).wrap("park a placeholder"));
   }
-  return Entry{std::move(*cg), std::move(record), slot->id};
+  return Entry{std::move(*cg), std::move(record), slot->id, std::chrono::steady_clock::now()};
 }
 
 Result<void> WarmPool::clear() {
@@ -168,6 +192,11 @@ Result<void> WarmPool::clear() {
     std::lock_guard lock(mu_);
     entries.swap(entries_);
   }
+  CORDON_CHECK_CTX(destroy_entries(entries), "empty the warm pool");
+  return {};
+}
+
+Result<void> WarmPool::destroy_entries(std::deque<Entry>& entries) {
   std::optional<Error> first;
   while (!entries.empty()) {
     Entry e = std::move(entries.front());
@@ -186,7 +215,7 @@ Result<void> WarmPool::clear() {
     }
   }
   if (first) {
-    return std::unexpected(std::move(*first).wrap("empty the warm pool"));
+    return std::unexpected(std::move(*first));
   }
   return {};
 }

@@ -15,6 +15,7 @@
 // crashed owner's entries are swept; destroying an entry's cgroups kills its placeholder (a
 // member); the placeholders die with the spawner (PDEATHSIG).
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -44,6 +45,7 @@ class WarmPool {
     JobCgroup cgroup;   // fresh; the job writes its own limits (set_limits) before spawning
     RecordLock record;  // the held crash record of those cgroups (rename it after the job)
     uint64_t slot = 0;  // SpawnerClient::Request::pool_slot
+    std::chrono::steady_clock::time_point made{};  // an entry never placed is dropped later
   };
 
   /// `records` and `spawner` are borrowed and must outlive the pool (both are safe to use
@@ -78,6 +80,9 @@ class WarmPool {
 
  private:
   Result<Entry> make_entry();
+  // Destroys each entry's cgroups (killing its placeholder), then its record; a record whose
+  // cgroups could not be removed stays for a later sweep. Returns the first error.
+  static Result<void> destroy_entries(std::deque<Entry>& entries);
   // Whether the entry's placeholder is in all its cgroups (reads the last one's cgroup.procs).
   bool placed(const Entry& e) const;
   void refill_loop();

@@ -174,14 +174,16 @@ BOOST_AUTO_TEST_CASE(a_slot_is_spent_by_one_spawn) {
   BOOST_TEST(readable(first->pidfd.get()));
 
   // A spent or unknown slot starts nothing from a placeholder: the client falls back to an
-  // unpooled spawn into the same cgroups (the v1 placement done by the spawner, as before).
+  // unpooled spawn into the same cgroups.
   for (uint64_t id : {slot.id, uint64_t{987654321}}) {
     // A command that lives until it is looked at (one that exits at once may be gone first).
     auto again = client.spawn(fx.request(cg, {"/bin/sleep", "1000"}, id));
     BOOST_REQUIRE_MESSAGE(again.has_value(), msg(again));
     BOOST_TEST(parent_of(again->pid) == client.pid());
+    // In every cgroup: v2 from clone3 on; v1 by the sandbox's own first step (it moves
+    // itself, after the spawn returned).
     for (const auto& p : cg.paths()) {
-      BOOST_TEST(procs_of(p).contains(again->pid), p);
+      BOOST_TEST(eventually([&] { return procs_of(p).contains(again->pid); }), p);
     }
     BOOST_REQUIRE(cordon::sys::pidfd_send_signal(again->pidfd.get(), SIGKILL, nullptr, 0) == 0);
     BOOST_TEST(readable(again->pidfd.get()));
@@ -360,6 +362,52 @@ BOOST_AUTO_TEST_CASE(engine_jobs_take_pool_entries_with_their_own_limits) {
     }
   }
   BOOST_TEST(records_in(records).empty());
+}
+
+// Placeholders die (killed here; in life: a failed placement, an OOM kill). The pool then
+// holds entries that can never be placed, the oldest at its front: a start must still take
+// the placed entry behind them. (Before the fix, take() looked at the front entry only, and
+// one dead placeholder turned every later start unpooled for the engine's life.)
+BOOST_AUTO_TEST_CASE(dead_placeholders_at_the_front_do_not_block_the_pool) {
+  EngineEnv env;
+  auto e = open_engine(env);
+  std::string records = env.state_dir + "/cgroups";
+  const size_t size = EngineOptions{}.warm_pool_size;
+  BOOST_REQUIRE(size >= 2);
+  // Every entry placed: its placeholder in its last cgroup.
+  std::map<pid_t, std::string> placeholders;  // pid -> the entry's record name
+  BOOST_REQUIRE(eventually([&] {
+    placeholders.clear();
+    for (const auto& [name, ps] : records_in(records)) {
+      if (!is_pool_cgroup_name(name) || ps.empty()) continue;
+      auto procs = procs_of(ps.back());
+      if (procs.size() == 1) placeholders[*procs.begin()] = name;
+    }
+    return placeholders.size() == size;
+  }));
+  // Entries are made one after another, so the newest has the highest pid: keep only it.
+  std::string survivor = placeholders.rbegin()->second;
+  for (auto it = placeholders.begin(); std::next(it) != placeholders.end(); ++it) {
+    auto fd = pidfd_of(it->first);
+    BOOST_REQUIRE(sys::pidfd_send_signal(fd.get(), SIGKILL, nullptr, 0) == 0);
+    BOOST_REQUIRE(eventually([&] { return readable(fd.get()); }));
+  }
+
+  auto s = e->start("s", {.argv = {"/bin/sh", "-c", "echo up; exec sleep 1000"}});
+  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+  BOOST_REQUIRE(eventually([&] {
+    auto st = e->status("s", s->task_id);
+    return st && st->stdout_bytes > 0;
+  }));
+  auto now = records_in(records);
+  BOOST_REQUIRE(now.contains(s->task_id) && !now[s->task_id].empty());
+  const std::string& first = now[s->task_id][0];
+  BOOST_TEST(first.substr(first.rfind('/') + 1) == survivor, "the job ran in " << first);
+  auto k = e->kill("s", s->task_id, SIGKILL);
+  BOOST_REQUIRE_MESSAGE(k.has_value(), describe(k));
+  auto st = e->status("s", s->task_id, std::chrono::seconds(20));
+  BOOST_REQUIRE_MESSAGE(st.has_value(), describe(st));
+  BOOST_TEST(st->state == "killed");
 }
 
 BOOST_AUTO_TEST_CASE(engine_without_a_pool_spawns_unpooled) {
