@@ -1430,14 +1430,18 @@ class Engine::Impl {
     return running_total < pol->concurrency.total && mine < pol->concurrency.per_session;
   }
 
+  // Launches every queued job that has a slot. launch() can settle a job (a failed start),
+  // and settling starts queued jobs again, which changes `queue`: no iterator is held across
+  // a launch, the scan starts over instead.
   void start_queued() {
-    for (auto it = queue.begin(); it != queue.end();) {
-      Job* j = *it;
-      if (!has_slot(j->session)) {
-        ++it;
-        continue;
+    for (;;) {
+      auto it =
+          std::find_if(queue.begin(), queue.end(), [this](Job* q) { return has_slot(q->session); });
+      if (it == queue.end()) {
+        return;
       }
-      it = queue.erase(it);
+      Job* j = *it;
+      queue.erase(it);
       launch(*j);
     }
   }
@@ -1478,6 +1482,25 @@ class Engine::Impl {
     j.state = "running";  // settle() computes the final state
     j.error = e.message();
     settle_failed_start(j);
+  }
+
+  // A job that never ran settles `killed` by `signal` ("killed before it started"). Its
+  // running count is the caller's to have taken. Returns the settled record (in the cache).
+  Job* settle_killed_unstarted(Job& j, int signal) {
+    j.attached = true;
+    j.init_exited = true;
+    j.state = "running";  // settle() computes the final state
+    j.error = "killed before it started";
+    std::string id = j.id;
+    settle(j, false);
+    Job* s = find(id);
+    if (s != nullptr) {
+      s->state = "killed";
+      s->signal = signal_name(signal);
+      (void)write_meta(s->dir, "meta.json", meta_json(*s).dump());
+      announce_settled(id);
+    }
+    return s;
   }
 
   void settle_failed_start(Job& j) {
@@ -1588,6 +1611,12 @@ class Engine::Impl {
     j.record = std::move(d.record);
     j.lease = std::move(d.lease);
     if (d.error) {
+      if (j.kill_on_attach != 0) {
+        // Killed while being spawned, and the spawn failed: the caller's kill is the end that
+        // counts (the job never ran), not a start failure.
+        settle_killed_unstarted(j, j.kill_on_attach);
+        return;
+      }
       fail_start(j, *d.error);
       return;
     }
@@ -2100,13 +2129,18 @@ Result<JobStatus> Engine::start(const std::string& session, const StartOptions& 
     m.settle_failed_start(*raw);
     return m.status_of(*m.find(id));
   }
+  // launch() can settle (and with a small settled cache free) the job: keep its id.
+  const std::string id = raw->id;
   if (launch_now) {
     m.launch(*raw, true);
   } else {
     raw->state = "queued";
     m.queue.push_back(raw);
   }
-  Job* now = m.find(raw->id);
+  Job* now = m.find(id);
+  if (now == nullptr) {
+    return refusal("task {} settled as it started and its record could not be read back", id);
+  }
   return m.status_of(*now);
 }
 
@@ -2287,20 +2321,19 @@ Result<JobStatus> Engine::kill(const std::string& session, const std::string& ta
     if (waiting != m.to_spawn.end()) {
       // No starter took it yet: it never runs, and settles `killed` like a queued job.
       m.to_spawn.erase(waiting);
-      j->attached = true;
-      j->init_exited = true;
-      j->error = "killed before it started";
       std::string id = j->id;
-      m.settle(*j, false);
-      Job* s = m.find(id);
-      s->state = "killed";
-      s->signal = signal_name(signal);
-      (void)m.write_meta(s->dir, "meta.json", meta_json(*s).dump());
-      m.announce_settled(id);
+      Job* s = m.settle_killed_unstarted(*j, signal);
+      if (s == nullptr) {
+        return refusal("task {} was killed before it started; its record could not be read back",
+                       id);
+      }
       return m.status_of(*s);
     }
     // Being spawned: attach() sends the signal as soon as the sandbox exists.
-    j->kill_on_attach = signal;
+    // A later, gentler signal never replaces a SIGKILL already asked for.
+    if (j->kill_on_attach != SIGKILL) {
+      j->kill_on_attach = signal;
+    }
     return m.status_of(*j);
   }
   m.terminate(*j, signal);

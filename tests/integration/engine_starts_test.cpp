@@ -86,6 +86,28 @@ BOOST_AUTO_TEST_CASE(a_kill_racing_a_start_kills_the_sandbox) {
              env.sandbox_pids().size() << " sandboxed processes left");
 }
 
+// SIGKILL, then at once SIGTERM: whenever the two land (before a starter took the job,
+// during its spawn, after the attach), the job ends by SIGKILL. A kill held for the attach
+// used to be replaced by the later SIGTERM (and its grace period).
+BOOST_AUTO_TEST_CASE(a_sigterm_after_a_sigkill_never_softens_it) {
+  EngineEnv env(nlohmann::json{{"concurrency", {{"perSession", 100}, {"total", 100}}}});
+  auto e = open_engine(env);
+  std::vector<std::string> ids;
+  for (int i = 0; i < 40; ++i) {
+    auto s = e->start("s", {.argv = {"/bin/sleep", "1000"}});
+    BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+    BOOST_REQUIRE(e->kill("s", s->task_id, SIGKILL).has_value());
+    BOOST_REQUIRE(e->kill("s", s->task_id, SIGTERM).has_value());
+    ids.push_back(s->task_id);
+  }
+  auto w = e->wait("s", ids, 120s, true);
+  BOOST_REQUIRE_MESSAGE(w.has_value(), describe(w));
+  for (const auto& st : *w) {
+    BOOST_TEST(st.state == "killed", st.task_id << " " << st.state << " " << st.error);
+    BOOST_TEST(st.signal.value_or("") == "SIGKILL", st.task_id << " " << st.signal.value_or(""));
+  }
+}
+
 BOOST_AUTO_TEST_CASE(input_written_before_the_sandbox_exists_reaches_the_command) {
   EngineEnv env;
   auto e = open_engine(env);
