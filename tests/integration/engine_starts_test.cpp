@@ -2,6 +2,7 @@
 #include <signal.h>
 
 #include <boost/test/unit_test.hpp>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -61,24 +62,39 @@ BOOST_AUTO_TEST_CASE(concurrent_starts_from_several_threads_each_settle_with_the
   BOOST_TEST(e->counters("s").running == 0u);
 }
 
-// Killed right after start(), the kill lands at a different point of the start each time:
-// while the job waits for a starter, while its sandbox is being spawned, or after. Every one
-// settles `killed` and no sandboxed process is left.
-BOOST_AUTO_TEST_CASE(a_kill_racing_a_start_kills_the_sandbox) {
-  EngineEnv env(nlohmann::json{{"concurrency", {{"perSession", 100}, {"total", 100}}}});
-  auto e = open_engine(env);
+namespace {
+
+// 40 `sleep`s, each sent `signals(i)` (in order) right after its start() returned, so the
+// kills land at a different point of the start each time: while the job waits for a starter,
+// while its sandbox is being spawned, or after. Returns their settled statuses.
+std::vector<JobStatus> start_and_kill(Engine& e,
+                                      const std::function<std::vector<int>(int)>& signals) {
   std::vector<std::string> ids;
   for (int i = 0; i < 40; ++i) {
-    auto s = e->start("s", {.argv = {"/bin/sleep", "1000"}});
+    auto s = e.start("s", {.argv = {"/bin/sleep", "1000"}});
     BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
-    // Half with SIGTERM, which init forwards only once the command runs (held until then).
-    auto k = e->kill("s", s->task_id, i % 2 == 0 ? SIGKILL : SIGTERM);
-    BOOST_REQUIRE_MESSAGE(k.has_value(), describe(k));
+    for (int sig : signals(i)) {
+      auto k = e.kill("s", s->task_id, sig);
+      BOOST_REQUIRE_MESSAGE(k.has_value(), describe(k));
+    }
     ids.push_back(s->task_id);
   }
-  auto w = e->wait("s", ids, 120s, true);
+  auto w = e.wait("s", ids, 120s, true);
   BOOST_REQUIRE_MESSAGE(w.has_value(), describe(w));
-  for (const auto& st : *w) {
+  return *w;
+}
+
+const nlohmann::json kHundredSlots = {{"concurrency", {{"perSession", 100}, {"total", 100}}}};
+
+}  // namespace
+
+// Every job killed right after its start settles `killed` and no sandboxed process is left.
+BOOST_AUTO_TEST_CASE(a_kill_racing_a_start_kills_the_sandbox) {
+  EngineEnv env(kHundredSlots);
+  auto e = open_engine(env);
+  // Half with SIGTERM, which init forwards only once the command runs (held until then).
+  for (const auto& st :
+       start_and_kill(*e, [](int i) { return std::vector<int>{i % 2 == 0 ? SIGKILL : SIGTERM}; })) {
     BOOST_TEST(st.state == "killed", st.task_id << " " << st.state << " " << st.error);
   }
   BOOST_TEST(e->counters("s").running == 0u);
@@ -86,23 +102,14 @@ BOOST_AUTO_TEST_CASE(a_kill_racing_a_start_kills_the_sandbox) {
              env.sandbox_pids().size() << " sandboxed processes left");
 }
 
-// SIGKILL, then at once SIGTERM: whenever the two land (before a starter took the job,
-// during its spawn, after the attach), the job ends by SIGKILL. A kill held for the attach
-// used to be replaced by the later SIGTERM (and its grace period).
+// SIGKILL, then at once SIGTERM: wherever the two land, the job ends by SIGKILL. A kill held
+// for the attach used to be replaced by the later SIGTERM (and its grace period).
 BOOST_AUTO_TEST_CASE(a_sigterm_after_a_sigkill_never_softens_it) {
-  EngineEnv env(nlohmann::json{{"concurrency", {{"perSession", 100}, {"total", 100}}}});
+  EngineEnv env(kHundredSlots);
   auto e = open_engine(env);
-  std::vector<std::string> ids;
-  for (int i = 0; i < 40; ++i) {
-    auto s = e->start("s", {.argv = {"/bin/sleep", "1000"}});
-    BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
-    BOOST_REQUIRE(e->kill("s", s->task_id, SIGKILL).has_value());
-    BOOST_REQUIRE(e->kill("s", s->task_id, SIGTERM).has_value());
-    ids.push_back(s->task_id);
-  }
-  auto w = e->wait("s", ids, 120s, true);
-  BOOST_REQUIRE_MESSAGE(w.has_value(), describe(w));
-  for (const auto& st : *w) {
+  for (const auto& st : start_and_kill(*e, [](int) {
+         return std::vector<int>{SIGKILL, SIGTERM};
+       })) {
     BOOST_TEST(st.state == "killed", st.task_id << " " << st.state << " " << st.error);
     BOOST_TEST(st.signal.value_or("") == "SIGKILL", st.task_id << " " << st.signal.value_or(""));
   }
