@@ -11,8 +11,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/test/unit_test.hpp>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -437,12 +439,26 @@ BOOST_AUTO_TEST_CASE(sigkilled_engine_leaves_no_placeholder_and_the_next_sweeps_
   {
     EngineHost host(env);
     BOOST_REQUIRE_EQUAL(host.line(), "ready");
-    auto count = [&] { return records_in(env.state_dir + "/cgroups").size(); };
-    BOOST_REQUIRE(eventually([&] { return count() == EngineOptions{}.warm_pool_size; }));
+    // Every entry recorded and placed (its placeholder in its last cgroup): the start below
+    // takes one rather than making cgroups of its own.
+    auto placed_entries = [&] {
+      size_t n = 0;
+      for (const auto& [name, ps] : records_in(env.state_dir + "/cgroups")) {
+        n += is_pool_cgroup_name(name) && !ps.empty() && !procs_of(ps.back()).empty() ? 1 : 0;
+      }
+      return n;
+    };
+    BOOST_REQUIRE(eventually([&] { return placed_entries() == EngineOptions{}.warm_pool_size; }));
     std::string job = host.ask("start exec sleep 1000");
     BOOST_REQUIRE_MESSAGE(job.rfind("t", 0) == 0, job);
-    // The job's record and the entries left; the emptied slot refills once the job settles.
-    auto recs = records_in(env.state_dir + "/cgroups");
+    // The job's record (once a starter took its entry: start() returns before that) and the
+    // entries left; the emptied slot refills once the job settles. Records read whole.
+    std::map<std::string, std::vector<std::string>> recs;
+    BOOST_REQUIRE(eventually([&] {
+      recs = records_in(env.state_dir + "/cgroups");
+      return recs.contains(job) &&
+             std::all_of(recs.begin(), recs.end(), [](const auto& r) { return !r.second.empty(); });
+    }));
     BOOST_REQUIRE(recs.size() == EngineOptions{}.warm_pool_size);
     for (const auto& [name, paths] : recs) {
       cgroups.insert(cgroups.end(), paths.begin(), paths.end());
