@@ -1464,7 +1464,7 @@ class Engine::Impl {
     for (Stream* s : {&j.out, &j.err}) {
       int fd = ::open(s->path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
       if (fd < 0) {
-        fail_start(j, Error::sys(errno, fmt::format("open `{}`", s->path)));
+        fail_start(j, Error::sys(errno, fmt::format("open `{}`", s->path)).message());
         return;
       }
       s->file.reset(fd);
@@ -1473,48 +1473,40 @@ class Engine::Impl {
     starter_cv.notify_one();
   }
 
-  // A start that failed before or while spawning: settled `failed`, saying why. mu held.
-  void fail_start(Job& j, const Error& e) {
+  // A job that never ran settles as `state` (failed or killed) with `error`, and `signal`
+  // when killed: settle() computes the end of a running job, then the record it moved into
+  // the cache is corrected and written. The caller counted the job running; mu held.
+  // Returns the settled record, or nullptr when it could not be read back.
+  Job* settle_unstarted(Job& j, const char* state, const std::string& error, int signal = 0) {
     j.attached = true;
     j.init_exited = true;
     j.setup_step = sandbox::SetupStep::kNone;
     j.io_failed = false;
     j.state = "running";  // settle() computes the final state
-    j.error = e.message();
-    settle_failed_start(j);
-  }
-
-  // A job that never ran settles `killed` by `signal` ("killed before it started"). Its
-  // running count is the caller's to have taken. Returns the settled record (in the cache).
-  Job* settle_killed_unstarted(Job& j, int signal) {
-    j.attached = true;
-    j.init_exited = true;
-    j.state = "running";  // settle() computes the final state
-    j.error = "killed before it started";
+    j.error = error;
     std::string id = j.id;
     settle(j, false);
     Job* s = find(id);
     if (s != nullptr) {
-      s->state = "killed";
-      s->signal = signal_name(signal);
+      s->state = state;
+      s->error = error;
+      if (signal != 0) {
+        s->signal = signal_name(signal);
+      }
       (void)write_meta(s->dir, "meta.json", meta_json(*s).dump());
       announce_settled(id);
     }
     return s;
   }
 
-  void settle_failed_start(Job& j) {
-    std::string why = j.error;
-    std::string id = j.id;
-    settle(j, false);
-    // settle() moved the job into the cache; fix its state there.
-    Job* s = find(id);
-    if (s != nullptr) {
-      s->state = "failed";
-      s->error = "could not start: " + why;
-      (void)write_meta(s->dir, "meta.json", meta_json(*s).dump());
-      announce_settled(id);
-    }
+  // A start that failed before or while spawning: settled `failed`, saying why.
+  Job* fail_start(Job& j, const std::string& why) {
+    return settle_unstarted(j, "failed", "could not start: " + why);
+  }
+
+  // A job killed before it ran: settled `killed` by `signal`.
+  Job* settle_killed_unstarted(Job& j, int signal) {
+    return settle_unstarted(j, "killed", "killed before it started", signal);
   }
 
   // What a starter needs to spawn a job without mu: copied from the Job under mu.
@@ -1617,7 +1609,7 @@ class Engine::Impl {
         settle_killed_unstarted(j, j.kill_on_attach);
         return;
       }
-      fail_start(j, *d.error);
+      fail_start(j, d.error->message());
       return;
     }
     j.attached = true;
@@ -2122,12 +2114,12 @@ Result<JobStatus> Engine::start(const std::string& session, const StartOptions& 
   if (missing_executable) {
     ++m.running_total;
     ++m.running_per_session[session];
-    raw->state = "running";  // settle() computes the final state
-    raw->init_exited = true;
-    raw->error = checked_or.error().message();
     std::string id = raw->id;
-    m.settle_failed_start(*raw);
-    return m.status_of(*m.find(id));
+    Job* s = m.fail_start(*raw, checked_or.error().message());
+    if (s == nullptr) {
+      return refusal("task {} could not start and its record could not be read back", id);
+    }
+    return m.status_of(*s);
   }
   // launch() can settle (and with a small settled cache free) the job: keep its id.
   const std::string id = raw->id;
@@ -2300,35 +2292,26 @@ Result<JobStatus> Engine::kill(const std::string& session, const std::string& ta
     return m.status_of(*j);
   }
   j->killed_by_caller = true;
-  if (j->state == "queued") {
-    m.queue.erase(std::remove(m.queue.begin(), m.queue.end(), j), m.queue.end());
-    j->init_exited = true;
-    j->state = "running";
-    j->error = "killed before it started";
+  // Queued, or launched and no starter took it yet: it never runs, and settles `killed`.
+  bool queued = j->state == "queued";
+  auto waiting =
+      j->attached ? m.to_spawn.end() : std::find(m.to_spawn.begin(), m.to_spawn.end(), j);
+  if (queued || waiting != m.to_spawn.end()) {
+    if (queued) {
+      m.queue.erase(std::remove(m.queue.begin(), m.queue.end(), j), m.queue.end());
+      ++m.running_total;  // settle() counts it down as a running job
+      ++m.running_per_session[j->session];
+    } else {
+      m.to_spawn.erase(waiting);
+    }
     std::string id = j->id;
-    ++m.running_total;
-    ++m.running_per_session[j->session];
-    m.settle(*j, false);
-    Job* s = m.find(id);
-    s->state = "killed";
-    s->signal = signal_name(signal);
-    (void)m.write_meta(s->dir, "meta.json", meta_json(*s).dump());
-    m.announce_settled(id);
+    Job* s = m.settle_killed_unstarted(*j, signal);
+    if (s == nullptr) {
+      return refusal("task {} was killed before it started; its record could not be read back", id);
+    }
     return m.status_of(*s);
   }
   if (!j->attached) {
-    auto waiting = std::find(m.to_spawn.begin(), m.to_spawn.end(), j);
-    if (waiting != m.to_spawn.end()) {
-      // No starter took it yet: it never runs, and settles `killed` like a queued job.
-      m.to_spawn.erase(waiting);
-      std::string id = j->id;
-      Job* s = m.settle_killed_unstarted(*j, signal);
-      if (s == nullptr) {
-        return refusal("task {} was killed before it started; its record could not be read back",
-                       id);
-      }
-      return m.status_of(*s);
-    }
     // Being spawned: attach() sends the signal as soon as the sandbox exists.
     // A later, gentler signal never replaces a SIGKILL already asked for.
     if (j->kill_on_attach != SIGKILL) {
