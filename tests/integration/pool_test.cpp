@@ -127,6 +127,30 @@ std::map<std::string, std::vector<std::string>> records_in(const std::string& di
   return out;
 }
 
+// The placeholders of the pool entries recorded in `records` that are placed (the only
+// process of their entry's last cgroup), by pid → the entry's record name.
+std::map<pid_t, std::string> placed_placeholders(const std::string& records) {
+  std::map<pid_t, std::string> out;
+  for (const auto& [name, ps] : records_in(records)) {
+    if (!is_pool_cgroup_name(name) || ps.empty()) continue;
+    auto procs = procs_of(ps.back());
+    if (procs.size() == 1) out[*procs.begin()] = name;
+  }
+  return out;
+}
+
+// Starts a `sleep` that prints first and waits until it printed: start() returns before the
+// spawn, so from then on the spawn is complete (and a pooled placeholder gone).
+std::string start_printed_sleep(Engine& e) {
+  auto s = e.start("s", {.argv = {"/bin/sh", "-c", "echo up; exec sleep 1000"}});
+  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+  BOOST_REQUIRE(eventually([&] {
+    auto st = e.status("s", s->task_id);
+    return st && st->stdout_bytes > 0;
+  }));
+  return s->task_id;
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(pooled_sandbox_is_born_in_its_cgroups_without_the_placeholder) {
@@ -281,27 +305,16 @@ BOOST_AUTO_TEST_CASE(engine_jobs_take_pool_entries_with_their_own_limits) {
   const size_t size = EngineOptions{}.warm_pool_size;
   // Filled at open: entries recorded under pool names, each placeholder placed (in its last
   // cgroup) — a start takes only such an entry.
-  BOOST_REQUIRE(eventually([&] {
-    size_t placed = 0;
-    for (const auto& [name, ps] : records_in(records)) {
-      placed += is_pool_cgroup_name(name) && !ps.empty() && !procs_of(ps.back()).empty() ? 1 : 0;
-    }
-    return pool_entries() == size && placed == size;
-  }));
+  BOOST_REQUIRE(eventually(
+      [&] { return pool_entries() == size && placed_placeholders(records).size() == size; }));
   auto before = records_in(records);
 
-  auto s = e->start("s", {.argv = {"/bin/sh", "-c", "echo up; exec sleep 1000"}});
-  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
-  // start() returns before the spawn (a starter thread takes the entry): once the command
-  // printed, the spawn is complete and the placeholder gone.
-  BOOST_REQUIRE(eventually([&] {
-    auto st = e->status("s", s->task_id);
-    return st && st->stdout_bytes > 0;
-  }));
+  // (A starter thread takes the entry after start() returned.)
+  const std::string id = start_printed_sleep(*e);
   // The job took an entry: its record carries its id and lists a pool's cgroups.
   auto now = records_in(records);
-  BOOST_REQUIRE(now.contains(s->task_id));
-  auto paths = now[s->task_id];
+  BOOST_REQUIRE(now.contains(id));
+  auto paths = now[id];
   BOOST_REQUIRE(!paths.empty());
   BOOST_TEST(before.contains(paths[0].substr(paths[0].rfind('/') + 1)));
   // Its limits are the job's; only the sandbox is in its cgroups (no placeholder).
@@ -322,15 +335,15 @@ BOOST_AUTO_TEST_CASE(engine_jobs_take_pool_entries_with_their_own_limits) {
   // cgroup.kill and rmdir), so one entry is missing while it runs.
   BOOST_TEST(pool_entries() == size - 1);
 
-  auto k = e->kill("s", s->task_id, SIGKILL);
+  auto k = e->kill("s", id, SIGKILL);
   BOOST_REQUIRE_MESSAGE(k.has_value(), describe(k));
-  auto st = e->status("s", s->task_id, std::chrono::seconds(20));
+  auto st = e->status("s", id, std::chrono::seconds(20));
   BOOST_REQUIRE_MESSAGE(st.has_value(), describe(st));
   BOOST_TEST(st->state == "killed");
   for (const auto& p : paths) {
     BOOST_TEST(!fs::exists(p), p);
   }
-  BOOST_TEST(!records_in(records).contains(s->task_id));
+  BOOST_TEST(!records_in(records).contains(id));
   BOOST_TEST(eventually([&] { return pool_entries() == size; }));
 
   // Back to back, more jobs than the pool holds: each settles, each in fresh cgroups.
@@ -378,15 +391,8 @@ BOOST_AUTO_TEST_CASE(dead_placeholders_at_the_front_do_not_block_the_pool) {
   BOOST_REQUIRE(size >= 2);
   // Every entry placed: its placeholder in its last cgroup.
   std::map<pid_t, std::string> placeholders;  // pid -> the entry's record name
-  BOOST_REQUIRE(eventually([&] {
-    placeholders.clear();
-    for (const auto& [name, ps] : records_in(records)) {
-      if (!is_pool_cgroup_name(name) || ps.empty()) continue;
-      auto procs = procs_of(ps.back());
-      if (procs.size() == 1) placeholders[*procs.begin()] = name;
-    }
-    return placeholders.size() == size;
-  }));
+  BOOST_REQUIRE(
+      eventually([&] { return (placeholders = placed_placeholders(records)).size() == size; }));
   // Entries are made one after another, so the newest has the highest pid: keep only it.
   std::string survivor = placeholders.rbegin()->second;
   for (auto it = placeholders.begin(); std::next(it) != placeholders.end(); ++it) {
@@ -395,19 +401,14 @@ BOOST_AUTO_TEST_CASE(dead_placeholders_at_the_front_do_not_block_the_pool) {
     BOOST_REQUIRE(eventually([&] { return readable(fd.get()); }));
   }
 
-  auto s = e->start("s", {.argv = {"/bin/sh", "-c", "echo up; exec sleep 1000"}});
-  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
-  BOOST_REQUIRE(eventually([&] {
-    auto st = e->status("s", s->task_id);
-    return st && st->stdout_bytes > 0;
-  }));
+  const std::string id = start_printed_sleep(*e);
   auto now = records_in(records);
-  BOOST_REQUIRE(now.contains(s->task_id) && !now[s->task_id].empty());
-  const std::string& first = now[s->task_id][0];
+  BOOST_REQUIRE(now.contains(id) && !now[id].empty());
+  const std::string& first = now[id][0];
   BOOST_TEST(first.substr(first.rfind('/') + 1) == survivor, "the job ran in " << first);
-  auto k = e->kill("s", s->task_id, SIGKILL);
+  auto k = e->kill("s", id, SIGKILL);
   BOOST_REQUIRE_MESSAGE(k.has_value(), describe(k));
-  auto st = e->status("s", s->task_id, std::chrono::seconds(20));
+  auto st = e->status("s", id, std::chrono::seconds(20));
   BOOST_REQUIRE_MESSAGE(st.has_value(), describe(st));
   BOOST_TEST(st->state == "killed");
 }
@@ -441,14 +442,10 @@ BOOST_AUTO_TEST_CASE(sigkilled_engine_leaves_no_placeholder_and_the_next_sweeps_
     BOOST_REQUIRE_EQUAL(host.line(), "ready");
     // Every entry recorded and placed (its placeholder in its last cgroup): the start below
     // takes one rather than making cgroups of its own.
-    auto placed_entries = [&] {
-      size_t n = 0;
-      for (const auto& [name, ps] : records_in(env.state_dir + "/cgroups")) {
-        n += is_pool_cgroup_name(name) && !ps.empty() && !procs_of(ps.back()).empty() ? 1 : 0;
-      }
-      return n;
-    };
-    BOOST_REQUIRE(eventually([&] { return placed_entries() == EngineOptions{}.warm_pool_size; }));
+    BOOST_REQUIRE(eventually([&] {
+      return placed_placeholders(env.state_dir + "/cgroups").size() ==
+             EngineOptions{}.warm_pool_size;
+    }));
     std::string job = host.ask("start exec sleep 1000");
     BOOST_REQUIRE_MESSAGE(job.rfind("t", 0) == 0, job);
     // The job's record (once a starter took its entry: start() returns before that) and the
