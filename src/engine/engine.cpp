@@ -473,7 +473,7 @@ class Engine::Impl {
   std::optional<policy::Policy> git_pol;
   // One spawner per starter thread (kStarters): the spawner is single-threaded, and its part
   // of a spawn (prepare, clone3, id maps, v1 placement) was the serial step of many starts.
-  // spawners[0] is also the warm pool's: its placeholders are that process's children, so
+  // spawners[0] is also the warm pool's: its parked sandboxes are that process's children, so
   // every pooled spawn goes through it.
   std::vector<std::unique_ptr<sandbox::SpawnerClient>> spawners;
   sandbox::CgroupLayout layout;
@@ -1298,8 +1298,7 @@ class Engine::Impl {
       j.record = sandbox::RecordLock();
     }
     if (pool) {
-      // Once the job's own cgroup work is done: a new placeholder's placement holds
-      // cgroup_mutex for a grace period, which would hold up this job's cgroup.kill and rmdir.
+      // Once the job's own work is done: a sandbox build takes a core and the spawner.
       pool->refill_later();
     }
     j.lease.reset();
@@ -1560,12 +1559,14 @@ class Engine::Impl {
   SpawnDone run_spawn(SpawnWork& w, sandbox::SpawnerClient& own) {
     SpawnDone d;
     auto step = [&]() -> Result<void> {
-      // Warm pool: cgroups made and a placeholder parked in them ahead of time; only the
-      // job's limits are written now. Otherwise the job's own, named after it.
+      // Warm pool: a sandbox of this job's shape built ahead of time in cgroups and for a
+      // host id of its own; only the job's limits are written now. Otherwise the job's own
+      // cgroups, named after it, and a lease.
       uint64_t pool_slot = 0;
-      if (auto entry = pool ? pool->take() : std::nullopt) {
+      if (auto entry = pool ? pool->take(w.req) : std::nullopt) {
         d.record = std::move(entry->record);
         d.cgroup.emplace(std::move(entry->cgroup));
+        d.lease.emplace(std::move(entry->lease));
         pool_slot = entry->slot;
         CORDON_CHECK_CTX(d.record.rename(w.id), "record job cgroup");
         CORDON_CHECK_CTX(d.cgroup->set_limits(w.limits), "set the job's cgroup limits");
@@ -1575,10 +1576,20 @@ class Engine::Impl {
         d.record = std::move(record);
         CORDON_TRY_CTX(cg, sandbox::JobCgroup::create(layout, w.id, w.limits), "create job cgroup");
         d.cgroup.emplace(std::move(cg));
+        auto lease = sandbox::HostIdLease::acquire(opt.state_dir + "/uids", opt.host_id_base,
+                                                   opt.host_id_count);
+        if (!lease && lease.error().sys_errno() == EAGAIN && pool) {
+          // Every id is taken, maybe some by parked sandboxes (of another shape, or being
+          // built): jobs come first.
+          (void)pool->clear();
+          lease = sandbox::HostIdLease::acquire(opt.state_dir + "/uids", opt.host_id_base,
+                                                opt.host_id_count);
+        }
+        if (!lease) {
+          return std::unexpected(std::move(lease.error()));
+        }
+        d.lease.emplace(std::move(*lease));
       }
-      CORDON_TRY(lease, sandbox::HostIdLease::acquire(opt.state_dir + "/uids", opt.host_id_base,
-                                                      opt.host_id_count));
-      d.lease.emplace(std::move(lease));
       w.req.host_id = d.lease->id();
       w.req.cgroup_v2_fd = d.cgroup->v2_dirfd();
       if (layout.mode == sandbox::CgroupMode::kHybrid) {
@@ -1949,16 +1960,16 @@ Result<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
                    o.spawner_path);
     impl->spawners.push_back(std::make_unique<sandbox::SpawnerClient>(std::move(spawner)));
   }
-  if (o.warm_pool && o.warm_pool_size > 0) {
-    // The profile the jobs will use, compiled before each placeholder forks (a placeholder
-    // asked for another one compiles it itself: correct, but slower).
-    std::string profile = impl->pol && impl->pol->seccomp_profile ? *impl->pol->seccomp_profile
-                                                                  : o.default_seccomp_profile;
-    impl->pool.emplace(impl->layout, *impl->records, *impl->spawners.front(),
-                       sandbox::WarmPoolOptions{o.warm_pool_size, profile});
-    // Filled now (so open() returns with the pool's descriptors in place), then topped up by
-    // its own thread. When refills fail, spawns go unpooled.
-    (void)impl->pool->refill();
+  if (o.warm_pool && std::min<size_t>(o.warm_pool_size, o.host_id_count / 4) > 0) {
+    sandbox::WarmPoolOptions po;
+    // Each entry holds a host id of its own: a small id range stays the jobs'.
+    po.size = std::min<size_t>(o.warm_pool_size, o.host_id_count / 4);
+    po.lease_dir = o.state_dir + "/uids";
+    po.host_id_base = o.host_id_base;
+    po.host_id_count = o.host_id_count;
+    impl->pool.emplace(impl->layout, *impl->records, *impl->spawners.front(), std::move(po));
+    // Empty until the first job names the shape to build; then refilled by its own thread
+    // as jobs settle. When refills fail, spawns go unpooled.
     impl->pool->start();
   }
 

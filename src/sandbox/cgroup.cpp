@@ -16,6 +16,7 @@
 #include <array>
 #include <cerrno>
 #include <cmath>
+#include <filesystem>
 #include <optional>
 #include <utility>
 
@@ -898,6 +899,36 @@ bool is_pool_cgroup_name(std::string_view name) {
   }
   return std::all_of(name.begin() + kPoolCgroupPrefix.size(), name.end(),
                      [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+std::vector<pid_t> parked_pool_pids(const std::string& records_dir) {
+  std::vector<pid_t> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(records_dir, ec)) {
+    std::string name = e.path().filename();
+    if (!name.ends_with(".cgroups") || !is_pool_cgroup_name(name.substr(0, name.size() - 8))) {
+      continue;
+    }
+    auto record = read_small_file(e.path());
+    if (!record) {
+      continue;  // taken (renamed) meanwhile
+    }
+    std::string first = record->substr(0, record->find('\n'));
+    auto procs = read_small_file(first + "/cgroup.procs");
+    if (first.empty() || !procs) {
+      continue;
+    }
+    size_t at = 0;
+    while (at < procs->size()) {
+      size_t end = procs->find('\n', at);
+      if (end == std::string::npos) end = procs->size();
+      if (auto pid = parse_uint(procs->substr(at, end - at))) {
+        out.push_back(static_cast<pid_t>(*pid));
+      }
+      at = end + 1;
+    }
+  }
+  return out;
 }
 
 Result<CgroupRecords> CgroupRecords::open(const std::string& dir) {

@@ -155,6 +155,10 @@ class RecordLock {
 inline constexpr std::string_view kPoolCgroupPrefix = "pool-";
 /// Whether `name` is such a name.
 bool is_pool_cgroup_name(std::string_view name);
+/// The processes of the warm-pool entries recorded in `records_dir` that no job has taken
+/// (their record still has its pool name): the parked sandboxes, which run no job. For
+/// accounting that counts jobs' processes (tests, the soak tool).
+[[nodiscard]] std::vector<pid_t> parked_pool_pids(const std::string& records_dir);
 
 /// Crash-safe records of live jobs' cgroups: <dir>/<name>.cgroups lists a job's cgroup
 /// directories, and its owner holds an flock on it. A record whose lock can be taken belongs

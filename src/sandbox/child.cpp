@@ -672,7 +672,9 @@ void child_main(const ChildPlan& plan) {
 
   // 5. The pty, then the cwd checked against what the parent checked.
   int pty_slave = plan.tty ? open_pty(plan.tty_cols, plan.tty_rows) : -1;
-  enter_cwd(plan);
+  if (plan.cwd != nullptr) {  // a parked sandbox (warm pool): init enters the job's cwd
+    enter_cwd(plan);
+  }
   int ll_cmd = build_landlock(plan, false);
   int ll_init = build_landlock(plan, true);
 

@@ -79,7 +79,9 @@ struct ChildPlan {
   const TreeMount* user_trees = nullptr;  // working root and --ro paths, parents first
   size_t n_user_trees = 0;
 
-  const char* cwd = nullptr;  // absolute inside the sandbox, already resolved by the parent
+  // Absolute inside the sandbox, already resolved by the parent. nullptr for a parked sandbox
+  // (warm pool), whose init enters its job's cwd; its stdio and exec fd are -1 as well.
+  const char* cwd = nullptr;
   dev_t cwd_dev = 0;
   ino_t cwd_ino = 0;
 

@@ -119,10 +119,8 @@ int load_filter(const struct sock_filter* insns, uint32_t count) {
   fail(SetupStep::kCommandExec, err, err == ENOENT ? 127 : 126);
 }
 
-}  // namespace
-
-int init_main() {
-  // First: nobody in the sandbox may ptrace us or read our memory through /proc/1/mem.
+// Maps the plan at kFdPlan; never returns on a malformed one.
+const PlanHeader* map_plan(size_t* size) {
   struct stat st {};
   if (::fstat(kFdPlan, &st) != 0) {
     fail(SetupStep::kInitPlan, errno, 125);
@@ -131,15 +129,129 @@ int init_main() {
   if (map == MAP_FAILED) {
     fail(SetupStep::kInitPlan, errno, 125);
   }
-  const char* base = static_cast<const char*>(map);
   const auto* h = static_cast<const PlanHeader*>(map);
   if (static_cast<size_t>(st.st_size) < sizeof(PlanHeader) || h->magic != kPlanMagic ||
       h->total_size != static_cast<uint32_t>(st.st_size)) {
     fail(SetupStep::kInitPlan, EINVAL, 125);
   }
+  *size = static_cast<size_t>(st.st_size);
+  return h;
+}
+
+// Warm pool: says it is ready, then waits for its job (plan_format.hpp, ParkedJob) and puts
+// the job's descriptors at their fixed numbers, enters its cwd and lets the command's ruleset
+// reach a pinned executable. EOF: the pool was emptied before a job came.
+void receive_job() {
+  StatusRecord ready{};
+  ready.kind = RecordKind::kParked;
+  send_record(ready);
+
+  static ParkedJob job;  // 4 KiB of path: static, not on init's small stack
+  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int) * kParkedJobFds)];
+  struct iovec iov {
+    &job, sizeof job
+  };
+  struct msghdr msg {};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  ssize_t n;
+  do {
+    n = ::recvmsg(kFdStatus, &msg, MSG_CMSG_CLOEXEC);
+  } while (n < 0 && errno == EINTR);
+  if (n == 0) {
+    ::_exit(0);
+  }
+  if (n < 0) {
+    fail(SetupStep::kInitJob, errno, 125);
+  }
+  int fds[kParkedJobFds];
+  size_t nfds = 0;
+  for (struct cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) {
+      continue;
+    }
+    size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count && nfds < kParkedJobFds; ++i) {
+      std::memcpy(&fds[nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+    }
+  }
+  bool has_exec = (job.flags & kParkedJobHasExec) != 0;
+  if (static_cast<size_t>(n) != sizeof job || job.magic != kParkedJobMagic ||
+      (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0 || nfds != (has_exec ? 5u : 4u) ||
+      ::memchr(job.cwd, '\0', sizeof job.cwd) == nullptr) {
+    fail(SetupStep::kInitJob, EINVAL, 125);
+  }
+  // Staged above every target first, so no dup3 clobbers a descriptor still to be moved.
+  const int targets[kParkedJobFds] = {kFdPlan, 0, 1, 2, kFdExec};
+  for (size_t i = 0; i < nfds; ++i) {
+    int staged = ::fcntl(fds[i], F_DUPFD_CLOEXEC, 100);
+    if (staged < 0) {
+      fail(SetupStep::kInitJob, errno, 125);
+    }
+    ::close(fds[i]);
+    fds[i] = staged;
+  }
+  for (size_t i = 0; i < nfds; ++i) {
+    if (::dup3(fds[i], targets[i], 0) < 0) {
+      fail(SetupStep::kInitJob, errno, 125);
+    }
+    ::close(fds[i]);
+  }
+
+  // The cwd, checked against what the spawner resolved (as the unparked child does).
+  struct open_how how {};
+  how.flags = O_PATH | O_DIRECTORY | O_CLOEXEC;
+  how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  int cwd = sys::openat2(AT_FDCWD, job.cwd, &how);
+  if (cwd < 0) {
+    int err = errno;
+    fail(SetupStep::kCwd,
+         err == ELOOP || err == ENOENT || err == ENOTDIR || err == EXDEV ? ESTALE : err, 125);
+  }
+  struct stat st {};
+  if (::fstat(cwd, &st) != 0) {
+    fail(SetupStep::kCwd, errno, 125);
+  }
+  if (st.st_dev != job.cwd_dev || st.st_ino != job.cwd_ino) {
+    fail(SetupStep::kCwd, ESTALE, 125);
+  }
+  if (::fchdir(cwd) != 0) {
+    fail(SetupStep::kCwd, errno, 125);
+  }
+  ::close(cwd);
+
+  // The ruleset is not enforced yet (the command restricts itself with it after the fork),
+  // so a rule can still be added.
+  if (has_exec && job.exec_access != 0) {
+    sys::LandlockPathBeneathAttr pb{};
+    pb.allowed_access = job.exec_access;
+    pb.parent_fd = kFdExec;
+    if (sys::landlock_add_rule(kFdLandlockCmd, sys::kLandlockRuleTypePathBeneath, &pb, 0) != 0) {
+      fail(SetupStep::kLandlock, errno, 125);
+    }
+  }
+}
+
+}  // namespace
+
+int init_main() {
+  // First: nobody in the sandbox may ptrace us or read our memory through /proc/1/mem.
+  size_t size = 0;
+  const PlanHeader* h = map_plan(&size);
   if (!(h->flags & kPlanKeepDumpable) && ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {
     fail(SetupStep::kInitPlan, errno, 125);
   }
+  if (h->flags & kPlanParked) {
+    receive_job();
+    ::munmap(const_cast<PlanHeader*>(h), size);
+    h = map_plan(&size);
+    if (h->flags & kPlanParked) {
+      fail(SetupStep::kInitJob, EINVAL, 125);
+    }
+  }
+  const char* base = reinterpret_cast<const char*>(h);
 
   // argv/envp pointer arrays, in anonymous memory (init has no heap of its own to speak of).
   size_t nptr = h->argc + 1 + h->envc + 1;

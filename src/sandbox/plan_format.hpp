@@ -6,6 +6,7 @@
 
 #include <linux/filter.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace cordon::sandbox {
@@ -20,6 +21,29 @@ enum PlanFlags : uint32_t {
   kPlanNoLandlock = 1u << 4,
   kPlanNoNoNewPrivs = 1u << 5,
   kPlanKeepDumpable = 1u << 6,
+  // Warm pool: a park plan (no strings, no programs). Init says kParked on kFdStatus and
+  // waits there for its job: one ParkedJob datagram whose descriptors replace its plan, its
+  // stdio and its exec fd; it then runs the job's plan exactly as an unparked init would.
+  kPlanParked = 1u << 7,
+};
+
+inline constexpr uint32_t kParkedJobMagic = 0x314a5043;  // "CPJ1"
+inline constexpr uint32_t kParkedJobHasExec = 1u << 0;   // a fifth descriptor: kFdExec
+inline constexpr size_t kParkedJobFds = 5;
+
+/// The job a parked init receives on kFdStatus, with SCM_RIGHTS in this order: the job's
+/// sealed plan memfd, stdin (read end), stdout and stderr (write ends), and the pinned
+/// executable's O_PATH fd when kParkedJobHasExec. Sent by the spawner only (the other end of
+/// the status channel is its own until the job is handed to the engine).
+struct ParkedJob {
+  uint32_t magic;
+  uint32_t flags;
+  uint64_t cwd_dev;  // the cwd as the spawner resolved it beneath the working root
+  uint64_t cwd_ino;
+  // Landlock rights for the pinned executable (its own rule: it is reached through the
+  // host's mount, outside every tree the parked ruleset covers); 0 without one.
+  uint64_t exec_access;
+  char cwd[4096];  // absolute inside the sandbox, NUL-terminated
 };
 
 struct PlanHeader {

@@ -9,9 +9,6 @@
 
 namespace cordon::sandbox {
 namespace {
-// An entry not placed this long after it was made never will be (its placeholder died or
-// failed to enter): a placement waits for one RCU grace period, milliseconds even under load.
-constexpr std::chrono::seconds kNeverPlaced{10};
 
 // 64 random bits: pool names must not collide with a crashed engine's entries that no sweep
 // has removed yet (its pid may be ours now), nor with another engine's.
@@ -29,6 +26,13 @@ Result<std::string> random_name() {
     got += static_cast<size_t>(n);
   }
   return fmt::format("{}{:016x}", kPoolCgroupPrefix, v);
+}
+
+// Whether a sandbox parked for `shape` can run `job` (the spawner checks the same, and the
+// host id, again).
+bool fits(const SpawnerClient::Request& shape, const SpawnerClient::Request& job) {
+  return same_sandbox_shape(shape.spec, job.spec) && shape.init_path == job.init_path &&
+         shape.cgroupns_at_clone == job.cgroupns_at_clone;
 }
 
 }  // namespace
@@ -56,77 +60,58 @@ void WarmPool::start() {
   if (thread_.joinable()) {
     return;
   }
-  {
-    // Only when the caller's fill fell short: a refill the thread ran late would otherwise
-    // top the pool up after a take, which must wait for a settle (see refill_later()).
-    std::lock_guard lock(mu_);
-    wanted_ = entries_.size() < options_.size;
-  }
   thread_ = std::thread([this] { refill_loop(); });
 }
 
 void WarmPool::refill_loop() {
   for (;;) {
+    std::deque<Entry> stale;
+    bool refill_now = false;
     {
       std::unique_lock lock(mu_);
-      cv_.wait(lock, [this] { return wanted_ || stopping_; });
+      cv_.wait(lock, [this] { return wanted_ || !stale_.empty() || stopping_; });
       if (stopping_) {
         return;
       }
+      stale.swap(stale_);
+      refill_now = wanted_;
       wanted_ = false;
     }
-    // A failure (cgroups, spawner) leaves the pool short: spawns go unpooled until the next
-    // request succeeds.
-    (void)refill();
-  }
-}
-
-bool WarmPool::placed(const Entry& e) const {
-  // The placeholder enters the v2 cgroup first, then each v1 one in order; once it is a member
-  // of the last, its placement is done.
-  std::vector<int> v1 = e.cgroup.v1_dirfds();
-  int last = layout_.mode == CgroupMode::kHybrid && !v1.empty() ? v1.back() : e.cgroup.v2_dirfd();
-  if (last < 0) {
-    return true;  // nothing to enter
-  }
-  auto procs = sys::read_file_at(last, "cgroup.procs");
-  return procs && !procs->empty();
-}
-
-std::optional<WarmPool::Entry> WarmPool::take() {
-  // Failure fixed: an entry taken before its placeholder was placed made the spawner wait for
-  // that placement's grace period, serially: 1000 starts at once took 9.5 ms per pooled spawn
-  // (the pool refilled on every take and each fresh entry was taken at once). Such an entry
-  // stays for a later take, and the caller spawns unpooled meanwhile; a burst no longer
-  // refills the pool either (refill_later() when jobs settle does), since each placement holds
-  // cgroup_mutex, which the unpooled spawns' cgroup mkdirs need.
-  //
-  // The first placed entry, not only the front one: an entry whose placeholder died or never
-  // got in (its cgroup.procs stays empty) must not block the pool for good. Such an entry is
-  // dropped once it is older than any placement takes, and the pool refills.
-  std::optional<Entry> out;
-  std::deque<Entry> stale;
-  {
-    std::lock_guard lock(mu_);
-    const auto now = std::chrono::steady_clock::now();
-    for (auto it = entries_.begin(); it != entries_.end();) {
-      if (placed(*it)) {
-        out.emplace(std::move(*it));
-        entries_.erase(it);
-        break;
-      }
-      if (now - it->made > kNeverPlaced) {
-        stale.push_back(std::move(*it));
-        it = entries_.erase(it);
-        continue;
-      }
-      ++it;
+    (void)destroy_entries(stale);  // a record left behind is swept like a crashed job's
+    if (refill_now) {
+      // A failure (cgroups, a lease, the spawner) leaves the pool short: spawns go unpooled
+      // until the next request succeeds.
+      (void)refill();
     }
   }
-  if (!stale.empty()) {
-    (void)destroy_entries(stale);  // a record left behind is swept like a crashed job's
-    refill_later();
+}
+
+std::optional<WarmPool::Entry> WarmPool::take(const SpawnerClient::Request& request) {
+  if (request.spec.tty) {
+    return std::nullopt;
   }
+  std::optional<Entry> out;
+  {
+    std::lock_guard lock(mu_);
+    if (!shape_ || !fits(*shape_, request)) {
+      // The last job's shape is the one the next jobs most likely have (an agent works in
+      // one root): the pool follows it. Its descriptors are the caller's, never kept.
+      shape_ = request;
+      shape_->cgroup_v2_fd = -1;
+      shape_->cgroup_v1_fds.clear();
+      shape_->host_id = 0;
+      shape_->pool_slot = 0;
+      ++generation_;
+      for (auto& e : entries_) {
+        stale_.push_back(std::move(e));
+      }
+      entries_.clear();
+    } else if (!entries_.empty()) {
+      out.emplace(std::move(entries_.front()));
+      entries_.pop_front();
+    }
+  }
+  cv_.notify_all();  // stale entries to destroy, if any
   return out;
 }
 
@@ -148,20 +133,28 @@ size_t WarmPool::available() const {
 
 Result<void> WarmPool::refill() {
   for (;;) {
+    SpawnerClient::Request shape;
+    uint64_t generation = 0;
     {
       std::lock_guard lock(mu_);
-      if (stopping_ || entries_.size() >= options_.size) {
+      if (stopping_ || !shape_ || entries_.size() >= options_.size) {
         return {};
       }
+      shape = *shape_;
+      generation = generation_;
     }
-    // Made without the lock: take() never waits for a mkdir or a fork.
-    CORDON_TRY_CTX(e, make_entry(), "refill the warm pool");
+    // Made without the lock: take() never waits for a mkdir or a sandbox build.
+    CORDON_TRY_CTX(e, make_entry(shape), "refill the warm pool");
     std::lock_guard lock(mu_);
+    if (generation != generation_) {
+      stale_.push_back(std::move(e));  // the shape changed meanwhile
+      return {};
+    }
     entries_.push_back(std::move(e));
   }
 }
 
-Result<WarmPool::Entry> WarmPool::make_entry() {
+Result<WarmPool::Entry> WarmPool::make_entry(const SpawnerClient::Request& shape) {
   CORDON_TRY(name, random_name());
   CORDON_TRY(paths, JobCgroup::paths_for(layout_, name));
   // Recorded before the cgroups exist, as a job's are: a crash in between leaves a record
@@ -172,18 +165,27 @@ Result<WarmPool::Entry> WarmPool::make_entry() {
     (void)record.remove();
     return std::unexpected(std::move(cg.error()).wrap("create pool cgroup"));
   }
-  std::vector<int> v1;
-  if (layout_.mode == CgroupMode::kHybrid) {
-    v1 = cg->v1_dirfds();
-  }
-  auto slot =
-      spawner_->pool_add(options_.seccomp_profile_path, options_.allow_ptrace, cg->v2_dirfd(), v1);
-  if (!slot) {
-    (void)cg->destroy();
+  auto undo = [&](Error e, const char* what) -> Result<Entry> {
+    (void)cg->destroy();  // kills a sandbox that may have been cloned
     (void)record.remove();
-    return std::unexpected(std::move(slot.error()).wrap("park a placeholder"));
+    return std::unexpected(std::move(e).wrap("{}", what));
+  };
+  auto lease =
+      HostIdLease::acquire(options_.lease_dir, options_.host_id_base, options_.host_id_count);
+  if (!lease) {
+    return undo(std::move(lease.error()), "lease a host id for the pool");
   }
-  return Entry{std::move(*cg), std::move(record), slot->id, std::chrono::steady_clock::now()};
+  SpawnerClient::Request req = shape;
+  req.host_id = lease->id();
+  req.cgroup_v2_fd = cg->v2_dirfd();
+  if (layout_.mode == CgroupMode::kHybrid) {
+    req.cgroup_v1_fds = cg->v1_dirfds();
+  }
+  auto slot = spawner_->park(req);
+  if (!slot) {
+    return undo(std::move(slot.error()), "park a sandbox");
+  }
+  return Entry{std::move(*cg), std::move(record), std::move(*lease), slot->id};
 }
 
 Result<void> WarmPool::clear() {
@@ -191,6 +193,10 @@ Result<void> WarmPool::clear() {
   {
     std::lock_guard lock(mu_);
     entries.swap(entries_);
+    for (auto& e : stale_) {
+      entries.push_back(std::move(e));
+    }
+    stale_.clear();
   }
   CORDON_CHECK_CTX(destroy_entries(entries), "empty the warm pool");
   return {};

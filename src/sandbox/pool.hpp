@@ -1,40 +1,44 @@
 #pragma once
 
-// The warm pool (DESIGN.md, docs/performance.md): job cgroup sets made ahead of time, each with
-// a placeholder process of the spawner parked inside them. Moving a pid into a cgroup waits
-// for an RCU grace period (~11 ms when spawns are 20 ms apart) while holding cgroup_mutex; the
-// placeholder pays it while nobody waits, and the sandbox it clone3s on request is born inside
-// every job cgroup (fork inherits membership), with no cgroup operation on the spawn path.
+// The warm pool (DESIGN.md, docs/performance.md): whole sandboxes built ahead of time, each
+// parked in a fresh job cgroup set until one job takes it. Building a sandbox — clone3 with
+// its namespaces, the cgroup placement, the mount tree, pivot_root, the Landlock rulesets, the
+// privilege drop, the exec of its init — costs several milliseconds; a pooled start only hands
+// the parked init its job (cwd, executable, plan, pipes), and the init forks and execs it.
 //
 // Nothing is shared between jobs: an entry is one fresh cgroup set (no limits until its job
-// writes them), one crash record and one placeholder, and it is used by exactly one job, which
-// owns the cgroups and the record from then on. The sandbox itself (namespaces, mounts,
-// seccomp, Landlock, the leased uid, the pinned executable) is built per job as before.
+// writes them), one crash record, one leased host id and one sandbox built for them, and it is
+// used by exactly one job, which owns all of it from then on. Entries are built for one shape
+// (sandbox::same_sandbox_shape: the working root, the --ro paths, the network, the identity,
+// the quotas): the shape of the last job that asked. A job of another shape spawns unpooled
+// and becomes the shape the pool refills with; tty jobs are never pooled.
 //
 // Cleanup: the cgroups are recorded (CgroupRecords) before they exist, like a job's, so a
-// crashed owner's entries are swept; destroying an entry's cgroups kills its placeholder (a
-// member); the placeholders die with the spawner (PDEATHSIG).
+// crashed owner's entries are swept; destroying an entry's cgroups kills its sandbox; parked
+// sandboxes die with the spawner (it kills its children on EOF; PDEATHSIG otherwise).
 
-#include <chrono>
+#include <sys/types.h>
+
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <mutex>
 #include <optional>
 #include <string>
-#include <string_view>
 #include <thread>
 
 #include "base/error.hpp"
 #include "sandbox/cgroup.hpp"
 #include "sandbox/spawner.hpp"
+#include "sandbox/userns.hpp"
 
 namespace cordon::sandbox {
 
 struct WarmPoolOptions {
-  size_t size = 4;                   // entries kept ready
-  std::string seccomp_profile_path;  // compiled by the spawner before each placeholder forks
-  bool allow_ptrace = false;         // which variant of that profile
+  size_t size = 4;        // entries kept ready
+  std::string lease_dir;  // HostIdLease's lock directory (the engine's <state>/uids)
+  uid_t host_id_base = kHostIdBase;
+  uid_t host_id_count = kHostIdCount;
 };
 
 class WarmPool {
@@ -44,12 +48,12 @@ class WarmPool {
   struct Entry {
     JobCgroup cgroup;   // fresh; the job writes its own limits (set_limits) before spawning
     RecordLock record;  // the held crash record of those cgroups (rename it after the job)
+    HostIdLease lease;  // the host id the sandbox was built for: the job's from now on
     uint64_t slot = 0;  // SpawnerClient::Request::pool_slot
-    std::chrono::steady_clock::time_point made{};  // an entry never placed is dropped later
   };
 
   /// `records` and `spawner` are borrowed and must outlive the pool (both are safe to use
-  /// from the refill thread). Empty until refill() or start().
+  /// from the refill thread). Empty until a take() names a shape and a refill follows.
   WarmPool(CgroupLayout layout, CgroupRecords& records, SpawnerClient& spawner,
            WarmPoolOptions options);
   WarmPool(const WarmPool&) = delete;
@@ -57,43 +61,45 @@ class WarmPool {
   /// Stops the refill thread, then clear().
   ~WarmPool();
 
-  /// Starts the background refill thread and asks it to fill the pool. Its work (mkdirs, a
-  /// record, a fork of the spawner per entry) then never runs on a caller's path.
+  /// Starts the background thread that refills the pool when asked (refill_later) and
+  /// destroys the entries of a shape no longer wanted. Its work (mkdirs, a record, a lease and
+  /// a sandbox build in the spawner per entry) never runs on a caller's path.
   void start();
-  /// The oldest entry once its placeholder is placed, or nullopt (empty, or that placement
-  /// still running: spawn unpooled rather than wait for it). The caller owns it: destroy its
-  /// cgroup and remove its record when the job is done. Thread-safe; never asks for a refill
-  /// (refill_later() when jobs settle does).
-  std::optional<Entry> take();
+  /// An entry whose sandbox fits `request` (its spec's shape, init, cgroup namespace mode),
+  /// or nullopt. A request of another shape (and not a tty) becomes the pool's shape: the old
+  /// entries go (on the pool's thread) and refills build the new one. Thread-safe; never
+  /// refills by itself (refill_later() when jobs settle does: a build costs a spawner's and
+  /// a core's time that the job being started needs).
+  std::optional<Entry> take(const SpawnerClient::Request& request);
   /// Asks the refill thread to top the pool up (no-op without start()). Call when a job's own
-  /// cgroup work is done: a new placeholder's placement holds cgroup_mutex for a grace period,
-  /// which would hold up a running job's cgroup.kill and rmdir.
+  /// cgroup work is done.
   void refill_later();
-  /// Adds entries until `size` are ready to take, on the calling thread. Stops at the first
-  /// error and returns it (what was added stays).
+  /// Adds entries of the current shape until `size` are ready, on the calling thread. Stops
+  /// at the first error and returns it (what was added stays). Nothing without a shape.
   [[nodiscard]] Result<void> refill();
-  /// Destroys every unused entry: its cgroups (which kills its placeholder), then its record.
-  /// Returns the first error; the others are still attempted.
+  /// Destroys every unused entry: its cgroups (which kills its sandbox), then its record and
+  /// lease. Returns the first error; the others are still attempted.
   [[nodiscard]] Result<void> clear();
   size_t available() const;
   const WarmPoolOptions& options() const { return options_; }
 
  private:
-  Result<Entry> make_entry();
-  // Destroys each entry's cgroups (killing its placeholder), then its record; a record whose
+  Result<Entry> make_entry(const SpawnerClient::Request& shape);
+  // Destroys each entry's cgroups (killing its sandbox), then its record; a record whose
   // cgroups could not be removed stays for a later sweep. Returns the first error.
   static Result<void> destroy_entries(std::deque<Entry>& entries);
-  // Whether the entry's placeholder is in all its cgroups (reads the last one's cgroup.procs).
-  bool placed(const Entry& e) const;
   void refill_loop();
 
   const CgroupLayout layout_;
   CgroupRecords* const records_;
   SpawnerClient* const spawner_;
   const WarmPoolOptions options_;
-  mutable std::mutex mu_;  // guards entries_, wanted_, stopping_
+  mutable std::mutex mu_;  // guards everything below
   std::condition_variable cv_;
   std::deque<Entry> entries_;
+  std::deque<Entry> stale_;  // of an older shape, destroyed by the pool's thread
+  std::optional<SpawnerClient::Request> shape_;
+  uint64_t generation_ = 0;  // of shape_: an entry built for an older one is stale
   bool wanted_ = false;
   bool stopping_ = false;
   std::thread thread_;

@@ -126,13 +126,7 @@ void PreparedSandbox::close_child_ends() {
   plan_fd_.reset();
 }
 
-Result<std::unique_ptr<PreparedSandbox>> PreparedSandbox::prepare(const SandboxSpec& spec,
-                                                                  const SeccompPrograms& seccomp,
-                                                                  uid_t host_id,
-                                                                  const std::string& init_path) {
-  std::unique_ptr<PreparedSandbox> p(new PreparedSandbox());
-  ChildPlan& plan = p->plan_;
-
+Result<void> PreparedSandbox::open_root(const SandboxSpec& spec) {
   // The working root, opened once; every later check is relative to this fd. The caller
   // passes the path it resolved and checked, so no symlink may appear in it now: a component
   // swapped for a symlink after the check fails here instead of binding somewhere else.
@@ -141,9 +135,12 @@ Result<std::unique_ptr<PreparedSandbox>> PreparedSandbox::prepare(const SandboxS
                                  RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS),
                  "open the working root");
   CORDON_TRY(root_path, sys::fd_path(root_fd.get()));
-  p->root_ = root_path;
-  p->root_fd_ = std::move(root_fd);
+  root_ = root_path;
+  root_fd_ = std::move(root_fd);
+  return {};
+}
 
+Result<void> PreparedSandbox::resolve_cwd(const SandboxSpec& spec) {
   // The cwd resolves beneath the root: symlinks inside are followed, one leading out is not.
   std::string cwd_rel = ".";
   if (!path_within(spec.cwd, spec.root)) {
@@ -152,7 +149,7 @@ Result<std::unique_ptr<PreparedSandbox>> PreparedSandbox::prepare(const SandboxS
   if (spec.cwd.size() > spec.root.size()) {
     cwd_rel = spec.cwd.substr(spec.root == "/" ? 1 : spec.root.size() + 1);
   }
-  auto cwd_fd = sys::openat2_fd(p->root_fd_.get(), cwd_rel, O_PATH | O_DIRECTORY,
+  auto cwd_fd = sys::openat2_fd(root_fd_.get(), cwd_rel, O_PATH | O_DIRECTORY,
                                 RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS);
   if (!cwd_fd) {
     if (cwd_fd.error().sys_errno() == EXDEV) {
@@ -161,26 +158,51 @@ Result<std::unique_ptr<PreparedSandbox>> PreparedSandbox::prepare(const SandboxS
       return refusal(
           "the cwd `{}` leads outside the working root `{}` (to `{}`); use a "
           "directory inside the root",
-          spec.cwd, p->root_, leads);
+          spec.cwd, root_, leads);
     }
     return std::unexpected(std::move(cwd_fd.error()).wrap("open the cwd"));
   }
   CORDON_TRY(cwd_path, sys::fd_path(cwd_fd->get()));
   CORDON_TRY(cwd_st, sys::fstat_fd(cwd_fd->get()));
-  plan.cwd = p->keep(cwd_path);
-  plan.cwd_dev = cwd_st.st_dev;
-  plan.cwd_ino = cwd_st.st_ino;
+  plan_.cwd = keep(cwd_path);
+  plan_.cwd_dev = cwd_st.st_dev;
+  plan_.cwd_ino = cwd_st.st_ino;
+  return {};
+}
 
-  CORDON_CHECK(p->prepare_mounts(spec, host_id));
-
+Result<void> PreparedSandbox::resolve_command(const SandboxSpec& spec,
+                                              const std::vector<std::string>& visible) {
   // The program: pinned when outside the root, by path inside it.
-  CORDON_TRY(exe, resolve_executable(spec.argv, p->root_, p->root_fd_.get(), p->visible_,
-                                     spec.exec_dev, spec.exec_ino));
-  p->argv_ = exe.argv;
-  p->applied_.pinned_executable = exe.pinned;
-  p->applied_.interpreter = exe.interpreter;
-  p->exec_fd_ = std::move(exe.fd);
-  plan.exec_fd = p->exec_fd_.get();
+  CORDON_TRY(exe, resolve_executable(spec.argv, root_, root_fd_.get(), visible, spec.exec_dev,
+                                     spec.exec_ino));
+  argv_ = exe.argv;
+  applied_.pinned_executable = exe.pinned;
+  applied_.interpreter = exe.interpreter;
+  exec_fd_ = std::move(exe.fd);
+  plan_.exec_fd = exec_fd_.get();
+  exec_path_ = exe.exec_path;
+  return {};
+}
+
+Result<std::unique_ptr<PreparedSandbox>> PreparedSandbox::prepare(const SandboxSpec& spec,
+                                                                  const SeccompPrograms& seccomp,
+                                                                  uid_t host_id,
+                                                                  const std::string& init_path,
+                                                                  Mode mode) {
+  const bool park = mode == Mode::kPark;
+  if (park && spec.tty) {
+    return invalid("a parked sandbox has no tty (its pty is made by the child for its job)");
+  }
+  std::unique_ptr<PreparedSandbox> p(new PreparedSandbox());
+  ChildPlan& plan = p->plan_;
+  CORDON_CHECK(p->open_root(spec));
+  if (!park) {
+    CORDON_CHECK(p->resolve_cwd(spec));
+  }
+  CORDON_CHECK(p->prepare_mounts(spec, host_id));
+  if (!park) {
+    CORDON_CHECK(p->resolve_command(spec, p->visible_));
+  }
 
   // The init binary: root-owned and not writable by anyone else, so /proc/1/exe (the runc
   // CVE-2019-5736 analogue) leads to a file no sandbox can change.
@@ -197,8 +219,14 @@ Result<std::unique_ptr<PreparedSandbox>> PreparedSandbox::prepare(const SandboxS
   plan.init_fd = p->init_fd_.get();
 
   CORDON_CHECK(p->prepare_landlock(spec));
-  CORDON_CHECK(p->prepare_plan_file(spec, seccomp, exe.argv, exe.exec_path));
-  CORDON_CHECK(p->prepare_channels(spec));
+  if (park) {
+    // Only the walls' flags: the job's plan brings its argv, environment and filters.
+    CORDON_CHECK(p->prepare_plan_file(spec, SeccompPrograms{}, {}, "", kPlanParked));
+  } else {
+    CORDON_CHECK(p->prepare_plan_file(spec, seccomp, p->argv_, p->exec_path_));
+  }
+  // A parked sandbox gets its job's pipes from prepare_job().
+  CORDON_CHECK(p->prepare_channels(spec, true, !park));
 
   plan.loopback_up = spec.network == NetworkMode::kNone;
   p->applied_.network_namespace = spec.network == NetworkMode::kNone;
@@ -216,6 +244,58 @@ Result<std::unique_ptr<PreparedSandbox>> PreparedSandbox::prepare(const SandboxS
   plan.cap_last_cap = last ? static_cast<int>(*last) : 63;
   plan.disabled_walls = spec.disabled_walls;
   p->finalize_keep_fds();
+  return p;
+}
+
+ParkedShape PreparedSandbox::parked_shape() const {
+  ParkedShape s;
+  s.root = root_;
+  struct stat st {};
+  if (root_fd_ && ::fstat(root_fd_.get(), &st) == 0) {
+    s.root_dev = st.st_dev;
+    s.root_ino = st.st_ino;
+  }
+  s.read_only_ids = ro_ids_;
+  s.visible = visible_;
+  s.landlock_handled = plan_.landlock_handled;
+  return s;
+}
+
+bool PreparedSandbox::shape_still_holds(const SandboxSpec& spec, const ParkedShape& shape) {
+  auto same = [](const std::string& path, uint64_t dev, uint64_t ino, int extra_flags) {
+    auto fd = sys::openat2_fd(AT_FDCWD, path, O_PATH | extra_flags,
+                              RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS);
+    if (!fd) {
+      return false;
+    }
+    auto st = sys::fstat_fd(fd->get());
+    return st && st->st_dev == dev && st->st_ino == ino;
+  };
+  if (!same(spec.root, shape.root_dev, shape.root_ino, O_DIRECTORY) ||
+      spec.read_only_paths.size() != shape.read_only_ids.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < spec.read_only_paths.size(); ++i) {
+    const auto& [dev, ino] = shape.read_only_ids[i];
+    if (!same(spec.read_only_paths[i], dev, ino, 0)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+Result<std::unique_ptr<PreparedSandbox>> PreparedSandbox::prepare_job(
+    const SandboxSpec& spec, const SeccompPrograms& seccomp, const ParkedShape& shape) {
+  std::unique_ptr<PreparedSandbox> p(new PreparedSandbox());
+  CORDON_CHECK(p->open_root(spec));
+  if (p->root_ != shape.root) {
+    return invalid("the working root `{}` is not the parked sandbox's `{}`", p->root_, shape.root);
+  }
+  CORDON_CHECK(p->resolve_cwd(spec));
+  CORDON_CHECK(p->resolve_command(spec, shape.visible));
+  CORDON_CHECK(p->prepare_plan_file(spec, seccomp, p->argv_, p->exec_path_));
+  CORDON_CHECK(p->prepare_channels(spec, false, true));
+  p->plan_.landlock_handled = shape.landlock_handled;
   return p;
 }
 
@@ -396,6 +476,7 @@ Result<void> PreparedSandbox::prepare_mounts(const SandboxSpec& spec, uid_t host
     }
 #endif
     CORDON_TRY(tree, clone_tree(fd.get(), "", ro_attr));
+    ro_ids_.emplace_back(st.st_dev, st.st_ino);
     pending.push_back({path, tree.get(), S_ISREG(st.st_mode)});
     fds_.push_back(std::move(tree));
     visible_.push_back(path);
@@ -468,7 +549,8 @@ Result<void> PreparedSandbox::prepare_landlock(const SandboxSpec& spec) {
 Result<void> PreparedSandbox::prepare_plan_file(const SandboxSpec& spec,
                                                 const SeccompPrograms& seccomp,
                                                 const std::vector<std::string>& argv,
-                                                const std::string& exec_path) {
+                                                const std::string& exec_path,
+                                                uint32_t extra_flags) {
   std::string strings;
   for (const auto& a : argv) {
     if (a.find('\0') != std::string::npos) {
@@ -491,7 +573,7 @@ Result<void> PreparedSandbox::prepare_plan_file(const SandboxSpec& spec,
   h.magic = kPlanMagic;
   h.argc = static_cast<uint32_t>(argv.size());
   h.envc = static_cast<uint32_t>(spec.env.size());
-  h.flags = 0;
+  h.flags = extra_flags;
   if (spec.tty) {
     h.flags |= kPlanTty;
   }
@@ -540,15 +622,17 @@ Result<void> PreparedSandbox::prepare_plan_file(const SandboxSpec& spec,
   return {};
 }
 
-Result<void> PreparedSandbox::prepare_channels(const SandboxSpec& spec) {
-  int sp[2];
-  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) != 0) {
-    return sys_error("socketpair");
+Result<void> PreparedSandbox::prepare_channels(const SandboxSpec& spec, bool status, bool pipes) {
+  if (status) {
+    int sp[2];
+    if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) != 0) {
+      return sys_error("socketpair");
+    }
+    status_parent.reset(sp[0]);
+    status_child.reset(sp[1]);
+    plan_.status_fd = status_child.get();
   }
-  status_parent.reset(sp[0]);
-  status_child.reset(sp[1]);
-  plan_.status_fd = status_child.get();
-  if (spec.tty) {
+  if (spec.tty || !pipes) {
     return {};
   }
   auto make_pipe = [](UniqueFd& r, UniqueFd& w) -> Result<void> {

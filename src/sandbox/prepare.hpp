@@ -49,13 +49,41 @@ struct SeccompPrograms {
   std::span<const struct sock_filter> init;
 };
 
+/// What a parked sandbox (warm pool) was built from, to prepare its job against.
+struct ParkedShape {
+  std::string root;  // the working root as resolved and bound
+  uint64_t root_dev = 0, root_ino = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> read_only_ids;  // each --ro path as bound (dev, ino)
+  std::vector<std::string> visible;                          // host paths the sandbox shows
+  uint64_t landlock_handled = 0;
+};
+
 class PreparedSandbox {
  public:
+  enum class Mode {
+    kSpawn,  // the whole sandbox and its command
+    // Warm pool: the sandbox without a job (no cwd, no executable, no stdio, a park plan);
+    // its init waits for prepare_job()'s part (plan_format.hpp, ParkedJob). No tty.
+    kPark,
+  };
   /// Opens and checks every source, builds the child plan. `host_id` is the leased host
   /// uid/gid the command runs as; `init_path` the cordon-init binary.
   [[nodiscard]] static Result<std::unique_ptr<PreparedSandbox>> prepare(
       const SandboxSpec& spec, const SeccompPrograms& seccomp, uid_t host_id,
-      const std::string& init_path);
+      const std::string& init_path, Mode mode = Mode::kSpawn);
+  /// The job of a parked sandbox built from `shape`: resolves the cwd beneath the root and
+  /// the executable, writes the job's plan memfd and makes the pipes. The caller checked
+  /// that `spec` has the parked sandbox's shape (shape_still_holds too).
+  [[nodiscard]] static Result<std::unique_ptr<PreparedSandbox>> prepare_job(
+      const SandboxSpec& spec, const SeccompPrograms& seccomp, const ParkedShape& shape);
+  /// Whether the working root and each --ro path of `spec` still resolve to what `shape`
+  /// bound (a directory replaced since must not be served by the old bind).
+  [[nodiscard]] static bool shape_still_holds(const SandboxSpec& spec, const ParkedShape& shape);
+  /// After prepare(kPark).
+  ParkedShape parked_shape() const;
+  /// After prepare_job(): the job's plan memfd and pinned executable (-1 when by path).
+  int job_plan_fd() const { return plan_fd_.get(); }
+  int job_exec_fd() const { return exec_fd_.get(); }
 
   ChildPlan& plan() { return plan_; }
   const AppliedFeatures& applied() const { return applied_; }
@@ -74,16 +102,21 @@ class PreparedSandbox {
   PreparedSandbox() = default;
   Result<void> prepare_mounts(const SandboxSpec& spec, uid_t host_id);
   Result<void> prepare_landlock(const SandboxSpec& spec);
+  Result<void> open_root(const SandboxSpec& spec);
+  Result<void> resolve_cwd(const SandboxSpec& spec);
+  Result<void> resolve_command(const SandboxSpec& spec, const std::vector<std::string>& visible);
   Result<void> prepare_plan_file(const SandboxSpec& spec, const SeccompPrograms& seccomp,
-                                 const std::vector<std::string>& argv,
-                                 const std::string& exec_path);
-  Result<void> prepare_channels(const SandboxSpec& spec);
+                                 const std::vector<std::string>& argv, const std::string& exec_path,
+                                 uint32_t extra_flags = 0);
+  // The status socketpair (when `status`) and, with `pipes` and without a tty, the pipes.
+  Result<void> prepare_channels(const SandboxSpec& spec, bool status, bool pipes);
   const char* keep(std::string s);
 
   ChildPlan plan_;
   AppliedFeatures applied_;
   std::vector<std::string> argv_;
-  std::string root_;  // resolved working root
+  std::string exec_path_;  // exec by this path inside the sandbox (empty: the pinned fd)
+  std::string root_;       // resolved working root
   UniqueFd root_fd_;
   std::vector<UniqueFd> fds_;
   std::vector<std::unique_ptr<std::string>> strings_;  // stable storage for plan pointers
@@ -95,6 +128,7 @@ class PreparedSandbox {
   std::vector<LandlockPathRule> landlock_rules_;
   std::vector<Rlimit> rlimits_;
   std::vector<std::string> visible_;
+  std::vector<std::pair<uint64_t, uint64_t>> ro_ids_;
   std::vector<int> keep_fds_;
   UniqueFd exec_fd_, init_fd_, plan_fd_;
 };

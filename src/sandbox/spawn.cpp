@@ -125,12 +125,7 @@ Result<SpawnedSandbox> spawn_sandbox(PreparedSandbox& prepared, const SpawnOptio
   struct clone_args args {};
   args.flags = flags;
   args.pidfd = reinterpret_cast<uint64_t>(&pidfd);
-  // CLONE_PARENT takes the caller's own exit signal (SIGCHLD for a forked placeholder); clone3
-  // refuses an explicit one with it.
-  args.exit_signal = options.as_sibling ? 0 : SIGCHLD;
-  if (options.as_sibling) {
-    args.flags |= CLONE_PARENT;
-  }
+  args.exit_signal = SIGCHLD;
   if (options.cgroup_fd >= 0) {
     args.cgroup = static_cast<uint64_t>(options.cgroup_fd);
   }
@@ -154,11 +149,9 @@ Result<SpawnedSandbox> spawn_sandbox(PreparedSandbox& prepared, const SpawnOptio
 
   auto abort_child = [&](Error e) -> Result<SpawnedSandbox> {
     (void)sys::pidfd_send_signal(out.pidfd.get(), SIGKILL, nullptr, 0);
-    if (!options.as_sibling) {  // a sibling is reaped by our common parent
-      siginfo_t info{};
-      (void)::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(out.pidfd.get()), &info,
-                     WEXITED);
-    }
+    siginfo_t info{};
+    (void)::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(out.pidfd.get()), &info,
+                   WEXITED);
     return std::unexpected(std::move(e));
   };
   auto maps = write_id_maps(out.pid, plan.uid, plan.gid, options.host_id, options.host_id);
@@ -180,17 +173,13 @@ Result<SpawnedSandbox> spawn_sandbox(PreparedSandbox& prepared, const SpawnOptio
   auto abort_or_report = [&](Error e) -> Result<SpawnedSandbox> {
     (void)sys::pidfd_send_signal(out.pidfd.get(), SIGKILL, nullptr, 0);
     siginfo_t info{};
-    if (!options.as_sibling &&
-        ::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(out.pidfd.get()), &info,
+    if (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(out.pidfd.get()), &info,
                  WEXITED | WNOWAIT) == 0 &&
         info.si_code == CLD_EXITED) {
       return std::move(out);
     }
     return abort_child(std::move(e));
   };
-  if (!options.send_go) {
-    return out;
-  }
   if (auto sent = send_go(); !sent) {
     return abort_or_report(std::move(sent.error()));
   }

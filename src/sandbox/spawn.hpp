@@ -18,13 +18,6 @@ struct SpawnOptions {
   // Hybrid hosts: the v1 job cgroup directories; the child moves itself into each as its
   // first step (ChildPlan::v1_tasks_fds). Borrowed for the call.
   std::vector<int> v1_cgroup_dirs;
-  // Warm pool: the caller is a placeholder already inside the job's cgroups. The child is
-  // born there (fork inherits membership) as a sibling of the caller (CLONE_PARENT), so it
-  // is the spawner's own child from birth: the spawner reaps it, and its PDEATHSIG names the
-  // spawner, not the placeholder that exits right after. The go byte is left to the spawner,
-  // which sends it once the placeholder is gone from the job's cgroups.
-  bool as_sibling = false;
-  bool send_go = true;
 };
 
 struct SpawnedSandbox {

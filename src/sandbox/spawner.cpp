@@ -1,6 +1,7 @@
 #include "sandbox/spawner.hpp"
 
 #include <fcntl.h>
+#include <linux/landlock.h>
 #include <linux/magic.h>
 #include <poll.h>
 #include <signal.h>
@@ -22,7 +23,9 @@
 #include <set>
 #include <utility>
 
+#include "sandbox/plan_format.hpp"
 #include "sandbox/spawn.hpp"
+#include "sandbox/status.hpp"
 #include "sandbox/spec_codec.hpp"
 #include "sys/fs.hpp"
 #include "sys/syscalls.hpp"
@@ -190,15 +193,9 @@ Error protocol_error(std::string what) {
   return Error(ErrorCode::kInternal, 0, "spawner protocol: " + what);
 }
 
-// A placeholder's report that it sits in its v1 cgroups (ok = 1) or why it could not.
-struct PlaceholderReady {
-  uint32_t ok = 0;
-  int32_t sys_errno = 0;
-  char message[256] = {};
-};
-
-// How long a spawn waits for a placeholder still migrating itself (normally ~11 ms).
-constexpr int kPlacementWaitMs = 10000;
+// How long a pooled spawn waits for its parked sandbox to finish building (normally a few
+// milliseconds, and it is usually long done).
+constexpr int kParkedWaitMs = 10000;
 
 // ---------------------------------------------------------------------------------------------
 // Server
@@ -220,18 +217,9 @@ class Server {
       return 1;
     }
     int status = 0;
-    std::vector<struct pollfd> pfds;
-    std::vector<uint64_t> polled_slots;
     for (;;) {
-      pfds.assign({{sock_, POLLIN, 0}, {sigfd_.get(), POLLIN, 0}});
-      polled_slots.clear();
-      for (const auto& [id, slot] : slots_) {
-        if (!slot.ready) {  // its readiness report, or EOF when it died
-          pfds.push_back({slot.sock.get(), POLLIN, 0});
-          polled_slots.push_back(id);
-        }
-      }
-      if (::poll(pfds.data(), pfds.size(), -1) < 0) {
+      struct pollfd pfds[2] = {{sock_, POLLIN, 0}, {sigfd_.get(), POLLIN, 0}};
+      if (::poll(pfds, 2, -1) < 0) {
         if (errno == EINTR) {
           continue;
         }
@@ -241,17 +229,8 @@ class Server {
       if (pfds[1].revents != 0) {
         drain_signalfd();
       }
-      for (size_t i = 0; i < polled_slots.size(); ++i) {
-        if (pfds[2 + i].revents != 0) {
-          auto it = slots_.find(polled_slots[i]);
-          if (it != slots_.end()) {
-            read_ready(it);
-          }
-        }
-      }
       if (pfds[0].revents != 0) {
-        auto d =
-            receive_datagram(sock_, sizeof(SpawnerRequestHeader) + kMaxPoolBody, kMaxRequestFds);
+        auto d = receive_datagram(sock_, sizeof(SpawnerRequestHeader), kMaxRequestFds);
         if (!d) {
           status = 1;
           break;
@@ -278,11 +257,13 @@ class Server {
     std::string result;  // encoded SpawnResultBody
   };
 
-  // A warm-pool placeholder: our child, parked in a fresh job cgroup set.
+  // A parked sandbox (warm pool): our child, built for `request`'s shape, waiting for a job.
   struct Slot {
     pid_t pid = -1;
-    UniqueFd sock;  // our end of its socketpair
-    bool ready = false;
+    UniqueFd pidfd, status;  // handed to the engine with its job
+    SpawnRequestBody request;
+    ParkedShape shape;
+    AppliedFeatures applied;
   };
 
   void drain_signalfd() {
@@ -301,7 +282,7 @@ class Server {
       live_.erase(info.si_pid);
       for (auto it = slots_.begin(); it != slots_.end(); ++it) {
         if (it->second.pid == info.si_pid) {
-          slots_.erase(it);  // a slot lives exactly as long as its placeholder
+          slots_.erase(it);  // a slot lives exactly as long as its sandbox
           break;
         }
       }
@@ -331,9 +312,8 @@ class Server {
     SpawnerReplyHeader reply{};
     reply.request_id = h.request_id;
     reply.kind = h.kind;
-    size_t expected = sizeof h + (h.kind == SpawnerMessage::kPoolAdd ? h.body_len : 0);
-    if (d.truncated || d.bytes.size() < sizeof h || d.bytes.size() != expected ||
-        h.magic != kSpawnerMagic || h.version != kSpawnerProtocolVersion) {
+    if (d.truncated || d.bytes.size() != sizeof h || h.body_len != 0 || h.magic != kSpawnerMagic ||
+        h.version != kSpawnerProtocolVersion) {
       return send_error(
           reply, Error::invalid(fmt::format("malformed request header ({} bytes{})", d.bytes.size(),
                                             d.truncated ? ", truncated" : "")));
@@ -346,8 +326,8 @@ class Server {
       reply.pid = ::getpid();
       return send_datagram(sock_, &reply, sizeof reply, {}).has_value();
     }
-    if (h.kind == SpawnerMessage::kPoolAdd) {
-      auto slot = pool_add(h, d.bytes.substr(sizeof h), d.fds);
+    if (h.kind == SpawnerMessage::kPark) {
+      auto slot = park(h, d.fds);
       d.fds.clear();
       if (!slot) {
         return send_error(reply, slot.error());
@@ -360,7 +340,7 @@ class Server {
       return send_error(reply, Error::invalid("unknown request kind"));
     }
     if ((h.flags & kRequestPooled) != 0) {
-      return spawn_pooled(h, d.fds, reply);
+      return spawn_parked(h, d.fds, reply);
     }
     auto spawned = spawn(h, d.fds);
     d.fds.clear();  // the request's descriptors are done with, whatever happened
@@ -430,30 +410,39 @@ class Server {
     return SeccompPrograms{it->second.profile.insns, it->second.fixed.insns, init_filter_->insns};
   }
 
-  Result<Spawned> spawn(const SpawnerRequestHeader& h, std::vector<UniqueFd>& fds) {
+  struct CgroupFds {
+    int v2 = -1;
+    std::vector<int> v1;
+  };
+  // A spawn's or a park's descriptors: the memfd, then the cgroup dirfds, each checked to be
+  // a directory of the right cgroup filesystem.
+  Result<CgroupFds> cgroup_fds(const SpawnerRequestHeader& h, std::vector<UniqueFd>& fds) {
     bool has_v2 = (h.flags & kRequestHasCgroupV2) != 0;
     if ((h.flags & ~kRequestHasCgroupV2) != 0 || h.n_cgroup_v1 > kMaxCgroupV1Fds ||
-        h.body_len != 0 || fds.size() != 1 + (has_v2 ? 1 : 0) + h.n_cgroup_v1) {
+        fds.size() != 1 + (has_v2 ? 1 : 0) + h.n_cgroup_v1) {
       return invalid(
-          "a spawn request carries its memfd and {} cgroup descriptors; got {} "
+          "a spawn or park request carries its memfd and {} cgroup descriptors; got {} "
           "descriptors (flags {:#x})",
           (has_v2 ? 1 : 0) + std::min(h.n_cgroup_v1, kMaxCgroupV1Fds), fds.size(), h.flags);
     }
-    int v2_fd = has_v2 ? fds[1].get() : -1;
+    CgroupFds out;
+    out.v2 = has_v2 ? fds[1].get() : -1;
     if (has_v2) {
-      CORDON_CHECK(check_cgroup_dir(v2_fd, CGROUP2_SUPER_MAGIC, "v2 cgroup"));
+      CORDON_CHECK(check_cgroup_dir(out.v2, CGROUP2_SUPER_MAGIC, "v2 cgroup"));
     }
-    std::vector<int> v1_fds;
     for (size_t i = has_v2 ? 2 : 1; i < fds.size(); ++i) {
       CORDON_CHECK(check_cgroup_dir(fds[i].get(), CGROUP_SUPER_MAGIC, "v1 cgroup"));
-      v1_fds.push_back(fds[i].get());
+      out.v1.push_back(fds[i].get());
     }
-    return spawn_body(fds[0].get(), v2_fd, v1_fds, false);
+    return out;
   }
 
-  // Reads the request in `memfd` and spawns it. `pooled`: we are a placeholder already in
-  // the job's cgroups (no fds), the child is our sibling and the spawner sends its go.
-  Result<Spawned> spawn_body(int memfd, int v2_fd, const std::vector<int>& v1_fds, bool pooled) {
+  Result<Spawned> spawn(const SpawnerRequestHeader& h, std::vector<UniqueFd>& fds) {
+    CORDON_TRY(cg, cgroup_fds(h, fds));
+    return spawn_body(fds[0].get(), cg.v2, cg.v1);
+  }
+
+  Result<SpawnRequestBody> read_request(int memfd) {
     CORDON_TRY_CTX(bytes, read_sealed_memfd(memfd, kMaxRequestBytes), "read the request");
     CORDON_TRY(req, decode_spawn_request(bytes));
     // A root-owned user namespace would charge every sandbox's limits to root, and the id
@@ -461,43 +450,48 @@ class Server {
     if (req.host_id == 0 || req.host_id == static_cast<uid_t>(-1)) {
       return refusal("the host id {} is not a leased unprivileged id", req.host_id);
     }
-    CORDON_TRY(programs, programs_for(req.seccomp_profile_path, req.spec.allow_ptrace));
-    CORDON_TRY(prepared, PreparedSandbox::prepare(req.spec, programs, req.host_id, req.init_path));
+    return req;
+  }
 
+  // Builds and clone3s the sandbox `prepared` describes into the given cgroups.
+  Result<SpawnedSandbox> clone_sandbox(PreparedSandbox& prepared, const SpawnRequestBody& req,
+                                       int v2_fd, const std::vector<int>& v1_fds) {
     SpawnOptions sp;
     sp.host_id = req.host_id;
     sp.cgroup_fd = v2_fd;
     sp.cgroupns_at_clone = req.cgroupns_at_clone;
     sp.network_namespace = req.spec.network == NetworkMode::kNone;
-    sp.as_sibling = pooled;
-    sp.send_go = !pooled;
     sp.v1_cgroup_dirs = v1_fds;  // the child moves itself in (ChildPlan::v1_tasks_fds)
-    CORDON_TRY(spawned, spawn_sandbox(*prepared, sp));
+    CORDON_TRY(spawned, spawn_sandbox(prepared, sp));
     live_.insert(spawned.pid);
+    return spawned;
+  }
 
+  // The reply's descriptors and result for a sandbox that runs its command.
+  Result<Spawned> spawned_reply(pid_t pid, UniqueFd pidfd, UniqueFd status, PreparedSandbox& pipes,
+                                AppliedFeatures applied, const SpawnRequestBody& req) {
     Spawned out;
-    out.pid = spawned.pid;
+    out.pid = pid;
     auto add = [&out](UniqueFd& fd, uint32_t bit) {
       if (fd.valid()) {
         out.fds.push_back(std::move(fd));
         out.fd_bits |= bit;
       }
     };
-    add(spawned.pidfd, kReplyPidfd);
-    add(prepared->status_parent, kReplyStatus);
-    add(prepared->stdout_read, kReplyStdoutRead);
-    add(prepared->stderr_read, kReplyStderrRead);
-    add(prepared->stdin_write, kReplyStdinWrite);
-
+    add(pidfd, kReplyPidfd);
+    add(status, kReplyStatus);
+    add(pipes.stdout_read, kReplyStdoutRead);
+    add(pipes.stderr_read, kReplyStderrRead);
+    add(pipes.stdin_write, kReplyStdinWrite);
     SpawnResultBody result;
-    result.applied = prepared->applied();
+    result.applied = std::move(applied);
     for (const auto& w : filters_.at({req.seccomp_profile_path, req.spec.allow_ptrace}).warnings) {
       result.applied.warnings.push_back("seccomp: " + w);
     }
-    result.argv = prepared->final_argv();
+    result.argv = pipes.final_argv();
     auto encoded = encode_spawn_result(result);
     if (!encoded || encoded->size() > kMaxResultBytes) {
-      (void)::kill(out.pid, SIGKILL);
+      (void)::kill(pid, SIGKILL);
       return encoded ? invalid("the spawn result is larger than {} bytes", kMaxResultBytes)
                      : std::unexpected(std::move(encoded.error()));
     }
@@ -505,147 +499,43 @@ class Server {
     return out;
   }
 
+  // Reads the request in `memfd` and spawns it.
+  Result<Spawned> spawn_body(int memfd, int v2_fd, const std::vector<int>& v1_fds) {
+    CORDON_TRY(req, read_request(memfd));
+    CORDON_TRY(programs, programs_for(req.seccomp_profile_path, req.spec.allow_ptrace));
+    CORDON_TRY(prepared, PreparedSandbox::prepare(req.spec, programs, req.host_id, req.init_path));
+    CORDON_TRY(spawned, clone_sandbox(*prepared, req, v2_fd, v1_fds));
+    return spawned_reply(spawned.pid, std::move(spawned.pidfd), std::move(prepared->status_parent),
+                         *prepared, prepared->applied(), req);
+  }
+
   // ---- warm pool ----------------------------------------------------------------------------
 
-  // Forks a placeholder for a fresh cgroup set; returns its pid. The profile is compiled
-  // first, so the placeholder's copy of our caches already holds it.
-  Result<pid_t> pool_add(const SpawnerRequestHeader& h, std::string_view profile_path,
-                         std::vector<UniqueFd>& fds) {
-    bool has_v2 = (h.flags & kRequestHasCgroupV2) != 0;
-    if ((h.flags & ~(kRequestHasCgroupV2 | kRequestAllowPtrace)) != 0 ||
-        h.n_cgroup_v1 > kMaxCgroupV1Fds || fds.size() != (has_v2 ? 1 : 0) + h.n_cgroup_v1 ||
-        profile_path.empty() || profile_path.find('\0') != std::string_view::npos) {
-      return invalid(
-          "a pool-add carries a profile path and {} cgroup descriptors; got {} (flags {:#x})",
-          (has_v2 ? 1 : 0) + std::min(h.n_cgroup_v1, kMaxCgroupV1Fds), fds.size(), h.flags);
-    }
+  // Builds a sandbox of the request's shape and parks it; returns its init's pid. The
+  // profile is compiled now, so its job finds it in the cache.
+  Result<pid_t> park(const SpawnerRequestHeader& h, std::vector<UniqueFd>& fds) {
+    CORDON_TRY(cg, cgroup_fds(h, fds));
     if (slots_.contains(h.request_id)) {
       return invalid("pool slot {} exists", h.request_id);
     }
-    int v2_fd = has_v2 ? fds[0].get() : -1;
-    if (has_v2) {
-      CORDON_CHECK(check_cgroup_dir(v2_fd, CGROUP2_SUPER_MAGIC, "v2 cgroup"));
-    }
-    std::vector<int> v1_fds;
-    for (size_t i = has_v2 ? 1 : 0; i < fds.size(); ++i) {
-      CORDON_CHECK(check_cgroup_dir(fds[i].get(), CGROUP_SUPER_MAGIC, "v1 cgroup"));
-      v1_fds.push_back(fds[i].get());
-    }
-    CORDON_TRY(programs,
-               programs_for(std::string(profile_path), (h.flags & kRequestAllowPtrace) != 0));
-    (void)programs;
-    int sp[2];
-    if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) != 0) {
-      return sys_error("socketpair");
-    }
-    UniqueFd ours(sp[0]);
-    UniqueFd theirs(sp[1]);
-    pid_t spawner = ::getpid();
-    pid_t pid = ::fork();
-    if (pid < 0) {
-      return sys_error("fork the placeholder");
-    }
-    if (pid == 0) {
-      placeholder_main(spawner, theirs.get(), v2_fd, v1_fds);
-    }
-    live_.insert(pid);
-    slots_.emplace(h.request_id, Slot{pid, std::move(ours), false});
-    return pid;
+    CORDON_TRY(req, read_request(fds[0].get()));
+    CORDON_TRY(programs, programs_for(req.seccomp_profile_path, req.spec.allow_ptrace));
+    CORDON_TRY(prepared, PreparedSandbox::prepare(req.spec, programs, req.host_id, req.init_path,
+                                                  PreparedSandbox::Mode::kPark));
+    CORDON_TRY(spawned, clone_sandbox(*prepared, req, cg.v2, cg.v1));
+    Slot slot;
+    slot.pid = spawned.pid;
+    slot.pidfd = std::move(spawned.pidfd);
+    slot.status = std::move(prepared->status_parent);
+    slot.shape = prepared->parked_shape();
+    slot.applied = prepared->applied();
+    slot.request = std::move(req);
+    slots_.emplace(h.request_id, std::move(slot));
+    return spawned.pid;
   }
 
-  // The placeholder (a fork of this small process): moves itself into the job's v1 cgroups,
-  // says so, waits for one spawn request, spawns it as our sibling and exits. Never returns.
-  [[noreturn]] void placeholder_main(pid_t spawner, int sock, int v2_fd,
-                                     const std::vector<int>& v1_fds) {
-    // Dies with the spawner (a SIGKILLed engine takes the spawner, and so every placeholder).
-    if (::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || ::getppid() != spawner) {
-      ::_exit(1);
-    }
-    // Only our socket and our cgroups: never the engine's socket (its EOF must reach the
-    // engine when the spawner dies), nor another slot's descriptors.
-    std::vector<int> keep = {sock, v2_fd};
-    keep.insert(keep.end(), v1_fds.begin(), v1_fds.end());
-    std::sort(keep.begin(), keep.end());
-    unsigned next = 3;
-    for (int fd : keep) {
-      if (fd < 0) {
-        continue;
-      }
-      if (static_cast<unsigned>(fd) > next) {
-        (void)sys::close_range(next, static_cast<unsigned>(fd) - 1, 0);
-      }
-      next = static_cast<unsigned>(fd) + 1;
-    }
-    (void)sys::close_range(next, ~0U, 0);
-    sock_ = sock;
-
-    // "0" is the writer itself. A migration waits for an RCU grace period (~11 ms at one
-    // spawn per 20 ms) while it holds cgroup_mutex: it happens here, ahead of time. The v2
-    // cgroup too: then the sandbox inherits all of them by fork and its clone3 needs no
-    // CLONE_INTO_CGROUP, which would take cgroup_mutex on the spawn path — and wait there
-    // for any other placement's grace period.
-    PlaceholderReady ready;
-    ready.ok = 1;
-    std::vector<int> dirs = v1_fds;
-    if (v2_fd >= 0) {
-      dirs.insert(dirs.begin(), v2_fd);
-    }
-    for (int fd : dirs) {
-      auto placed = sys::write_file_at(fd, "cgroup.procs", "0");
-      if (!placed) {
-        ready.ok = 0;
-        ready.sys_errno = placed.error().sys_errno();
-        std::string m =
-            "the warm-pool placeholder could not enter its cgroup: " + placed.error().message();
-        std::memcpy(ready.message, m.data(), std::min(m.size(), sizeof ready.message - 1));
-        break;
-      }
-    }
-    if (!send_datagram(sock, &ready, sizeof ready, {}) || ready.ok == 0) {
-      ::_exit(1);
-    }
-
-    auto d = receive_datagram(sock, sizeof(SpawnerRequestHeader), 1);
-    if (!d || d->eof) {
-      ::_exit(0);  // the pool was emptied
-    }
-    SpawnerRequestHeader h{};
-    SpawnerReplyHeader reply{};
-    reply.kind = SpawnerMessage::kSpawn;
-    if (d->truncated || d->bytes.size() != sizeof h || d->fds.size() != 1) {
-      (void)send_error(reply, Error::invalid("malformed request forwarded to the placeholder"));
-      ::_exit(1);
-    }
-    std::memcpy(&h, d->bytes.data(), sizeof h);
-    reply.request_id = h.request_id;
-    // Born in every job cgroup by inheritance: no cgroup fd, no CLONE_INTO_CGROUP.
-    auto spawned = spawn_body(d->fds[0].get(), -1, {}, true);
-    if (!spawned) {
-      (void)send_error(reply, spawned.error());
-      ::_exit(1);
-    }
-    ::_exit(send_spawned(reply, *spawned) ? 0 : 1);
-  }
-
-  // A placeholder's readiness report (or EOF: it died). A failed one is dropped.
-  void read_ready(std::map<uint64_t, Slot>::iterator it) {
-    Slot& slot = it->second;
-    auto d = receive_datagram(slot.sock.get(), sizeof(PlaceholderReady), 0);
-    PlaceholderReady r{};
-    if (d && !d->eof && !d->truncated && d->bytes.size() == sizeof r) {
-      std::memcpy(&r, d->bytes.data(), sizeof r);
-    }
-    if (r.ok == 1) {
-      slot.ready = true;
-      return;
-    }
-    // Unreaped, so the pid is still the placeholder's; reap() collects it.
-    (void)::kill(slot.pid, SIGKILL);
-    slots_.erase(it);
-  }
-
-  // Kills a placeholder and reaps it: nothing but the sandbox stays in the job's cgroups.
-  void end_placeholder(pid_t pid) {
+  // Kills a parked sandbox and reaps it: its cgroups then hold nothing.
+  void end_parked(pid_t pid) {
     (void)::kill(pid, SIGKILL);
     siginfo_t info{};
     while (::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED) != 0 && errno == EINTR) {
@@ -653,10 +543,37 @@ class Server {
     live_.erase(pid);
   }
 
-  // A spawn through a slot's placeholder; false when the reply could not be sent.
-  bool spawn_pooled(const SpawnerRequestHeader& h, std::vector<UniqueFd>& fds,
+  // Waits (bounded) for the parked init's kParked record; an error says what it said instead.
+  static Result<void> wait_parked(int status) {
+    struct pollfd p {
+      status, POLLIN, 0
+    };
+    int n;
+    do {
+      n = ::poll(&p, 1, kParkedWaitMs);
+    } while (n < 0 && errno == EINTR);
+    if (n <= 0) {
+      return n == 0 ? errno_error(ETIMEDOUT, "the parked sandbox did not get ready")
+                    : sys_error("poll the parked sandbox");
+    }
+    StatusRecord rec{};
+    ssize_t got;
+    do {
+      got = ::recv(status, &rec, sizeof rec, MSG_DONTWAIT);
+    } while ((got < 0 && errno == EINTR) || (got < 0 && errno == ECONNRESET));
+    if (got == static_cast<ssize_t>(sizeof rec) && rec.kind == RecordKind::kParked) {
+      return {};
+    }
+    if (got == static_cast<ssize_t>(sizeof rec) && rec.kind == RecordKind::kSetupError) {
+      return errno_error(rec.err, "the parked sandbox failed: {}", step_name(rec.step));
+    }
+    return invalid("the parked sandbox ended before it was ready");
+  }
+
+  // A spawn into a slot's parked sandbox; false when the reply could not be sent.
+  bool spawn_parked(const SpawnerRequestHeader& h, std::vector<UniqueFd>& fds,
                     SpawnerReplyHeader& reply) {
-    if (h.flags != kRequestPooled || h.n_cgroup_v1 != 0 || h.body_len != 0 || fds.size() != 1) {
+    if (h.flags != kRequestPooled || h.n_cgroup_v1 != 0 || fds.size() != 1) {
       return send_error(reply, Error::invalid("a pooled spawn carries only its memfd"));
     }
     auto it = slots_.find(h.pool_slot);
@@ -667,77 +584,72 @@ class Server {
     }
     Slot slot = std::move(it->second);
     slots_.erase(it);  // used exactly once, whatever happens next
+    // Nothing ran: the client spawns the job unpooled instead.
     auto gone = [&](std::string why) {
-      end_placeholder(slot.pid);
+      end_parked(slot.pid);
       reply.flags = kReplySlotGone;
       return send_error(reply, Error(ErrorCode::kNotFound, 0, std::move(why)));
     };
-    if (!slot.ready) {
-      struct pollfd p {
-        slot.sock.get(), POLLIN, 0
-      };
-      int n;
-      do {
-        n = ::poll(&p, 1, kPlacementWaitMs);
-      } while (n < 0 && errno == EINTR);
-      PlaceholderReady r{};
-      auto d = n == 1 ? receive_datagram(slot.sock.get(), sizeof r, 0) : Result<Datagram>();
-      if (n == 1 && d && !d->eof && !d->truncated && d->bytes.size() == sizeof r) {
-        std::memcpy(&r, d->bytes.data(), sizeof r);
-      }
-      if (r.ok != 1) {
-        r.message[sizeof r.message - 1] = '\0';
-        return gone(r.message[0] != '\0' ? std::string(r.message)
-                                         : "the warm-pool placeholder was not placed");
-      }
-    }
-    if (!send_datagram(slot.sock.get(), &h, sizeof h, std::array<int, 1>{fds[0].get()})) {
-      return gone("the warm-pool placeholder is gone");
-    }
+    // The job's own failure (its cwd, its executable): the answer an unpooled spawn gives.
+    auto failed = [&](const Error& e) {
+      end_parked(slot.pid);
+      return send_error(reply, e);
+    };
+    auto req = read_request(fds[0].get());
     fds.clear();
-    auto d = receive_datagram(slot.sock.get(), sizeof(SpawnerReplyHeader) + kMaxInlineResult,
-                              kMaxReplyFds);
-    // Its work is done (or it failed): it leaves the job's cgroups before the sandbox runs.
-    end_placeholder(slot.pid);
-    SpawnerReplyHeader r{};
-    if (!d || d->eof || d->truncated || d->bytes.size() < sizeof r) {
-      // A sibling it may have made got no go byte and exits on the EOF; reap() collects it.
-      return send_error(
-          reply, Error(ErrorCode::kInternal, 0, "the warm-pool placeholder died during the spawn"));
+    if (!req) {
+      return failed(req.error());
     }
-    std::memcpy(&r, d->bytes.data(), sizeof r);
-    if (r.magic != kSpawnerMagic || r.kind != SpawnerMessage::kSpawn || r.ok > 1 ||
-        (r.fds & ~static_cast<uint32_t>(kReplyFdMask)) != 0 ||
-        d->fds.size() != static_cast<size_t>(__builtin_popcount(r.fds)) ||
-        (r.ok == 1 && ((r.fds & kReplyStatus) == 0 || r.pid <= 0))) {
-      if (r.ok == 1 && r.pid > 0) {
-        (void)::kill(r.pid, SIGKILL);
-      }
-      return send_error(reply, protocol_error("malformed reply from the warm-pool placeholder"));
+    const SpawnRequestBody& parked = slot.request;
+    if (!same_sandbox_shape(req->spec, parked.spec) || req->host_id != parked.host_id ||
+        req->init_path != parked.init_path || req->cgroupns_at_clone != parked.cgroupns_at_clone) {
+      return gone("the job does not fit the parked sandbox");
     }
-    r.request_id = h.request_id;
-    std::memcpy(d->bytes.data(), &r, sizeof r);
-    std::vector<int> out_fds;
-    for (const auto& fd : d->fds) {
-      out_fds.push_back(fd.get());
+    if (!PreparedSandbox::shape_still_holds(req->spec, slot.shape)) {
+      return gone("the working root or a read-only path changed since the sandbox was parked");
     }
-    if (r.ok == 1) {
-      // Our child since clone3 (CLONE_PARENT); recorded before any reap() can see it exit.
-      live_.insert(r.pid);
-      int status_fd =
-          d->fds[static_cast<size_t>(__builtin_popcount(r.fds & (kReplyStatus - 1)))].get();
-      char go = 1;
-      if (::send(status_fd, &go, 1, MSG_NOSIGNAL) != 1) {
-        int err = errno;
-        (void)::kill(r.pid, SIGKILL);
-        return send_error(reply, Error::sys(err, "send the go byte"));
-      }
+    if (auto ready = wait_parked(slot.status.get()); !ready) {
+      return gone(ready.error().message());
     }
-    auto sent = send_datagram(sock_, d->bytes.data(), d->bytes.size(), out_fds);
-    if (!sent && r.ok == 1) {
-      (void)::kill(r.pid, SIGKILL);
+    auto programs = programs_for(req->seccomp_profile_path, req->spec.allow_ptrace);
+    if (!programs) {
+      return failed(programs.error());
     }
-    return sent.has_value();
+    auto job = PreparedSandbox::prepare_job(req->spec, *programs, slot.shape);
+    if (!job) {
+      return failed(job.error());
+    }
+    const ChildPlan& plan = (*job)->plan();
+    ParkedJob msg{};
+    msg.magic = kParkedJobMagic;
+    msg.cwd_dev = plan.cwd_dev;
+    msg.cwd_ino = plan.cwd_ino;
+    size_t cwd_len = std::strlen(plan.cwd);
+    if (cwd_len >= sizeof msg.cwd) {
+      return failed(Error::invalid(fmt::format("the cwd `{}` is too long", plan.cwd)));
+    }
+    std::memcpy(msg.cwd, plan.cwd, cwd_len + 1);
+    std::vector<int> job_fds = {(*job)->job_plan_fd(), (*job)->stdin_read.get(),
+                                (*job)->stdout_write.get(), (*job)->stderr_write.get()};
+    if ((*job)->job_exec_fd() >= 0) {
+      msg.flags |= kParkedJobHasExec;
+      msg.exec_access =
+          (LANDLOCK_ACCESS_FS_EXECUTE | LANDLOCK_ACCESS_FS_READ_FILE) & slot.shape.landlock_handled;
+      job_fds.push_back((*job)->job_exec_fd());
+    }
+    if (!send_datagram(slot.status.get(), &msg, sizeof msg, job_fds)) {
+      return gone("the parked sandbox is gone");
+    }
+    (*job)->close_child_ends();
+    AppliedFeatures applied = slot.applied;
+    applied.pinned_executable = (*job)->applied().pinned_executable;
+    applied.interpreter = (*job)->applied().interpreter;
+    auto spawned = spawned_reply(slot.pid, std::move(slot.pidfd), std::move(slot.status), **job,
+                                 std::move(applied), *req);
+    if (!spawned) {
+      return send_error(reply, spawned.error());
+    }
+    return send_spawned(reply, *spawned);
   }
 
   int sock_;
@@ -746,7 +658,7 @@ class Server {
   std::set<pid_t> live_;  // started and not yet reaped
   std::map<std::pair<std::string, bool>, CompiledFilters> filters_;
   std::unique_ptr<BpfProgram> init_filter_;
-  std::map<uint64_t, Slot> slots_;  // warm-pool placeholders by slot id
+  std::map<uint64_t, Slot> slots_;  // parked sandboxes by slot id
 };
 
 }  // namespace
@@ -877,7 +789,8 @@ Result<SpawnerClient> SpawnerClient::start(const std::string& spawner_path) {
   return c;
 }
 
-Result<SpawnerClient::Reply> SpawnerClient::spawn(const Request& request) {
+namespace {
+Result<std::string> encode_request(const SpawnerClient::Request& request) {
   SpawnRequestBody body;
   body.spec = request.spec;
   body.seccomp_profile_path = request.seccomp_profile_path;
@@ -885,6 +798,15 @@ Result<SpawnerClient::Reply> SpawnerClient::spawn(const Request& request) {
   body.host_id = request.host_id;
   body.cgroupns_at_clone = request.cgroupns_at_clone;
   CORDON_TRY_CTX(bytes, encode_spawn_request(body), "encode the spawn request");
+  if (bytes.size() > kMaxRequestBytes) {
+    return invalid("the request is {} bytes, at most {}", bytes.size(), kMaxRequestBytes);
+  }
+  return bytes;
+}
+}  // namespace
+
+Result<SpawnerClient::Reply> SpawnerClient::spawn(const Request& request) {
+  CORDON_TRY(bytes, encode_request(request));
   std::lock_guard lock(*mu_);
   if (broken_ || !sock_) {
     return std::unexpected(protocol_error("the connection to the spawner is closed"));
@@ -932,7 +854,7 @@ Result<SpawnerClient::Reply> SpawnerClient::exchange(uint64_t id, std::string_vi
   h.request_id = id;
   std::vector<int> fds{mem.get()};
   if (pool_slot != 0) {
-    // The placeholder already holds the cgroups; the request names it instead.
+    // The parked sandbox already sits in the cgroups; the request names it instead.
     h.flags = kRequestPooled;
     h.pool_slot = pool_slot;
   } else {
@@ -1018,56 +940,48 @@ Result<SpawnerClient::Reply> SpawnerClient::exchange(uint64_t id, std::string_vi
   return out;
 }
 
-Result<SpawnerClient::PoolSlot> SpawnerClient::pool_add(const std::string& seccomp_profile_path,
-                                                        bool allow_ptrace, int cgroup_v2_fd,
-                                                        std::span<const int> cgroup_v1_fds) {
-  if (cgroup_v1_fds.size() > kMaxCgroupV1Fds) {
-    return invalid("{} v1 cgroup descriptors, at most {}", cgroup_v1_fds.size(), kMaxCgroupV1Fds);
+Result<SpawnerClient::PoolSlot> SpawnerClient::park(const Request& request) {
+  if (request.cgroup_v1_fds.size() > kMaxCgroupV1Fds) {
+    return invalid("{} v1 cgroup descriptors, at most {}", request.cgroup_v1_fds.size(),
+                   kMaxCgroupV1Fds);
   }
-  if (seccomp_profile_path.empty() || seccomp_profile_path.size() > kMaxPoolBody) {
-    return invalid("the seccomp profile path must have 1 to {} bytes", kMaxPoolBody);
-  }
+  CORDON_TRY(bytes, encode_request(request));
+  CORDON_TRY(mem, sealed_memfd("cordon-park-request", bytes));
   std::lock_guard lock(*mu_);
   if (broken_ || !sock_) {
     return std::unexpected(protocol_error("the connection to the spawner is closed"));
   }
   uint64_t id = next_id_++;
   SpawnerRequestHeader h{};
-  h.kind = SpawnerMessage::kPoolAdd;
+  h.kind = SpawnerMessage::kPark;
   h.request_id = id;
-  h.body_len = static_cast<uint32_t>(seccomp_profile_path.size());
-  if (allow_ptrace) {
-    h.flags |= kRequestAllowPtrace;
-  }
-  std::vector<int> fds;
-  if (cgroup_v2_fd >= 0) {
+  std::vector<int> fds{mem.get()};
+  if (request.cgroup_v2_fd >= 0) {
     h.flags |= kRequestHasCgroupV2;
-    fds.push_back(cgroup_v2_fd);
+    fds.push_back(request.cgroup_v2_fd);
   }
-  h.n_cgroup_v1 = static_cast<uint32_t>(cgroup_v1_fds.size());
-  fds.insert(fds.end(), cgroup_v1_fds.begin(), cgroup_v1_fds.end());
-  std::string buf(reinterpret_cast<const char*>(&h), sizeof h);
-  buf += seccomp_profile_path;
-  auto sent = send_datagram(sock_.get(), buf.data(), buf.size(), fds);
+  h.n_cgroup_v1 = static_cast<uint32_t>(request.cgroup_v1_fds.size());
+  fds.insert(fds.end(), request.cgroup_v1_fds.begin(), request.cgroup_v1_fds.end());
+  auto sent = send_datagram(sock_.get(), &h, sizeof h, fds);
   if (!sent) {
     broken_ = true;
-    return std::unexpected(std::move(sent.error()).wrap("send a pool-add"));
+    return std::unexpected(std::move(sent.error()).wrap("send a park request"));
   }
   broken_ = true;
   CORDON_TRY_CTX(d, receive_datagram(sock_.get(), sizeof(SpawnerReplyHeader), 0),
-                 "receive the pool-add reply");
+                 "receive the park reply");
   SpawnerReplyHeader r{};
   if (d.eof) {
     return std::unexpected(protocol_error("the spawner exited"));
   }
   if (d.truncated || !d.fds.empty() || d.bytes.size() != sizeof r) {
-    return std::unexpected(protocol_error("malformed pool-add reply"));
+    return std::unexpected(protocol_error("malformed park reply"));
   }
   std::memcpy(&r, d.bytes.data(), sizeof r);
   if (r.magic != kSpawnerMagic || r.version != kSpawnerProtocolVersion ||
-      r.kind != SpawnerMessage::kPoolAdd || r.request_id != id || r.ok > 1 ||
+      r.kind != SpawnerMessage::kPark || r.request_id != id || r.ok > 1 ||
       r.message_len > kMaxErrorMessage || (r.ok == 1 && r.pid <= 0)) {
-    return std::unexpected(protocol_error(fmt::format("malformed reply to pool-add {}", id)));
+    return std::unexpected(protocol_error(fmt::format("malformed reply to park {}", id)));
   }
   broken_ = false;
   if (r.ok == 0) {

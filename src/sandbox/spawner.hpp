@@ -32,23 +32,28 @@
 //                      final argv) follows the header inline (result_len bytes, at most
 //                      kMaxInlineResult), or is in that sealed memfd (at most kMaxResultBytes)
 //                      when larger.
-//   pool-add (warm pool): engine sends SpawnerRequestHeader{kind = kPoolAdd, request_id,
-//            flags, n_cgroup_v1, body_len} followed inline by the seccomp profile path
-//            (body_len ≤ kMaxPoolBody bytes; compiled now so the placeholder is born with it;
-//            kRequestAllowPtrace selects the variant), with SCM_RIGHTS: the v2 cgroup dirfd
-//            when kRequestHasCgroupV2, then the n_cgroup_v1 v1 dirfds of a fresh, unused
-//            cgroup set. The spawner forks a placeholder that moves ITSELF into all of them
-//            (the ~11 ms RCU grace period is spent there, in parallel, not on a spawn) and
-//            waits. The reply is SpawnerReplyHeader{kind = kPoolAdd, ok, pid = the
-//            placeholder}; the slot is named by the request_id of the pool-add.
+//   park (warm pool): engine sends SpawnerRequestHeader{kind = kPark, request_id, flags,
+//            n_cgroup_v1} with the same descriptors as a spawn: the memfd holding a
+//            SpawnRequestBody whose spec is the sandbox's shape (same_sandbox_shape; argv, env
+//            and cwd unused), then the cgroup dirfds of a fresh, unused cgroup set. The spawner
+//            builds the whole sandbox now — namespaces, cgroup placement, mounts, pivot_root,
+//            Landlock rulesets, the privilege drop — and execs its init, which says kParked on
+//            the status channel and waits for its job. The reply is SpawnerReplyHeader{kind =
+//            kPark, ok, pid = the parked init}, no descriptors (the spawner keeps them); the
+//            slot is named by the request_id of the park.
 //   spawn from a slot: a spawn request with kRequestPooled and pool_slot = that id carries
-//            only the memfd. The placeholder prepares and clone3s the sandbox with
-//            CLONE_PARENT (born inside every job cgroup by inheritance, no CLONE_INTO_CGROUP, and
-//            the spawner's own child), hands the descriptors to the spawner and exits; the
-//            spawner reaps it, then sends the go byte and the usual spawn reply. A slot is
-//            used exactly once, and lives exactly as long as its placeholder: an unknown or
-//            dead slot gets an ok = 0 reply with flags kReplySlotGone, and nothing was
-//            started (the client then resends the request unpooled, with the cgroup fds).
+//            only the memfd of the job's SpawnRequestBody. Its spec must have the parked
+//            sandbox's shape, the same host id, init and cgroup namespace mode, and its root
+//            and --ro paths must still be the directories that were bound. The spawner waits
+//            (bounded) for the kParked record, resolves the job's cwd and executable, writes
+//            its plan and makes its pipes, sends them to the parked init (ParkedJob,
+//            plan_format.hpp), and answers with the usual spawn reply (pidfd, status, pipes,
+//            result). A slot is used exactly once and lives as long as its init: an unknown
+//            or dead slot, a job of another shape, a changed root or a parked sandbox that
+//            failed gets an ok = 0 reply with flags kReplySlotGone, the parked sandbox is
+//            killed and reaped, and nothing was started (the client then resends the request
+//            unpooled, with the cgroup fds). Any other failure of the job (its cwd, its
+//            executable) is the same error an unpooled spawn gives, and the slot is spent.
 // A request the spawner cannot parse (bad header, wrong fds, a malformed or oversized body)
 // gets an ok = 0 reply (kInvalid) and the spawner keeps serving. Every received descriptor is
 // closed once the request is answered; none reaches a sandbox (the clone3 child closes all
@@ -89,28 +94,26 @@ namespace cordon::sandbox {
 
 inline constexpr int kSpawnerSocketFd = 3;
 inline constexpr uint32_t kSpawnerMagic = 0x4e505343;  // "CSPN"
-inline constexpr uint32_t kSpawnerProtocolVersion = 2;
+inline constexpr uint32_t kSpawnerProtocolVersion = 3;
 inline constexpr size_t kMaxRequestBytes = size_t{64} << 20;
 inline constexpr uint32_t kMaxCgroupV1Fds = 8;
 inline constexpr size_t kMaxErrorMessage = 1024;
 inline constexpr size_t kMaxInlineResult = size_t{16} << 10;
 inline constexpr size_t kMaxResultBytes = size_t{16} << 20;
-inline constexpr size_t kMaxPoolBody = 4096;
 
-enum class SpawnerMessage : uint32_t { kHello = 1, kSpawn = 2, kPoolAdd = 3 };
+enum class SpawnerMessage : uint32_t { kHello = 1, kSpawn = 2, kPark = 3 };
 
 inline constexpr uint32_t kRequestHasCgroupV2 = 1u << 0;
-inline constexpr uint32_t kRequestPooled = 1u << 1;       // spawn: from pool_slot's placeholder
-inline constexpr uint32_t kRequestAllowPtrace = 1u << 2;  // pool-add: the profile's variant
+inline constexpr uint32_t kRequestPooled = 1u << 1;  // spawn: into pool_slot's parked sandbox
 
 struct SpawnerRequestHeader {
   uint32_t magic = kSpawnerMagic;
   uint32_t version = kSpawnerProtocolVersion;
   SpawnerMessage kind = SpawnerMessage::kHello;
-  uint32_t flags = 0;  // kRequestHasCgroupV2, kRequestPooled, kRequestAllowPtrace
+  uint32_t flags = 0;  // kRequestHasCgroupV2, kRequestPooled
   uint64_t request_id = 0;
   uint32_t n_cgroup_v1 = 0;
-  uint32_t body_len = 0;   // pool-add: inline profile path bytes after the header
+  uint32_t body_len = 0;   // always 0 (bodies travel in memfds)
   uint64_t pool_slot = 0;  // spawn with kRequestPooled: the request_id of its pool-add
 };
 static_assert(sizeof(SpawnerRequestHeader) == 40);
@@ -143,8 +146,8 @@ struct SpawnerReplyHeader {
 };
 static_assert(sizeof(SpawnerReplyHeader) == 56 + kMaxErrorMessage);
 
-/// On an ok = 0 reply to a pooled spawn: the slot is unknown or its placeholder is gone, and
-/// nothing was started.
+/// On an ok = 0 reply to a pooled spawn: the slot is unknown, its sandbox is gone or does not
+/// fit the job, and nothing was started.
 inline constexpr uint32_t kReplySlotGone = 1u << 0;
 
 /// Reads and parses a seccomp profile file (policy::load_seccomp_profile in cordon-spawner;
@@ -165,9 +168,10 @@ class SpawnerClient {
     int cgroup_v2_fd = -1;           // borrowed; -1 for none
     std::vector<int> cgroup_v1_fds;  // borrowed
     bool cgroupns_at_clone = true;   // pure v2 hosts; false on hybrid (the child unshares)
-    // Warm pool: the slot (pool_add's return) whose placeholder sits in these cgroups; 0 for
-    // none. When the slot turns out to be gone (its placeholder died), spawn() spawns unpooled
-    // into the same cgroups, so the cgroup fds above are still required.
+    // Warm pool: the slot (park()'s return) whose sandbox sits in these cgroups, built for
+    // this host id; 0 for none. When the slot turns out to be gone (its sandbox died, or it
+    // does not fit), spawn() spawns unpooled into the same cgroups, so the cgroup fds above
+    // are still required.
     uint64_t pool_slot = 0;
   };
   struct Reply {
@@ -190,15 +194,13 @@ class SpawnerClient {
 
   struct PoolSlot {
     uint64_t id = 0;
-    pid_t placeholder = -1;  // the spawner's child, parked in the cgroups until used
+    pid_t init = -1;  // the parked sandbox's init (the spawner's child)
   };
-  /// Warm pool: asks the spawner to park a placeholder in a fresh, unused cgroup set (fds
-  /// borrowed) and to compile `seccomp_profile_path` now. Returns at once; the placement
-  /// happens in the placeholder. The slot is spent by one spawn (Request::pool_slot) and
-  /// dies with the placeholder (destroying the cgroups kills it).
-  [[nodiscard]] Result<PoolSlot> pool_add(const std::string& seccomp_profile_path,
-                                          bool allow_ptrace, int cgroup_v2_fd,
-                                          std::span<const int> cgroup_v1_fds);
+  /// Warm pool: asks the spawner to build a sandbox of `request`'s shape (spec, host id,
+  /// cgroup fds of a fresh, unused set, borrowed) and park it until a spawn names the slot.
+  /// Returns once it is cloned; its setup goes on in the sandbox. The slot is spent by one
+  /// spawn (Request::pool_slot) and dies with its sandbox (destroying the cgroups kills it).
+  [[nodiscard]] Result<PoolSlot> park(const Request& request);
 
   /// The spawner process.
   pid_t pid() const { return pid_; }

@@ -79,4 +79,30 @@ struct SandboxSpec {
   uint32_t disabled_walls = 0;  // honoured only in the test-walls build (CORDON_TEST_WALLS)
 };
 
+/// Whether two specs build the same sandbox up to its job: what a parked sandbox (warm pool)
+/// is made of before its job is known — the mounts, the identity, the network, the quotas, the
+/// rlimits. argv, env, cwd, the executable's identity, allow_ptrace (its seccomp filter is
+/// loaded by the command) and the tty size belong to the job. Never a tty: a pty is made
+/// with the sandbox.
+inline bool same_sandbox_shape(const SandboxSpec& a, const SandboxSpec& b) {
+  auto same_rlimits = [&] {
+    if (a.rlimits.size() != b.rlimits.size()) {
+      return false;
+    }
+    for (size_t i = 0; i < a.rlimits.size(); ++i) {
+      const Rlimit &x = a.rlimits[i], &y = b.rlimits[i];
+      if (x.resource != y.resource || x.soft != y.soft || x.hard != y.hard) {
+        return false;
+      }
+    }
+    return true;
+  };
+  return !a.tty && !b.tty && a.root == b.root && a.root_read_only == b.root_read_only &&
+         a.read_only_paths == b.read_only_paths && a.extra_masked_paths == b.extra_masked_paths &&
+         a.network == b.network && a.inside_uid == b.inside_uid && a.inside_gid == b.inside_gid &&
+         a.hostname == b.hostname && a.tmp_size_bytes == b.tmp_size_bytes &&
+         a.inotify_instances == b.inotify_instances && a.inotify_watches == b.inotify_watches &&
+         a.disabled_walls == b.disabled_walls && same_rlimits();
+}
+
 }  // namespace cordon::sandbox

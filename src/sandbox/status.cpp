@@ -88,6 +88,8 @@ const char* step_name(SetupStep step) {
       return "move into the job's v1 cgroups";
     case SetupStep::kCommandExec:
       return "command: exec";
+    case SetupStep::kInitJob:
+      return "init: receive the job";
     case SetupStep::kStepCount:
       break;
   }

@@ -14,6 +14,7 @@ enum class RecordKind : uint32_t {
   kCommandStarted = 2,  // pid (inside the sandbox's pid namespace) of the command
   kCommandExited = 3,   // wait_status: the command's raw wait status from wait4()
   kPtyMaster = 4,       // carries the pty master fd as SCM_RIGHTS
+  kParked = 5,          // a parked init (warm pool) is ready for its job; read by the spawner
 };
 
 // Each step of the child recipe and of init, so a failure reads "mount /proc: EPERM".
@@ -61,6 +62,7 @@ enum class SetupStep : uint32_t {
   kCommandSeccomp,
   kCommandExec,
   kCgroupPlace,  // the child moving itself into its v1 job cgroups (hybrid hosts)
+  kInitJob,      // a parked init receiving its job (warm pool)
   kStepCount,
 };
 

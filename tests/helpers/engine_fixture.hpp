@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -24,6 +25,7 @@
 #include "base/sha256.hpp"
 #include "cordon/engine.hpp"
 #include "helpers/cordon_fixture.hpp"
+#include "sandbox/cgroup.hpp"
 
 namespace cordon::test {
 
@@ -81,7 +83,8 @@ struct EngineEnv {
     return state_dir + "/artifacts/" + artifact_id;
   }
 
-  // Pids whose real, effective, saved or fs uid is one of this env's host uids.
+  // The processes running as one of this engine's host ids: its jobs' sandboxes. The
+  // warm pool's parked sandboxes (no job in them yet) are not counted.
   std::vector<pid_t> sandbox_pids() const {
     std::vector<pid_t> out;
     DIR* d = ::opendir("/proc");
@@ -93,6 +96,9 @@ struct EngineEnv {
       while (std::getline(in, line)) {
         // A zombie runs nothing and holds nothing; it waits for whoever reaps orphans.
         if (line.rfind("State:", 0) == 0 && line.find('Z') != std::string::npos) break;
+        // Our own children are the engine's spawners, which switch their effective uid to a
+        // host id around each clone3 (a sandbox is the spawner's child, never ours).
+        if (line.rfind("PPid:", 0) == 0 && std::stol(line.substr(5)) == ::getpid()) break;
         if (line.rfind("Uid:", 0) != 0) continue;
         std::istringstream ids(line.substr(4));
         uint64_t id;
@@ -106,6 +112,11 @@ struct EngineEnv {
       }
     }
     ::closedir(d);
+    // Read after the scan: a sandbox parked before it was recorded as an entry before it
+    // was born, so it is in this list.
+    std::vector<pid_t> parked = sandbox::parked_pool_pids(state_dir + "/cgroups");
+    std::erase_if(
+        out, [&](pid_t p) { return std::find(parked.begin(), parked.end(), p) != parked.end(); });
     return out;
   }
 };

@@ -78,8 +78,8 @@ struct SpawnerFixture {
   }
   std::string profile() const { return binaries_dir() + "/seccomp/default.json"; }
 
-  // A spawn of `argv` in the root, as the engine would send it; `slot` names a warm-pool
-  // placeholder to use (0: none).
+  // A spawn of `argv` in the root, as the engine would send it; `slot` names a parked
+  // sandbox (warm pool) to run it in (0: none).
   sandbox::SpawnerClient::Request request(const sandbox::JobCgroup& cg,
                                           std::vector<std::string> argv, uint64_t slot = 0) const {
     sandbox::SpawnerClient::Request r;

@@ -33,6 +33,14 @@ BOOST_AUTO_TEST_CASE(many_concurrent_jobs_start_and_are_all_killed) {
   EngineEnv env(nlohmann::json{{"concurrency", {{"perSession", jobs + 8}, {"total", jobs + 8}}}});
   env.host_id_count = std::max(256u, jobs + 16);
   auto e = open_engine(env);
+  // The warm pool fills once a first job named the shape and settled; from then on the
+  // engine's fds are the baseline (each entry holds its cgroups, record and host id).
+  auto first = e->start("s", {.argv = {"/bin/true"}});
+  BOOST_REQUIRE_MESSAGE(first.has_value(), describe(first));
+  BOOST_REQUIRE(e->status("s", first->task_id, 30s).has_value());
+  const size_t pool_size = EngineOptions{}.warm_pool_size;
+  BOOST_REQUIRE(eventually(
+      [&] { return sandbox::parked_pool_pids(env.state_dir + "/cgroups").size() == pool_size; }));
   const size_t baseline = open_fds();
   std::vector<std::string> ids;
   for (unsigned i = 0; i < jobs; ++i) {
@@ -62,6 +70,6 @@ BOOST_AUTO_TEST_CASE(many_concurrent_jobs_start_and_are_all_killed) {
   BOOST_TEST(e->counters("s").running == 0u);
   BOOST_TEST(env.sandbox_pids().empty());
   // The warm pool refills in the background as jobs settle; once full again it holds what it
-  // held at open.
+  // held before the jobs.
   BOOST_TEST(eventually([&] { return open_fds() == baseline; }), open_fds() << " != " << baseline);
 }

@@ -537,6 +537,10 @@ int main(int argc, char** argv) {
   // A block of host uids of its own, so counting the sandboxes never sees anyone else's.
   eo.host_id_base = 0x7A000000u + static_cast<uint32_t>(::getpid() % 64) * 4096u;
   eo.host_id_count = jobs + 16;
+  // Without the warm pool: its parked sandboxes (4, built after a settle) would count as
+  // sandboxed processes that never exit, and in the kernel figure; 1000 concurrent starts
+  // are about the unpooled spawn anyway.
+  eo.warm_pool = false;
   auto opened = cordon::Engine::open(eo);
   if (!opened) die("engine: " + opened.error().message());
   auto& engine = **opened;

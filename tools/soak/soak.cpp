@@ -32,6 +32,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -143,6 +144,9 @@ std::vector<pid_t> host_uid_procs(uint32_t base, uint32_t count) {
     for (std::string line; std::getline(in, line);) {
       // A zombie runs nothing; its reaper (not ours to fix) may be slow.
       if (line.rfind("State:", 0) == 0 && line.find('Z') != std::string::npos) break;
+      // Our own children are the engine's spawners, which switch their effective uid to a
+      // host id around each clone3 (a sandbox is the spawner's child, never ours).
+      if (line.rfind("PPid:", 0) == 0 && std::stol(line.substr(5)) == ::getpid()) break;
       if (line.rfind("Uid:", 0) != 0) continue;
       std::istringstream ids(line.substr(4));
       uint64_t id;
@@ -347,14 +351,37 @@ uint64_t heap_in_use_kib() {
   return (mi.uordblks + mi.hblkhd) / 1024;
 }
 
+// The warm pool refills after jobs settle; its entries hold descriptors and parked sandboxes
+// (no job in them), so a snapshot waits (bounded) until it is full again, and does not count
+// those sandboxes as jobs' processes.
+void wait_for_full_pool(const Setup& s) {
+  const size_t want = std::min<size_t>(cordon::EngineOptions{}.warm_pool_size, s.host_id_count / 4);
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (cordon::sandbox::parked_pool_pids(s.state + "/cgroups").size() < want &&
+         std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+size_t job_procs(const Setup& s) {
+  auto procs = host_uid_procs(s.host_id_base, s.host_id_count);
+  auto parked = cordon::sandbox::parked_pool_pids(s.state + "/cgroups");
+  size_t n = 0;
+  for (pid_t p : procs) {
+    n += std::find(parked.begin(), parked.end(), p) == parked.end() ? 1 : 0;
+  }
+  return n;
+}
+
 json snapshot(const Setup& s, const std::vector<std::string>& ids) {
+  wait_for_full_pool(s);
   ::malloc_trim(0);
   return {{"fds", open_fds()},
           {"rssKiB", rss_kib()},
           {"heapInUseKiB", heap_in_use_kib()},
           {"memoryCgroups", memory_cgroups()},
           {"jobCgroupsLeft", cgroups_left(ids)},
-          {"hostUidProcesses", host_uid_procs(s.host_id_base, s.host_id_count).size()}};
+          {"hostUidProcesses", job_procs(s)}};
 }
 
 int run_load(const Setup& s, uint64_t warmup, uint64_t sequential, uint64_t concurrent,
