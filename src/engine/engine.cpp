@@ -1297,11 +1297,11 @@ class Engine::Impl {
       // Left for the sweep: the record names the cgroups, and its lock goes with this.
       j.record = sandbox::RecordLock();
     }
+    j.lease.reset();  // first: the refill may need this very host id
     if (pool) {
       // Once the job's own work is done: a sandbox build takes a core and the spawner.
       pool->refill_later();
     }
-    j.lease.reset();
     j.out.pipe.reset();
     j.err.pipe.reset();
     j.status.reset();

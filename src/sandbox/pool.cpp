@@ -1,11 +1,14 @@
 #include "sandbox/pool.hpp"
 
+#include <poll.h>
 #include <sys/random.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <utility>
 
 #include "sys/fs.hpp"
+#include "sys/syscalls.hpp"
 
 namespace cordon::sandbox {
 namespace {
@@ -69,12 +72,21 @@ void WarmPool::refill_loop() {
     bool refill_now = false;
     {
       std::unique_lock lock(mu_);
-      cv_.wait(lock, [this] { return wanted_ || !stale_.empty() || stopping_; });
+      auto due = [this] { return wanted_ || !stale_.empty() || stopping_; };
+      if (entries_.empty()) {
+        cv_.wait(lock, due);
+      } else {
+        // The oldest entry is the front one: wake when it expires.
+        cv_.wait_until(lock, entries_.front().made + options_.max_age, due);
+      }
       if (stopping_) {
         return;
       }
+      // Expired or dead entries are replaced at once, so an idle engine keeps fresh ones
+      // ready (those of an old shape wait for a settle, like any refill).
+      bool dropped = drop_unusable_locked(std::chrono::steady_clock::now());
       stale.swap(stale_);
-      refill_now = wanted_;
+      refill_now = wanted_ || dropped;
       wanted_ = false;
     }
     (void)destroy_entries(stale);  // a record left behind is swept like a crashed job's
@@ -86,6 +98,24 @@ void WarmPool::refill_loop() {
   }
 }
 
+bool WarmPool::drop_unusable_locked(std::chrono::steady_clock::time_point now) {
+  bool dropped = false;
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    struct pollfd p {
+      it->init.get(), POLLIN, 0
+    };
+    bool dead = it->init && ::poll(&p, 1, 0) == 1;
+    if (dead || now - it->made >= options_.max_age) {
+      stale_.push_back(std::move(*it));
+      it = entries_.erase(it);
+      dropped = true;
+    } else {
+      ++it;
+    }
+  }
+  return dropped;
+}
+
 std::optional<WarmPool::Entry> WarmPool::take(const SpawnerClient::Request& request) {
   if (request.spec.tty) {
     return std::nullopt;
@@ -93,22 +123,42 @@ std::optional<WarmPool::Entry> WarmPool::take(const SpawnerClient::Request& requ
   std::optional<Entry> out;
   {
     std::lock_guard lock(mu_);
-    if (!shape_ || !fits(*shape_, request)) {
-      // The last job's shape is the one the next jobs most likely have (an agent works in
-      // one root): the pool follows it. Its descriptors are the caller's, never kept.
-      shape_ = request;
-      shape_->cgroup_v2_fd = -1;
-      shape_->cgroup_v1_fds.clear();
-      shape_->host_id = 0;
-      shape_->pool_slot = 0;
-      ++generation_;
-      for (auto& e : entries_) {
-        stale_.push_back(std::move(e));
+    if (shape_ && fits(*shape_, request)) {
+      candidate_misses_ = std::max(0, candidate_misses_ - 1);
+      drop_unusable_locked(std::chrono::steady_clock::now());
+      if (!entries_.empty()) {
+        out.emplace(std::move(entries_.front()));
+        entries_.pop_front();
       }
-      entries_.clear();
-    } else if (!entries_.empty()) {
-      out.emplace(std::move(entries_.front()));
-      entries_.pop_front();
+    } else {
+      if (candidate_ && fits(*candidate_, request)) {
+        ++candidate_misses_;
+      } else {
+        candidate_ = request;
+        candidate_misses_ = 1;
+      }
+      if (!shape_ || candidate_misses_ >= kSwitchAfterMisses) {
+        // The shape asked for more often than the pool's own becomes it (an agent works in
+        // one root). Only what shapes the sandbox is kept: never a job's argv or environment,
+        // nor the caller's descriptors.
+        shape_ = request;
+        shape_->spec.argv.clear();
+        shape_->spec.env.clear();
+        shape_->spec.cwd = shape_->spec.root;
+        shape_->spec.exec_dev = 0;
+        shape_->spec.exec_ino = 0;
+        shape_->cgroup_v2_fd = -1;
+        shape_->cgroup_v1_fds.clear();
+        shape_->host_id = 0;
+        shape_->pool_slot = 0;
+        candidate_.reset();
+        candidate_misses_ = 0;
+        ++generation_;
+        for (auto& e : entries_) {
+          stale_.push_back(std::move(e));
+        }
+        entries_.clear();
+      }
     }
   }
   cv_.notify_all();  // stale entries to destroy, if any
@@ -185,7 +235,12 @@ Result<WarmPool::Entry> WarmPool::make_entry(const SpawnerClient::Request& shape
   if (!slot) {
     return undo(std::move(slot.error()), "park a sandbox");
   }
-  return Entry{std::move(*cg), std::move(record), std::move(*lease), slot->id};
+  // The engine is not the init's parent (the spawner is), but a pidfd still says when it
+  // died. (Were the init already dead and its pid reused, the entry would only look alive:
+  // the spawner still knows the slot is gone, and the job falls back.)
+  UniqueFd init(sys::pidfd_open(slot->init, 0));
+  return Entry{std::move(*cg), std::move(record), std::move(*lease),
+               slot->id,       std::move(init),   std::chrono::steady_clock::now()};
 }
 
 Result<void> WarmPool::clear() {
@@ -209,7 +264,9 @@ Result<void> WarmPool::destroy_entries(std::deque<Entry>& entries) {
     entries.pop_front();
     auto destroyed = e.cgroup.destroy();
     if (!destroyed) {
-      // The record stays, so a later sweep retries.
+      // The record stays, so a later sweep retries; the host id stays ours, since the
+      // sandbox may still run as it.
+      held_.push_back(std::move(e.lease));
       if (!first) {
         first = std::move(destroyed.error());
       }

@@ -19,6 +19,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -26,6 +27,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "base/error.hpp"
 #include "sandbox/cgroup.hpp"
@@ -35,7 +37,10 @@
 namespace cordon::sandbox {
 
 struct WarmPoolOptions {
-  size_t size = 4;        // entries kept ready
+  size_t size = 4;  // entries kept ready
+  // An entry older than this is rebuilt: a parked sandbox shows the host as it was when it
+  // was built (the trees mounted under the root, for one), so a job never gets an older view.
+  std::chrono::milliseconds max_age{30000};
   std::string lease_dir;  // HostIdLease's lock directory (the engine's <state>/uids)
   uid_t host_id_base = kHostIdBase;
   uid_t host_id_count = kHostIdCount;
@@ -43,6 +48,7 @@ struct WarmPoolOptions {
 
 class WarmPool {
  public:
+  static constexpr int kSwitchAfterMisses = 2;
   // Pool cgroups and records are named kPoolCgroupPrefix + 16 random hex digits (cgroup.hpp).
 
   struct Entry {
@@ -50,6 +56,8 @@ class WarmPool {
     RecordLock record;  // the held crash record of those cgroups (rename it after the job)
     HostIdLease lease;  // the host id the sandbox was built for: the job's from now on
     uint64_t slot = 0;  // SpawnerClient::Request::pool_slot
+    UniqueFd init;      // pidfd of the parked init: a dead one is dropped, not handed out
+    std::chrono::steady_clock::time_point made{};
   };
 
   /// `records` and `spawner` are borrowed and must outlive the pool (both are safe to use
@@ -66,10 +74,12 @@ class WarmPool {
   /// a sandbox build in the spawner per entry) never runs on a caller's path.
   void start();
   /// An entry whose sandbox fits `request` (its spec's shape, init, cgroup namespace mode),
-  /// or nullopt. A request of another shape (and not a tty) becomes the pool's shape: the old
-  /// entries go (on the pool's thread) and refills build the new one. Thread-safe; never
-  /// refills by itself (refill_later() when jobs settle does: a build costs a spawner's and
-  /// a core's time that the job being started needs).
+  /// or nullopt. A shape that misses kSwitchAfterMisses times more than the pool's own shape
+  /// hits (and is not a tty) becomes the pool's shape: the old entries go (on the pool's
+  /// thread) and refills build the new one, so two shapes that alternate do not rebuild the
+  /// pool on every start. Thread-safe; never refills by itself (refill_later() when jobs
+  /// settle does: a build costs a spawner's and a core's time that the job being started
+  /// needs).
   std::optional<Entry> take(const SpawnerClient::Request& request);
   /// Asks the refill thread to top the pool up (no-op without start()). Call when a job's own
   /// cgroup work is done.
@@ -85,10 +95,13 @@ class WarmPool {
 
  private:
   Result<Entry> make_entry(const SpawnerClient::Request& shape);
-  // Destroys each entry's cgroups (killing its sandbox), then its record; a record whose
-  // cgroups could not be removed stays for a later sweep. Returns the first error.
-  static Result<void> destroy_entries(std::deque<Entry>& entries);
+  // Destroys each entry's cgroups (killing its sandbox), then its record. When the cgroups
+  // could not be removed, the record stays for a later sweep and the host-id lease is kept
+  // (its sandbox may live on). Returns the first error.
+  Result<void> destroy_entries(std::deque<Entry>& entries);
   void refill_loop();
+  // Moves entries past max_age, or whose init died, to stale_; true if any. mu_ held.
+  bool drop_unusable_locked(std::chrono::steady_clock::time_point now);
 
   const CgroupLayout layout_;
   CgroupRecords* const records_;
@@ -100,6 +113,9 @@ class WarmPool {
   std::deque<Entry> stale_;  // of an older shape, destroyed by the pool's thread
   std::optional<SpawnerClient::Request> shape_;
   uint64_t generation_ = 0;  // of shape_: an entry built for an older one is stale
+  std::optional<SpawnerClient::Request> candidate_;  // the last shape that missed
+  int candidate_misses_ = 0;                         // less the pool shape's hits since
+  std::vector<HostIdLease> held_;  // of entries whose sandbox could not be destroyed
   bool wanted_ = false;
   bool stopping_ = false;
   std::thread thread_;

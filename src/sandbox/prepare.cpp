@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 
 #include "base/strings.hpp"
 #include "sandbox/executable.hpp"
@@ -77,6 +78,48 @@ Result<UniqueFd> clone_tree(int dirfd, const std::string& path, uint64_t attr_se
 }
 
 }  // namespace
+
+Result<EtcMasks> etc_masks(const SandboxSpec& spec) {
+  std::vector<std::string> secrets(std::begin(kEtcSecrets), std::end(kEtcSecrets));
+  glob_t g{};
+  if (::glob("/etc/ssh/ssh_host_*key", 0, nullptr, &g) == 0) {
+    for (size_t i = 0; i < g.gl_pathc; ++i) {
+      secrets.emplace_back(g.gl_pathv[i]);
+    }
+  }
+  globfree(&g);
+  for (const auto& extra : spec.extra_masked_paths) {
+    std::string n = normalize_path(extra);
+    if (!path_within(n, "/etc") || n == "/etc") {
+      return refusal("masked path `{}` must lie under /etc", extra);
+    }
+    secrets.push_back(n);
+  }
+  std::sort(secrets.begin(), secrets.end());
+  secrets.erase(std::unique(secrets.begin(), secrets.end()), secrets.end());
+  EtcMasks out;
+  for (const auto& s : secrets) {
+    struct stat st {};
+    if (::lstat(s.c_str(), &st) != 0) {
+      continue;
+    }
+    if (S_ISDIR(st.st_mode)) {
+      out.dirs.push_back(rel(s));
+    } else if (S_ISREG(st.st_mode)) {
+      out.files.push_back(rel(s));
+    } else if (S_ISLNK(st.st_mode)) {
+      // A symlink is masked where it points, when that is under /etc as well.
+      char real[PATH_MAX];
+      if (::realpath(s.c_str(), real) != nullptr && path_within(real, "/etc")) {
+        struct stat rs {};
+        if (::stat(real, &rs) == 0) {
+          (S_ISDIR(rs.st_mode) ? out.dirs : out.files).push_back(rel(real));
+        }
+      }
+    }
+  }
+  return out;
+}
 
 void grow_output_pipe(int fd, size_t n, bool& grown) {
   if (grown || n < kDefaultPipeBytes) {
@@ -221,7 +264,9 @@ Result<std::unique_ptr<PreparedSandbox>> PreparedSandbox::prepare(const SandboxS
   CORDON_CHECK(p->prepare_landlock(spec));
   if (park) {
     // Only the walls' flags: the job's plan brings its argv, environment and filters.
-    CORDON_CHECK(p->prepare_plan_file(spec, SeccompPrograms{}, {}, "", kPlanParked));
+    SandboxSpec bare = spec;  // the flags only: no argv, no environment in a parked plan
+    bare.env.clear();
+    CORDON_CHECK(p->prepare_plan_file(bare, SeccompPrograms{}, {}, "", kPlanParked));
   } else {
     CORDON_CHECK(p->prepare_plan_file(spec, seccomp, p->argv_, p->exec_path_));
   }
@@ -254,7 +299,10 @@ ParkedShape PreparedSandbox::parked_shape() const {
   if (root_fd_ && ::fstat(root_fd_.get(), &st) == 0) {
     s.root_dev = st.st_dev;
     s.root_ino = st.st_ino;
+    s.root_uid = st.st_uid;
+    s.root_gid = st.st_gid;
   }
+  s.masks = etc_masks_;
   s.read_only_ids = ro_ids_;
   s.visible = visible_;
   s.landlock_handled = plan_.landlock_handled;
@@ -262,17 +310,29 @@ ParkedShape PreparedSandbox::parked_shape() const {
 }
 
 bool PreparedSandbox::shape_still_holds(const SandboxSpec& spec, const ParkedShape& shape) {
-  auto same = [](const std::string& path, uint64_t dev, uint64_t ino, int extra_flags) {
+  auto stat_of = [](const std::string& path, int extra_flags) -> std::optional<struct stat> {
     auto fd = sys::openat2_fd(AT_FDCWD, path, O_PATH | extra_flags,
                               RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS);
     if (!fd) {
-      return false;
+      return std::nullopt;
     }
     auto st = sys::fstat_fd(fd->get());
+    return st ? std::optional<struct stat>(*st) : std::nullopt;
+  };
+  auto same = [&](const std::string& path, uint64_t dev, uint64_t ino, int extra_flags) {
+    auto st = stat_of(path, extra_flags);
     return st && st->st_dev == dev && st->st_ino == ino;
   };
-  if (!same(spec.root, shape.root_dev, shape.root_ino, O_DIRECTORY) ||
+  // The root's owner decides the idmapping (files it owns are the sandbox user's); the
+  // /etc secrets present decide what is masked.
+  auto root = stat_of(spec.root, O_DIRECTORY);
+  if (!root || root->st_dev != shape.root_dev || root->st_ino != shape.root_ino ||
+      root->st_uid != shape.root_uid || root->st_gid != shape.root_gid ||
       spec.read_only_paths.size() != shape.read_only_ids.size()) {
+    return false;
+  }
+  auto masks = etc_masks(spec);
+  if (!masks || masks->files != shape.masks.files || masks->dirs != shape.masks.dirs) {
     return false;
   }
   for (size_t i = 0; i < spec.read_only_paths.size(); ++i) {
@@ -288,8 +348,13 @@ Result<std::unique_ptr<PreparedSandbox>> PreparedSandbox::prepare_job(
     const SandboxSpec& spec, const SeccompPrograms& seccomp, const ParkedShape& shape) {
   std::unique_ptr<PreparedSandbox> p(new PreparedSandbox());
   CORDON_CHECK(p->open_root(spec));
-  if (p->root_ != shape.root) {
-    return invalid("the working root `{}` is not the parked sandbox's `{}`", p->root_, shape.root);
+  CORDON_TRY(root_st, sys::fstat_fd(p->root_fd_.get()));
+  if (p->root_ != shape.root || root_st.st_dev != shape.root_dev ||
+      root_st.st_ino != shape.root_ino) {
+    // Replaced since shape_still_holds looked: fail closed rather than resolve the cwd and the
+    // executable in a tree the parked sandbox does not show.
+    return refusal("the working root `{}` changed while its job was being started; start it again",
+                   spec.root);
   }
   CORDON_CHECK(p->resolve_cwd(spec));
   CORDON_CHECK(p->resolve_command(spec, shape.visible));
@@ -355,43 +420,14 @@ Result<void> PreparedSandbox::prepare_mounts(const SandboxSpec& spec, uid_t host
   plan.generated = generated_.data();
   plan.n_generated = generated_.size();
 
-  std::vector<std::string> secrets(std::begin(kEtcSecrets), std::end(kEtcSecrets));
-  glob_t g{};
-  if (::glob("/etc/ssh/ssh_host_*key", 0, nullptr, &g) == 0) {
-    for (size_t i = 0; i < g.gl_pathc; ++i) {
-      secrets.emplace_back(g.gl_pathv[i]);
-    }
+  CORDON_TRY(masks, etc_masks(spec));
+  for (const auto& f : masks.files) {
+    mask_files_.push_back(keep(f));
   }
-  globfree(&g);
-  for (const auto& extra : spec.extra_masked_paths) {
-    std::string n = normalize_path(extra);
-    if (!path_within(n, "/etc") || n == "/etc") {
-      return refusal("masked path `{}` must lie under /etc", extra);
-    }
-    secrets.push_back(n);
+  for (const auto& d : masks.dirs) {
+    mask_dirs_.push_back(keep(d));
   }
-  std::sort(secrets.begin(), secrets.end());
-  secrets.erase(std::unique(secrets.begin(), secrets.end()), secrets.end());
-  for (const auto& s : secrets) {
-    struct stat st {};
-    if (::lstat(s.c_str(), &st) != 0) {
-      continue;
-    }
-    if (S_ISDIR(st.st_mode)) {
-      mask_dirs_.push_back(keep(rel(s)));
-    } else if (S_ISREG(st.st_mode)) {
-      mask_files_.push_back(keep(rel(s)));
-    } else if (S_ISLNK(st.st_mode)) {
-      // A symlink is masked where it points, when that is under /etc as well.
-      char real[PATH_MAX];
-      if (::realpath(s.c_str(), real) != nullptr && path_within(real, "/etc")) {
-        struct stat rs {};
-        if (::stat(real, &rs) == 0) {
-          (S_ISDIR(rs.st_mode) ? mask_dirs_ : mask_files_).push_back(keep(rel(real)));
-        }
-      }
-    }
-  }
+  etc_masks_ = std::move(masks);
   plan.mask_files = mask_files_.data();
   plan.n_mask_files = mask_files_.size();
   plan.mask_dirs = mask_dirs_.data();

@@ -49,10 +49,20 @@ struct SeccompPrograms {
   std::span<const struct sock_filter> init;
 };
 
+/// The /etc entries masked in a sandbox (relative paths: "etc/shadow").
+struct EtcMasks {
+  std::vector<std::string> files, dirs;
+};
+/// Which of the known secrets and `spec.extra_masked_paths` exist on the host now.
+[[nodiscard]] Result<EtcMasks> etc_masks(const SandboxSpec& spec);
+
 /// What a parked sandbox (warm pool) was built from, to prepare its job against.
 struct ParkedShape {
   std::string root;  // the working root as resolved and bound
   uint64_t root_dev = 0, root_ino = 0;
+  uid_t root_uid = 0;  // its owner: the idmapping was made for it
+  gid_t root_gid = 0;
+  EtcMasks masks;
   std::vector<std::pair<uint64_t, uint64_t>> read_only_ids;  // each --ro path as bound (dev, ino)
   std::vector<std::string> visible;                          // host paths the sandbox shows
   uint64_t landlock_handled = 0;
@@ -76,8 +86,9 @@ class PreparedSandbox {
   /// that `spec` has the parked sandbox's shape (shape_still_holds too).
   [[nodiscard]] static Result<std::unique_ptr<PreparedSandbox>> prepare_job(
       const SandboxSpec& spec, const SeccompPrograms& seccomp, const ParkedShape& shape);
-  /// Whether the working root and each --ro path of `spec` still resolve to what `shape`
-  /// bound (a directory replaced since must not be served by the old bind).
+  /// Whether the host still is as `shape` saw it: the working root and each --ro path resolve
+  /// to what was bound (a directory replaced since must not be served by the old bind), the
+  /// root has the same owner (the idmapping) and the same /etc secrets exist (the masks).
   [[nodiscard]] static bool shape_still_holds(const SandboxSpec& spec, const ParkedShape& shape);
   /// After prepare(kPark).
   ParkedShape parked_shape() const;
@@ -129,6 +140,7 @@ class PreparedSandbox {
   std::vector<Rlimit> rlimits_;
   std::vector<std::string> visible_;
   std::vector<std::pair<uint64_t, uint64_t>> ro_ids_;
+  EtcMasks etc_masks_;
   std::vector<int> keep_fds_;
   UniqueFd exec_fd_, init_fd_, plan_fd_;
 };

@@ -967,6 +967,7 @@ Result<SpawnerClient::PoolSlot> SpawnerClient::park(const Request& request) {
     broken_ = true;
     return std::unexpected(std::move(sent.error()).wrap("send a park request"));
   }
+  mem.reset();
   broken_ = true;
   CORDON_TRY_CTX(d, receive_datagram(sock_.get(), sizeof(SpawnerReplyHeader), 0),
                  "receive the park reply");

@@ -207,6 +207,54 @@ std::string run_to_end(Engine& e, std::vector<std::string> argv) {
   return out->content;
 }
 
+// Runs `script` (sh -c) in `session` until it reads EOF on stdin, which is given once the
+// job's record was read: whether it took a pool entry (its record names a pool cgroup),
+// whether it ran in the entry's parked sandbox (its init was parked before the start; a
+// fallback runs a new sandbox in the entry's cgroups), and its stdout.
+struct Ran {
+  bool pooled = false;  // took an entry and ran in its parked sandbox
+  bool took_entry = false;
+  std::string out;
+};
+Ran run_and_see(Engine& e, const EngineEnv& env, const std::string& session,
+                const std::string& script, bool pty = false) {
+  std::vector<pid_t> parked = parked_pool_pids(env.state_dir + "/cgroups");
+  auto t = e.start(session, {.argv = {"/bin/sh", "-c", script + "; echo up; read x"},
+                             .stdin_mode = pty ? StdinMode::kNull : StdinMode::kPipe,
+                             .pty = pty});
+  BOOST_REQUIRE_MESSAGE(t.has_value(), describe(t));
+  BOOST_REQUIRE(eventually([&] {
+    auto st = e.status(session, t->task_id);
+    return st && (st->stdout_bytes > 0 || st->settled());
+  }));
+  Ran r;
+  auto rec = records_in(env.state_dir + "/cgroups");
+  BOOST_REQUIRE_MESSAGE(rec.contains(t->task_id) && !rec[t->task_id].empty(), t->task_id);
+  const std::string& first = rec[t->task_id][0];
+  r.took_entry = is_pool_cgroup_name(first.substr(first.rfind('/') + 1));
+  for (pid_t p : procs_of(first)) {
+    r.pooled = r.pooled || std::find(parked.begin(), parked.end(), p) != parked.end();
+  }
+  BOOST_TEST((!r.pooled || r.took_entry));
+  if (pty) {
+    BOOST_REQUIRE(e.write(session, t->task_id, {.data = "\n"}).has_value());
+  } else {
+    BOOST_REQUIRE(e.write(session, t->task_id, {.eof = true}).has_value());
+  }
+  auto st = e.status(session, t->task_id, std::chrono::seconds(20));
+  BOOST_REQUIRE_MESSAGE(st.has_value(), describe(st));
+  BOOST_REQUIRE_MESSAGE(st->state == "exited", st->state << " " << st->error);
+  auto out = e.output(session, t->task_id, {.stream = pty ? "pty" : "stdout"});
+  BOOST_REQUIRE_MESSAGE(out.has_value(), describe(out));
+  r.out = out->content;
+  return r;
+}
+
+// Waits until the engine's pool holds `n` parked sandboxes.
+bool pool_holds(const EngineEnv& env, size_t n) {
+  return eventually([&] { return parked_pool_pids(env.state_dir + "/cgroups").size() == n; });
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(a_parked_sandbox_runs_one_job_in_its_cgroups) {
@@ -437,9 +485,13 @@ BOOST_AUTO_TEST_CASE(engine_jobs_take_pool_entries_with_their_own_limits) {
   BOOST_TEST(before.contains(paths[0].substr(paths[0].rfind('/') + 1)));
   // Its limits are the job's; only its sandbox is in its cgroups.
   std::set<pid_t> v2 = procs_of(paths[0]);
-  BOOST_TEST(v2.size() == 2u);  // the init and the command (sh exec'd sleep)
-  for (size_t i = 1; i < paths.size(); ++i) {
+  BOOST_TEST(v2.size() == 2u);                 // the init and the command (sh exec'd sleep)
+  for (size_t i = 0; i < paths.size(); ++i) {  // v2 (limits where it has controllers), then v1
     const std::string& p = paths[i];
+    if (fs::exists(p + "/memory.max")) {
+      BOOST_TEST(read_small_file(p + "/memory.max").value_or("") ==
+                 std::to_string(64 << 20) + "\n");
+    }
     if (fs::exists(p + "/memory.limit_in_bytes")) {
       BOOST_TEST(read_small_file(p + "/memory.limit_in_bytes").value_or("") ==
                  std::to_string(64 << 20) + "\n");
@@ -464,10 +516,11 @@ BOOST_AUTO_TEST_CASE(engine_jobs_take_pool_entries_with_their_own_limits) {
   BOOST_TEST(!records_in(records).contains(id));
   BOOST_TEST(eventually([&] { return pool_entries() == size; }));
 
-  // Back to back, more jobs than the pool holds: each settles, each in fresh cgroups and a
-  // sandbox of its own (no file one leaves in /tmp reaches the next).
+  // More jobs than the pool holds, each once the pool refilled: each in a parked sandbox of
+  // its own (no file one leaves in /tmp reaches the next) and fresh cgroups.
   std::set<std::string> seen;
   for (int i = 0; i < 6; ++i) {
+    BOOST_REQUIRE(pool_holds(env, size));
     auto t = e->start(
         "s", {.argv = {"/bin/sh", "-c", "ls /tmp; touch /tmp/left-by-$$; echo up; read x; exit 3"},
               .stdin_mode = StdinMode::kPipe});
@@ -479,7 +532,9 @@ BOOST_AUTO_TEST_CASE(engine_jobs_take_pool_entries_with_their_own_limits) {
     }));
     auto rec = records_in(records);
     BOOST_REQUIRE(rec.contains(t->task_id) && !rec[t->task_id].empty());
-    BOOST_TEST(seen.insert(rec[t->task_id][0]).second, "cgroup reused: " << rec[t->task_id][0]);
+    const std::string& cg = rec[t->task_id][0];
+    BOOST_TEST(is_pool_cgroup_name(cg.substr(cg.rfind('/') + 1)), "not pooled: " << cg);
+    BOOST_TEST(seen.insert(cg).second, "cgroup reused: " << cg);
     BOOST_REQUIRE(e->write("s", t->task_id, {.eof = true}).has_value());
     auto ts = e->status("s", t->task_id, std::chrono::seconds(20));
     BOOST_REQUIRE_MESSAGE(ts.has_value(), describe(ts));
@@ -590,4 +645,99 @@ BOOST_AUTO_TEST_CASE(sigkilled_engine_leaves_no_parked_sandbox_and_the_next_swee
     BOOST_TEST(!fs::exists(p), p);
   }
   BOOST_TEST(env.sandbox_pids().empty());
+}
+
+// The walls, seen from inside: a pooled job reports exactly what an unpooled one does — its
+// capabilities, no_new_privs and seccomp filters, its descriptors, PID 1 (the parked init,
+// non-dumpable), the read-only system trees, the masked secrets, its identity and a /tmp of
+// its own. (The parked init received its job's descriptors and rule over its status channel;
+// nothing more may reach the command.)
+BOOST_AUTO_TEST_CASE(a_pooled_job_is_confined_like_an_unpooled_one) {
+  EngineEnv env;
+  auto e = open_engine(env);
+  const std::string probe =
+      "grep -E '^(NoNewPrivs|Seccomp|Seccomp_filters|Cap[A-Za-z]+):' /proc/self/status; "
+      "ls /proc/self/fd | tr '\n' ' '; echo; "
+      "cat /proc/1/cmdline | tr '\\0' ' '; echo; "
+      "cat /proc/1/environ >/dev/null 2>&1 && echo init-environ-readable || echo init-closed; "
+      "grep -E '^(NoNewPrivs|Seccomp):' /proc/1/status; "
+      "touch /usr/x 2>/dev/null && echo wrote-usr || echo usr-read-only; "
+      "touch /etc/x 2>/dev/null && echo wrote-etc || echo etc-read-only; "
+      "wc -c < /etc/shadow; ls -a /tmp | tr '\n' ' '; echo; touch /tmp/mine; "
+      "id; hostname; pwd";
+  Ran unpooled = run_and_see(*e, env, "s", probe);
+  BOOST_TEST(!unpooled.pooled);  // the pool is empty until a job names its shape
+  BOOST_REQUIRE(pool_holds(env, EngineOptions{}.warm_pool_size));
+  Ran pooled = run_and_see(*e, env, "s", probe);
+  BOOST_TEST(pooled.pooled);
+  BOOST_TEST(pooled.out == unpooled.out);
+  BOOST_TEST(pooled.out.find("NoNewPrivs:\t1") != std::string::npos, pooled.out);
+  BOOST_TEST(pooled.out.find("Seccomp:\t2") != std::string::npos, pooled.out);
+  BOOST_TEST(pooled.out.find("CapEff:\t0000000000000000") != std::string::npos, pooled.out);
+  BOOST_TEST(pooled.out.find("\n0 1 2 3 \n") != std::string::npos, pooled.out);
+  BOOST_TEST(pooled.out.find("init-closed") != std::string::npos, pooled.out);
+  BOOST_TEST(pooled.out.find("usr-read-only\netc-read-only\n0\n") != std::string::npos, pooled.out);
+  BOOST_TEST(pooled.out.find(". .. home \n") != std::string::npos, pooled.out);
+}
+
+BOOST_AUTO_TEST_CASE(tty_jobs_are_never_pooled) {
+  EngineEnv env;
+  auto e = open_engine(env);
+  BOOST_TEST(!run_and_see(*e, env, "s", "true").pooled);
+  const size_t size = EngineOptions{}.warm_pool_size;
+  BOOST_REQUIRE(pool_holds(env, size));
+  Ran tty = run_and_see(*e, env, "s", "tty >/dev/null && echo a-tty", true);
+  BOOST_TEST(!tty.took_entry);
+  BOOST_TEST(tty.out.find("a-tty") != std::string::npos, tty.out);
+  // It took no entry (nor dropped the pool's shape): the next plain job is pooled.
+  BOOST_TEST(parked_pool_pids(env.state_dir + "/cgroups").size() == size);
+  BOOST_TEST(run_and_see(*e, env, "s", "true").pooled);
+}
+
+// With rootPerSession every session has a working root of its own: a shape each. The pool
+// follows the shape asked for more often than its own — not every passing one, which would
+// rebuild it on every start of two alternating sessions — and never serves one session's
+// root to another.
+BOOST_AUTO_TEST_CASE(the_pool_follows_the_shape_in_use) {
+  EngineEnv env(nlohmann::json{{"rootPerSession", true}});
+  auto e = open_engine(env);
+  const size_t size = EngineOptions{}.warm_pool_size;
+  BOOST_TEST(!run_and_see(*e, env, "a", "pwd").took_entry);
+  BOOST_REQUIRE(pool_holds(env, size));
+  Ran a = run_and_see(*e, env, "a", "pwd");
+  BOOST_TEST(a.pooled);
+  BOOST_TEST(a.out == env.box.root + "/a\nup\n");
+  // Alternating: b misses once, a's hit cancels it; the pool stays a's.
+  for (int i = 0; i < 2; ++i) {
+    Ran b = run_and_see(*e, env, "b", "pwd");
+    BOOST_TEST(!b.took_entry);
+    BOOST_TEST(b.out == env.box.root + "/b\nup\n");
+    BOOST_REQUIRE(pool_holds(env, size));
+    BOOST_TEST(run_and_see(*e, env, "a", "pwd").pooled);
+  }
+  // b twice in a row: the pool becomes b's (a's entries are destroyed, b's built once a job
+  // settled), and a is not pooled any more.
+  BOOST_TEST(!run_and_see(*e, env, "b", "pwd").took_entry);
+  BOOST_TEST(!run_and_see(*e, env, "b", "pwd").took_entry);
+  BOOST_REQUIRE(pool_holds(env, size));
+  Ran b = run_and_see(*e, env, "b", "pwd");
+  BOOST_TEST(b.pooled);
+  BOOST_TEST(b.out == env.box.root + "/b\nup\n");
+  BOOST_TEST(!run_and_see(*e, env, "a", "pwd").took_entry);
+}
+
+// A secret that appears under /etc after a sandbox was parked must be masked for its job as
+// for any other: the parked sandbox (built without that mask) is not used.
+BOOST_AUTO_TEST_CASE(a_secret_that_appears_after_parking_is_masked) {
+  const std::string secret = "/etc/cordon-pool-test-secret-" + std::to_string(::getpid());
+  EngineEnv env(nlohmann::json{{"maskPaths", {secret}}});
+  auto e = open_engine(env);
+  BOOST_TEST(!run_and_see(*e, env, "s", "true").pooled);
+  BOOST_REQUIRE(pool_holds(env, EngineOptions{}.warm_pool_size));
+  BOOST_REQUIRE(write_text(secret, "top secret\n"));
+  Ran r = run_and_see(*e, env, "s", "wc -c < " + secret);
+  ::unlink(secret.c_str());
+  BOOST_TEST(r.took_entry);  // the shape fits: the spawner sees the host changed
+  BOOST_TEST(!r.pooled);
+  BOOST_TEST(r.out == "0\nup\n");
 }
