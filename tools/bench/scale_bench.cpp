@@ -5,13 +5,15 @@
 // divided by N: namespaces, cgroups, pipes, pidfds included), and the time to kill them all.
 //
 //   build/scale_bench [--jobs N] [--rounds R] [--no-floor] [--json FILE]
-//                     [--no-pool] [--direct-kill] [--hold-mntns] [--floor-only]
+//                     [--no-pool] [--kill-each] [--direct-kill] [--hold-mntns] [--floor-only]
 //                     [--pids-out FILE] [--before-kill CMD] [--after-kill CMD]
 //
 // --no-floor skips the kernel's floor for the kill: the same number of processes, without
 // cordon, killed with cgroup.kill (plain sleeps; two sleeps in fresh namespaces per job);
 // --floor-only measures only that floor (a cgroup each).
-// Kill-phase measurement modes (docs/performance.md, Concurrency):
+// The kill is one Engine::kill_many() of every job. Kill-phase measurement modes
+// (docs/performance.md, Concurrency):
+//   --kill-each    one Engine::kill() per job instead;
 //   --direct-kill  the bench writes every sandbox's cgroup.kill itself, none through the engine;
 //   --hold-mntns   the bench holds every sandbox's mount namespace across the kill and drops
 //                  them after the exits (timed apart): the exits without the mount teardown;
@@ -311,6 +313,8 @@ struct KillHooks {
   // hears of it (what an engine kill-many can at best do), instead of N Engine::kill() calls,
   // each of which takes the engine's lock behind the event loop settling the first to die.
   bool direct_kill = false;
+  // `kill_each`: one Engine::kill() per job (as before Engine::kill_many existed).
+  bool kill_each = false;
 };
 
 std::string cgroup2_mount();
@@ -384,10 +388,14 @@ Round run_round(cordon::Engine& engine, unsigned jobs, uint32_t base, uint32_t c
   for (const auto& f : kill_files) {
     if (!write_text(f, "1")) die("write " + f);
   }
-  for (const auto& id : ids) {
-    if (hooks.direct_kill) break;
-    auto r = engine.kill("s", id, SIGKILL);
-    if (!r) die("kill: " + r.error().message());
+  if (hooks.kill_each && !hooks.direct_kill) {
+    for (const auto& id : ids) {
+      auto r = engine.kill("s", id, SIGKILL);
+      if (!r) die("kill: " + r.error().message());
+    }
+  } else if (!hooks.direct_kill) {
+    auto r = engine.kill_many("s", ids, SIGKILL);
+    if (!r) die("kill_many: " + r.error().message());
   }
   k.kill_calls_ms = ms_since(t1);
   if (!wait_all_exited(pidfds, 120000, t1)) die("sandboxed processes left after 120 s");
@@ -641,6 +649,8 @@ int main(int argc, char** argv) {
       pool = false;
     } else if (a == "--before-kill" && i + 1 < argc) {
       hooks.before = argv[++i];
+    } else if (a == "--kill-each") {
+      hooks.kill_each = true;
     } else if (a == "--direct-kill") {
       hooks.direct_kill = true;
     } else if (a == "--hold-mntns") {
@@ -659,7 +669,7 @@ int main(int argc, char** argv) {
       std::fprintf(
           stderr,
           "usage: scale_bench [--jobs N] [--rounds R] [--no-floor] [--json FILE] [--no-pool] "
-          "[--direct-kill] [--hold-mntns] [--floor-only] [--pids-out FILE] "
+          "[--kill-each] [--direct-kill] [--hold-mntns] [--floor-only] [--pids-out FILE] "
           "[--before-kill CMD] [--after-kill CMD]\n");
       return 2;
     }
@@ -746,7 +756,9 @@ int main(int argc, char** argv) {
                 rounds[r].settle_ms);
   }
   std::printf("  kill all: %-28s %9.0f ms\n",
-              hooks.direct_kill ? "cgroup.kill written for all" : "kill() returned for all",
+              hooks.direct_kill ? "cgroup.kill written for all"
+              : hooks.kill_each ? "kill() returned for all"
+                                : "kill_many() returned",
               first.kill_calls_ms);
   std::printf("  kill all: every sandboxed process exited %8.0f ms (pidfds)\n", first.gone_ms);
   if (first.mntns_release_ms >= 0) {
