@@ -1022,7 +1022,11 @@ class Engine::Impl {
   // Nothing of the isolation changes: the namespace is only referenced, never entered, and
   // its processes are dead when it is dropped.
   void kill_sandbox(Job& j) {
-    if (!j.mount_ns && j.pidfd) {
+    hold_mount_ns(j);
+    kill_all(j);
+  }
+  void hold_mount_ns(Job& j) {
+    if (!j.mount_ns && j.pidfd && !j.settled()) {
       // Fails before Linux 6.11 (ENOTTY) and once init has exited (ESRCH): then the processes
       // tear their tree down as they die, as they always did.
       int fd = ::ioctl(j.pidfd.get(), sys::kPidfdGetMntNamespace, 0);
@@ -1030,7 +1034,6 @@ class Engine::Impl {
         j.mount_ns = UniqueFd(fd);
       }
     }
-    kill_all(j);
   }
 
   void terminate(Job& j, int sig) {
@@ -2410,6 +2413,16 @@ Result<std::vector<JobStatus>> Engine::kill_many(const std::string& session,
   // Every id first: an unknown one refuses the call before any job is signalled.
   for (const auto& id : task_ids) {
     CORDON_CHECK(m.owned(session, id));
+  }
+  // A SIGKILL: every sandbox's mount namespace is held before the first one dies (an ioctl
+  // each), so the holds are not taken while the first to die already compete for the CPU.
+  if (signal == SIGKILL) {
+    for (const auto& id : task_ids) {
+      auto j = m.owned(session, id);
+      if (j && (*j)->attached) {
+        m.hold_mount_ns(**j);
+      }
+    }
   }
   // Then every signal under this one hold of the lock, so no settle (the loop's, of the first
   // to die) runs between two of them. Each id is looked up again: a job killed before it
