@@ -17,6 +17,7 @@
 #include <sys/eventfd.h>
 #include <sys/file.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/timerfd.h>
@@ -78,6 +79,10 @@ constexpr std::chrono::milliseconds kDrainAfterInit{2000};
 // Starter threads (Impl::starter_loop), each with its own spawner process: two sandboxes are
 // made at once (one per core here), and one job's cgroup and uid-lease work overlaps another's
 // spawner round trip.
+// A killed sandbox's mount-namespace hold (kill_sandbox()) is an fd until its settle; holds
+// are taken only while this many fds stay free under RLIMIT_NOFILE, so a kill-all near the
+// fd ceiling never leaves a settle without the fds it opens (it then goes without the hold).
+constexpr int kFdsKeptFree = 256;
 constexpr size_t kStarters = 2;
 constexpr size_t kSpawners = kStarters;  // 1 would have both starters share one spawner
 // Room kept in `<state>/reserve` so that settling still works on a full disk: a meta write
@@ -1029,9 +1034,12 @@ class Engine::Impl {
     if (!j.mount_ns && j.pidfd && !j.settled()) {
       // Fails before Linux 6.11 (ENOTTY) and once init has exited (ESRCH): then the processes
       // tear their tree down as they die, as they always did.
-      int fd = ::ioctl(j.pidfd.get(), sys::kPidfdGetMntNamespace, 0);
-      if (fd >= 0) {
-        j.mount_ns = UniqueFd(fd);
+      UniqueFd fd(::ioctl(j.pidfd.get(), sys::kPidfdGetMntNamespace, 0));
+      struct rlimit nofile {};
+      // fds are handed out lowest first: the number tells how many are in use.
+      if (fd && ::getrlimit(RLIMIT_NOFILE, &nofile) == 0 &&
+          static_cast<rlim_t>(fd.get()) + kFdsKeptFree < nofile.rlim_cur) {
+        j.mount_ns = std::move(fd);
       }
     }
   }
