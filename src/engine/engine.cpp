@@ -76,13 +76,13 @@ constexpr size_t kHashChunks = 8;
 constexpr size_t kArtifactIndexes = 16;
 constexpr size_t kTailChars = 2000;
 constexpr std::chrono::milliseconds kDrainAfterInit{2000};
-// Starter threads (Impl::starter_loop), each with its own spawner process: two sandboxes are
-// made at once (one per core here), and one job's cgroup and uid-lease work overlaps another's
-// spawner round trip.
 // A killed sandbox's mount-namespace hold (kill_sandbox()) is an fd until its settle; holds
 // are taken only while this many fds stay free under RLIMIT_NOFILE, so a kill-all near the
 // fd ceiling never leaves a settle without the fds it opens (it then goes without the hold).
 constexpr int kFdsKeptFree = 256;
+// Starter threads (Impl::starter_loop), each with its own spawner process: two sandboxes are
+// made at once (one per core here), and one job's cgroup and uid-lease work overlaps another's
+// spawner round trip.
 constexpr size_t kStarters = 2;
 constexpr size_t kSpawners = kStarters;  // 1 would have both starters share one spawner
 // Room kept in `<state>/reserve` so that settling still works on a full disk: a meta write
