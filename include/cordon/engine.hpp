@@ -157,6 +157,15 @@ class Engine {
   /// status comes back unchanged.
   [[nodiscard]] Result<JobStatus> kill(const std::string& session, const std::string& task_id,
                                        int signal = 15);
+  /// kill() for many jobs of the session under one hold of the engine's lock: every sandbox is
+  /// signalled before any of them settles (N kill() calls each wait for the event loop, which
+  /// settles the first to die while the rest are still alive). An unknown id refuses the call
+  /// before any job is signalled; otherwise every job is signalled, and the first error (a
+  /// job killed before it started whose record cannot be read back) is returned after that.
+  /// Statuses in the order of `task_ids`.
+  [[nodiscard]] Result<std::vector<JobStatus>> kill_many(const std::string& session,
+                                                         const std::vector<std::string>& task_ids,
+                                                         int signal = 15);
   [[nodiscard]] Result<void> write(const std::string& session, const std::string& task_id,
                                    const WriteInput& input);
   [[nodiscard]] Result<void> resize(const std::string& session, const std::string& task_id,

@@ -41,6 +41,9 @@ inline constexpr long kNrRemovexattrat = 466;
 inline constexpr long kNrOpenTreeAttr = 467;  // 6.15
 inline constexpr long kNrFileGetattr = 468;   // 6.17
 inline constexpr long kNrFileSetattr = 469;
+// ioctl(pidfd, PIDFD_GET_MNT_NAMESPACE): an nsfs fd (O_CLOEXEC) of the process's mount
+// namespace; Linux 6.11, _IO(PIDFS_IOCTL_MAGIC 0xFF, 3).
+inline constexpr unsigned long kPidfdGetMntNamespace = (0xFFUL << 8) | 3;
 
 // Landlock: ABI 4 (net), 5 (ioctl_dev), 6 (scopes), 7 (audit flags).
 inline constexpr uint64_t kLandlockAccessFsTruncate = 1ULL << 14;        // ABI 3

@@ -5,9 +5,22 @@
 // divided by N: namespaces, cgroups, pipes, pidfds included), and the time to kill them all.
 //
 //   build/scale_bench [--jobs N] [--rounds R] [--no-floor] [--json FILE]
+//                     [--kill-each] [--direct-kill] [--hold-mntns] [--floor-only]
+//                     [--pids-out FILE] [--before-kill CMD] [--after-kill CMD]
 //
 // --no-floor skips the kernel's floor for the kill: the same number of processes, without
-// cordon, killed with cgroup.kill (plain sleeps; two sleeps in fresh namespaces per job).
+// cordon, killed with cgroup.kill (plain sleeps; two sleeps in fresh namespaces per job);
+// --floor-only measures only that floor (a cgroup each).
+// The kill is one Engine::kill_many() of every job. Kill-phase measurement modes
+// (docs/performance.md, Concurrency):
+//   --kill-each    one Engine::kill() per job instead;
+//   --direct-kill  the bench writes every sandbox's cgroup.kill itself, none through the engine;
+//   --hold-mntns   the bench holds every sandbox's mount namespace across the kill and drops
+//                  them after the exits (timed apart): the exits without the mount teardown;
+//   --before-kill / --after-kill  shell commands run right before the kill and after every
+//                  sandboxed process is reaped (e.g. start and stop `perf record -a`);
+//   --pids-out     the sandboxed pids and the kill's CLOCK_MONOTONIC bounds, to pick them out
+//                  of a trace taken with `perf record -k CLOCK_MONOTONIC`.
 //
 // /proc/meminfo is machine-wide: other work on the machine moves it too, so the headline is
 // backed by an attribution that is not: the slab caches that grew (/proc/slabinfo), meminfo's
@@ -21,6 +34,7 @@
 
 #include <dirent.h>
 #include <poll.h>
+#include <sys/epoll.h>
 #include <sys/syscall.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -148,7 +162,7 @@ size_t count_sandboxed(const std::string& comm, uint32_t base, uint32_t count) {
 }
 
 // pidfds of every process whose real uid is in [base, base + count).
-std::vector<int> sandboxed_pidfds(uint32_t base, uint32_t count) {
+std::vector<int> sandboxed_pidfds(uint32_t base, uint32_t count, std::vector<int>* pids) {
   std::vector<int> fds;
   DIR* d = ::opendir("/proc");
   if (d == nullptr) return fds;
@@ -160,31 +174,44 @@ std::vector<int> sandboxed_pidfds(uint32_t base, uint32_t count) {
     if (!(uids >> uid) || uid < base || uid >= base + count) continue;
     int fd = static_cast<int>(::syscall(SYS_pidfd_open, std::atoi(pid.c_str()), 0));
     if (fd >= 0) fds.push_back(fd);
+    if (fd >= 0 && pids != nullptr) pids->push_back(std::atoi(pid.c_str()));
   }
   ::closedir(d);
   return fds;
 }
 
 // Waits until every pidfd is readable (its process has exited), closing them; false after
-// `limit_ms`.
+// `limit_ms`. epoll, not poll(): re-polling every remaining pidfd after each wake-up is
+// O(N^2) and took ~10 % of the CPU the dying sandboxes needed (2 cores), which the kernel
+// floor's waitpid() does not pay.
 bool wait_all_exited(std::vector<int>& fds, double limit_ms, Clock::time_point t0) {
-  std::vector<struct pollfd> pfds;
-  for (int fd : fds) pfds.push_back({fd, POLLIN, 0});
-  fds.clear();
-  while (!pfds.empty()) {
-    if (ms_since(t0) > limit_ms) return false;
-    if (::poll(pfds.data(), pfds.size(), 100) < 0 && errno != EINTR) die("poll pidfds");
-    std::vector<struct pollfd> left;
-    for (const auto& p : pfds) {
-      if (p.revents != 0) {
-        ::close(p.fd);
-      } else {
-        left.push_back({p.fd, POLLIN, 0});
-      }
-    }
-    pfds.swap(left);
+  int ep = ::epoll_create1(EPOLL_CLOEXEC);
+  if (ep < 0) die("epoll_create1");
+  size_t left = 0;
+  for (int fd : fds) {
+    struct epoll_event ev {};
+    ev.events = EPOLLIN;
+    ev.data.fd = fd;
+    if (::epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) != 0) die("epoll_ctl pidfd");
+    ++left;
   }
-  return true;
+  fds.clear();
+  std::vector<struct epoll_event> ready(256);
+  bool ok = true;
+  while (left > 0) {
+    if (ms_since(t0) > limit_ms) {
+      ok = false;
+      break;
+    }
+    int n = ::epoll_wait(ep, ready.data(), static_cast<int>(ready.size()), 100);
+    if (n < 0 && errno != EINTR) die("epoll_wait pidfds");
+    for (int i = 0; i < n; ++i) {
+      ::close(ready[static_cast<size_t>(i)].data.fd);  // also leaves the epoll set
+      --left;
+    }
+  }
+  ::close(ep);
+  return ok;
 }
 
 // VmRSS (KiB) of our child named `comm` (the spawner), -1 if none.
@@ -256,7 +283,8 @@ struct Round {
   KernelSnapshot before, running, after;
   double started_ms = 0, all_running_ms = 0, kill_calls_ms = 0, gone_ms = 0, reaped_ms = 0,
          settled_ms = 0;
-  double settle_ms = 0;  // after every job settled, until the kernel figure stopped falling
+  double mntns_release_ms = -1;  // --hold-mntns: closing the held mount namespaces
+  double settle_ms = 0;          // after every job settled, until the kernel figure stopped falling
   long rss_kib = 0, spawner_rss_kib = 0;
   size_t fds = 0, tasks = 0, superblocks = 0;
   std::string load_before, load_after;
@@ -268,7 +296,43 @@ struct Round {
 // One round: start `jobs` sleeps, measure with all of them running, kill all, wait until the
 // kernel has given the memory back (namespaces and their objects are freed after RCU grace
 // periods and by workqueues, so the figure keeps falling after the last process is gone).
-Round run_round(cordon::Engine& engine, unsigned jobs, uint32_t base, uint32_t count) {
+// Shell commands run (synchronously) right before the kill and once every sandboxed process
+// is reaped, to wrap the kill phase alone in a profiler (e.g. start `perf record -a` in the
+// background, stop it by its pid).
+// `pids_out`: where to write the sandboxed pids and the kill phase's CLOCK_MONOTONIC bounds
+// (for `perf record -k CLOCK_MONOTONIC`), to pick this bench's processes out of a trace.
+// `hold_mntns`: the bench holds each sandbox's mount namespace (an nsfs fd) across the kill
+// and drops them after every process exited, timing that separately: the exits then do not
+// tear the mount trees down themselves (umount_tree, the RCU grace period of
+// namespace_unlock(), the superblocks' kill_sb) — a measurement of what that part costs.
+struct KillHooks {
+  std::string before, after, pids_out;
+  bool hold_mntns = false;
+  // `direct_kill`: write every sandbox's v2 cgroup.kill from the bench, all before the engine
+  // hears of it (what an engine kill-many can at best do), instead of N Engine::kill() calls,
+  // each of which takes the engine's lock behind the event loop settling the first to die.
+  bool direct_kill = false;
+  // `kill_each`: one Engine::kill() per job (as before Engine::kill_many existed).
+  bool kill_each = false;
+};
+
+std::string cgroup2_mount();
+bool write_text(const std::string& path, const std::string& text);
+
+double monotonic_s() {
+  struct timespec ts {};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+}
+
+void run_hook(const std::string& cmd) {
+  if (cmd.empty()) return;
+  std::fflush(nullptr);
+  if (std::system(cmd.c_str()) != 0) die("hook failed: " + cmd);
+}
+
+Round run_round(cordon::Engine& engine, unsigned jobs, uint32_t base, uint32_t count,
+                const KillHooks& hooks) {
   Round k;
   k.load_before = loadavg();
   k.before = kernel_snapshot(true);
@@ -298,26 +362,68 @@ Round run_round(cordon::Engine& engine, unsigned jobs, uint32_t base, uint32_t c
 
   // Exits are watched through pidfds (scanning /proc for 2000 processes takes tens of ms);
   // "reaped" is when /proc shows none of them any more (zombies too).
-  std::vector<int> pidfds = sandboxed_pidfds(base, count);
+  std::vector<int> pids;
+  std::vector<int> pidfds = sandboxed_pidfds(base, count, &pids);
+  std::vector<int> mntns;
+  if (hooks.hold_mntns) {
+    for (int pid : pids) {
+      int fd = ::open(("/proc/" + std::to_string(pid) + "/ns/mnt").c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd >= 0) mntns.push_back(fd);
+    }
+  }
+  std::vector<std::string> kill_files;
+  if (hooks.direct_kill) {
+    std::set<std::string> dirs;
+    std::string mount = cgroup2_mount();
+    for (int pid : pids) {
+      std::string rel = proc_field(std::to_string(pid), "cgroup", "0::");
+      if (!rel.empty()) dirs.insert(mount + rel + "/cgroup.kill");
+    }
+    kill_files.assign(dirs.begin(), dirs.end());
+  }
+  run_hook(hooks.before);
+  double mono_kill = monotonic_s();
   auto t1 = Clock::now();
-  for (const auto& id : ids) {
-    auto r = engine.kill("s", id, SIGKILL);
-    if (!r) die("kill: " + r.error().message());
+  for (const auto& f : kill_files) {
+    if (!write_text(f, "1")) die("write " + f);
+  }
+  if (hooks.kill_each && !hooks.direct_kill) {
+    for (const auto& id : ids) {
+      auto r = engine.kill("s", id, SIGKILL);
+      if (!r) die("kill: " + r.error().message());
+    }
+  } else if (!hooks.direct_kill) {
+    auto r = engine.kill_many("s", ids, SIGKILL);
+    if (!r) die("kill_many: " + r.error().message());
   }
   k.kill_calls_ms = ms_since(t1);
   if (!wait_all_exited(pidfds, 120000, t1)) die("sandboxed processes left after 120 s");
   k.gone_ms = ms_since(t1);
+  if (hooks.hold_mntns) {
+    auto t3 = Clock::now();
+    for (int fd : mntns) ::close(fd);
+    k.mntns_release_ms = ms_since(t3);
+  }
+  if (!hooks.pids_out.empty()) {
+    std::ofstream out(hooks.pids_out);
+    char bounds[96];
+    std::snprintf(bounds, sizeof bounds, "kill %.6f gone %.6f\n", mono_kill, monotonic_s());
+    out << bounds;
+    for (int pid : pids) out << pid << "\n";
+  }
   size_t left = 0;
   while ((left = count_sandboxed("", base, count)) > 0) {
     if (ms_since(t1) > 120000) die(std::to_string(left) + " sandboxed processes left after 120 s");
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   k.reaped_ms = ms_since(t1);
+  run_hook(hooks.after);
   auto w = engine.wait("s", ids, std::chrono::seconds(300), true);
   k.settled_ms = ms_since(t1);
   if (!w) die("wait: " + w.error().message());
   for (const auto& st : *w) {
-    if (st.state != "killed") die(st.task_id + " ended " + st.state);
+    // Killed behind the engine's back, a job settles as its command's death by SIGKILL.
+    if (st.state != "killed" && !hooks.direct_kill) die(st.task_id + " ended " + st.state);
   }
   // Until the figure is back within 5 % of the growth, or has not fallen for 3 s, or 20 s.
   auto t2 = Clock::now();
@@ -380,6 +486,21 @@ void print_round_detail(const Round& k, unsigned jobs) {
 
 // --- The kernel's floor for the same teardown (no cordon): N processes killed at once -------
 
+// Where the cgroup2 hierarchy is mounted ("" if nowhere).
+std::string cgroup2_mount() {
+  std::string mount;
+  std::ifstream mi("/proc/self/mountinfo");
+  std::string line;
+  while (std::getline(mi, line)) {
+    if (line.find(" - cgroup2 ") == std::string::npos) continue;
+    std::istringstream f(line);
+    std::string id, parent, dev, root;
+    f >> id >> parent >> dev >> root >> mount;
+    break;
+  }
+  return mount;
+}
+
 // This process's cgroup directory in the cgroup2 hierarchy ("" if none).
 std::string own_v2_dir() {
   std::string mount, rel;
@@ -414,7 +535,8 @@ bool write_text(const std::string& path, const std::string& text) {
 // processes in fresh pid, net, mount, ipc and uts namespaces when `namespaces`, each in a v2
 // cgroup of its own (`per_job_cgroup`) or all in one; then one cgroup.kill per cgroup and the
 // time until every process is reaped. Returns the ms, or a negative number on failure.
-double kernel_floor_kill_ms(unsigned n, bool namespaces, bool per_job_cgroup) {
+double kernel_floor_kill_ms(unsigned n, bool namespaces, bool per_job_cgroup,
+                            const std::string& pids_out = {}) {
   int rep[2];
   if (::pipe2(rep, O_CLOEXEC) != 0) return -1;
   std::fflush(nullptr);  // the child may exit through die(): nothing buffered twice
@@ -474,11 +596,27 @@ double kernel_floor_kill_ms(unsigned n, bool namespaces, bool per_job_cgroup) {
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
       }
+      std::vector<std::string> pids;
+      if (!pids_out.empty()) {
+        for (const auto& d : dirs) {
+          std::ifstream procs(d + "/cgroup.procs");
+          std::string pid;
+          while (procs >> pid) pids.push_back(pid);
+        }
+      }
+      double mono_kill = monotonic_s();
       auto t1 = Clock::now();
       for (const auto& d : dirs) write_text(d + "/cgroup.kill", "1");
       while (::waitpid(-1, nullptr, 0) > 0 || errno == EINTR) {
       }
       result = ms_since(t1);
+      if (!pids_out.empty()) {
+        std::ofstream out(pids_out);
+        char bounds[96];
+        std::snprintf(bounds, sizeof bounds, "kill %.6f gone %.6f\n", mono_kill, monotonic_s());
+        out << bounds;
+        for (const auto& pid : pids) out << pid << "\n";
+      }
       for (const auto& d : dirs) ::rmdir(d.c_str());
       ::rmdir(top.c_str());
     }
@@ -497,12 +635,27 @@ double kernel_floor_kill_ms(unsigned n, bool namespaces, bool per_job_cgroup) {
 
 int main(int argc, char** argv) {
   unsigned jobs = 1000, n_rounds = 1;
-  bool with_floor = true;
+  bool with_floor = true, floor_only = false;
   std::string json_out;
+  KillHooks hooks;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--jobs" && i + 1 < argc) {
       jobs = static_cast<unsigned>(std::atoi(argv[++i]));
+    } else if (a == "--floor-only") {
+      floor_only = true;
+    } else if (a == "--before-kill" && i + 1 < argc) {
+      hooks.before = argv[++i];
+    } else if (a == "--kill-each") {
+      hooks.kill_each = true;
+    } else if (a == "--direct-kill") {
+      hooks.direct_kill = true;
+    } else if (a == "--hold-mntns") {
+      hooks.hold_mntns = true;
+    } else if (a == "--pids-out" && i + 1 < argc) {
+      hooks.pids_out = argv[++i];
+    } else if (a == "--after-kill" && i + 1 < argc) {
+      hooks.after = argv[++i];
     } else if (a == "--no-floor") {
       with_floor = false;
     } else if (a == "--rounds" && i + 1 < argc) {
@@ -511,11 +664,19 @@ int main(int argc, char** argv) {
       json_out = argv[++i];
     } else {
       std::fprintf(stderr,
-                   "usage: scale_bench [--jobs N] [--rounds R] [--no-floor] [--json FILE]\n");
+                   "usage: scale_bench [--jobs N] [--rounds R] [--no-floor] [--json FILE] "
+                   "[--kill-each] [--direct-kill] [--hold-mntns] [--floor-only] [--pids-out FILE] "
+                   "[--before-kill CMD] [--after-kill CMD]\n");
       return 2;
     }
   }
   if (jobs < 1 || jobs > 1016) die("--jobs must be 1..1016 (the policy's perSession bound)");
+  if (floor_only) {
+    std::printf(
+        "kernel floor, %u x 2 sleeps in own pid+net+mnt+ipc+uts ns, a cgroup each: %.0f ms\n", jobs,
+        kernel_floor_kill_ms(jobs, true, true, hooks.pids_out));
+    return 0;
+  }
   struct rlimit nofile {};
   ::getrlimit(RLIMIT_NOFILE, &nofile);
 
@@ -553,7 +714,7 @@ int main(int argc, char** argv) {
   long rss_before = std::atol(proc_field("self", "status", "VmRSS:").c_str());
   std::vector<Round> rounds;
   for (unsigned r = 0; r < n_rounds; ++r) {
-    rounds.push_back(run_round(engine, jobs, eo.host_id_base, eo.host_id_count));
+    rounds.push_back(run_round(engine, jobs, eo.host_id_base, eo.host_id_count, hooks));
     const Round& k = rounds.back();
     if (r == 0) {
       print_round_detail(k, jobs);
@@ -593,8 +754,16 @@ int main(int argc, char** argv) {
                 r + 1, rounds[r].per_job_kib(jobs), rounds[r].back_kib() / 1024,
                 rounds[r].settle_ms);
   }
-  std::printf("  kill all: kill() returned for all       %9.0f ms\n", first.kill_calls_ms);
+  std::printf("  kill all: %-28s %9.0f ms\n",
+              hooks.direct_kill ? "cgroup.kill written for all"
+              : hooks.kill_each ? "kill() returned for all"
+                                : "kill_many() returned",
+              first.kill_calls_ms);
   std::printf("  kill all: every sandboxed process exited %8.0f ms (pidfds)\n", first.gone_ms);
+  if (first.mntns_release_ms >= 0) {
+    std::printf("  kill all: held mount namespaces closed   %9.0f ms (after the exits)\n",
+                first.mntns_release_ms);
+  }
   std::printf("  kill all: no sandboxed process left     %9.0f ms (reaped: /proc shows none)\n",
               first.reaped_ms);
   std::printf("  kill all: every job settled             %9.0f ms\n", first.settled_ms);
