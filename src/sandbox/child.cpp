@@ -27,6 +27,7 @@
 #include <cstring>
 
 #include "sandbox/status.hpp"
+#include "sandbox/signals.hpp"
 #include "sys/syscalls.hpp"
 
 namespace cordon::sandbox {
@@ -607,6 +608,9 @@ void child_main(const ChildPlan& plan) {
     ::close(plan.v1_tasks_fds[i]);
   }
   wait_go(plan);
+  // Once here, off the command's path (a parked sandbox does it before its job exists): init
+  // then has only its own three handlers to reset for the command.
+  default_all_signals();
 
   // 2. After the v1 placement, so v1 paths are rooted at the job too.
   if (plan.unshare_cgroupns && ::unshare(CLONE_NEWCGROUP) != 0) {

@@ -21,6 +21,7 @@
 #include <initializer_list>
 
 #include "sandbox/plan_format.hpp"
+#include "sandbox/signals.hpp"
 #include "sandbox/status.hpp"
 #include "sys/syscalls.hpp"
 
@@ -53,20 +54,11 @@ int load_filter(const struct sock_filter* insns, uint32_t count) {
 
 [[noreturn]] void run_command(const PlanHeader* h, const char* base, char** argv, char** envp,
                               const char* exec_path) {
-  // Every disposition back to default: an ignored signal survives exec, and cordon (or
-  // whoever started it) may ignore SIGPIPE or SIGINT — the command must not inherit that.
-  // Raw rt_sigaction: glibc's wrapper refuses its internal signals (32, 33), which a caller
-  // may still have ignored.
-  struct KernelSigaction {
-    void (*handler)(int);
-    unsigned long flags;
-    void (*restorer)();
-    uint64_t mask;
-  } dfl{SIG_DFL, 0, nullptr, 0};
-  for (int sig = 1; sig <= 64; ++sig) {
-    if (sig != SIGKILL && sig != SIGSTOP) {
-      ::syscall(SYS_rt_sigaction, sig, &dfl, nullptr, sizeof dfl.mask);
-    }
+  // Every disposition is the default but the three init installed a handler for: the
+  // sandbox's child reset them all before it exec'd init (default_all_signals), and an exec
+  // keeps only ignored ones.
+  for (int sig : {SIGTERM, SIGINT, SIGHUP}) {
+    default_signal(sig);
   }
   // Only now unblock: a SIGTERM that arrived since the fork was held, and is delivered with
   // its default action instead of init's forwarding handler (which would have swallowed it).

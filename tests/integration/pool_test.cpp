@@ -656,7 +656,8 @@ BOOST_AUTO_TEST_CASE(a_pooled_job_is_confined_like_an_unpooled_one) {
   EngineEnv env;
   auto e = open_engine(env);
   const std::string probe =
-      "grep -E '^(NoNewPrivs|Seccomp|Seccomp_filters|Cap[A-Za-z]+):' /proc/self/status; "
+      "grep -E '^(NoNewPrivs|Seccomp|Seccomp_filters|Cap[A-Za-z]+|SigIgn|SigBlk):' "
+      "/proc/self/status; "
       "ls /proc/self/fd | tr '\n' ' '; echo; "
       "cat /proc/1/cmdline | tr '\\0' ' '; echo; "
       "cat /proc/1/environ >/dev/null 2>&1 && echo init-environ-readable || echo init-closed; "
@@ -674,6 +675,9 @@ BOOST_AUTO_TEST_CASE(a_pooled_job_is_confined_like_an_unpooled_one) {
   BOOST_TEST(pooled.out.find("NoNewPrivs:\t1") != std::string::npos, pooled.out);
   BOOST_TEST(pooled.out.find("Seccomp:\t2") != std::string::npos, pooled.out);
   BOOST_TEST(pooled.out.find("CapEff:\t0000000000000000") != std::string::npos, pooled.out);
+  BOOST_TEST(
+      pooled.out.find("SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000") != std::string::npos,
+      pooled.out);
   BOOST_TEST(pooled.out.find("\n0 1 2 3 \n") != std::string::npos, pooled.out);
   BOOST_TEST(pooled.out.find("init-closed") != std::string::npos, pooled.out);
   BOOST_TEST(pooled.out.find("usr-read-only\netc-read-only\n0\n") != std::string::npos, pooled.out);
