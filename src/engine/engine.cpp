@@ -1740,6 +1740,10 @@ class Engine::Impl {
       (void)write_meta(j.dir, "meta.json", meta_json(j).dump());
     }
     j.pidfd = std::move(reply.pidfd);
+    // Held from now on, not only from a SIGKILL: when the command ends by itself its init's
+    // exit no longer unmounts the tree (an RCU grace period, the superblocks) before the
+    // engine sees the exit; the releaser drops it after the settle (hold_mount_ns).
+    hold_mount_ns(j);
     j.status = std::move(reply.status);
     set_nonblock(j.status.get());
     watch(j, j.pidfd.get(), WatchKind::kPidfd, EPOLLIN);

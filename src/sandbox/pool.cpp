@@ -266,6 +266,7 @@ Result<void> WarmPool::destroy_entries(std::deque<Entry>& entries) {
     if (!destroyed) {
       // The record stays, so a later sweep retries; the host id stays ours, since the
       // sandbox may still run as it.
+      std::lock_guard lock(mu_);  // the refill thread and clear() may both be here
       held_.push_back(std::move(e.lease));
       if (!first) {
         first = std::move(destroyed.error());

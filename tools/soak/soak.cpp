@@ -351,15 +351,24 @@ uint64_t heap_in_use_kib() {
   return (mi.uordblks + mi.hblkhd) / 1024;
 }
 
-// The warm pool refills after jobs settle; its entries hold descriptors and parked sandboxes
-// (no job in them), so a snapshot waits (bounded) until it is full again, and does not count
-// those sandboxes as jobs' processes.
-void wait_for_full_pool(const Setup& s) {
+// The warm pool refills after jobs settle, and the engine's releaser drops killed sandboxes'
+// mount namespaces after their settles: both hold descriptors for a while after the last job
+// settled. A snapshot waits (bounded) until the pool is full again and the engine's open fds
+// stopped changing (the same count five times, 20 ms apart), and does not count the parked
+// sandboxes as jobs' processes.
+void wait_for_quiet_engine(const Setup& s) {
   const size_t want = std::min<size_t>(cordon::EngineOptions{}.warm_pool_size, s.host_id_count / 4);
   auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (cordon::sandbox::parked_pool_pids(s.state + "/cgroups").size() < want &&
          std::chrono::steady_clock::now() < until) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  size_t last = open_fds();
+  for (int same = 0; same < 5 && std::chrono::steady_clock::now() < until;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    size_t now = open_fds();
+    same = now == last ? same + 1 : 0;
+    last = now;
   }
 }
 
@@ -374,7 +383,7 @@ size_t job_procs(const Setup& s) {
 }
 
 json snapshot(const Setup& s, const std::vector<std::string>& ids) {
-  wait_for_full_pool(s);
+  wait_for_quiet_engine(s);
   ::malloc_trim(0);
   return {{"fds", open_fds()},
           {"rssKiB", rss_kib()},
