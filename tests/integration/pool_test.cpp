@@ -745,3 +745,22 @@ BOOST_AUTO_TEST_CASE(a_secret_that_appears_after_parking_is_masked) {
   BOOST_TEST(!r.pooled);
   BOOST_TEST(r.out == "0\nup\n");
 }
+
+// The working root's owner decides the idmapping (files it owns are the sandbox user's, what
+// the sandbox creates lands owned by it). A root given to another owner after parking must
+// not be served through the old mapping (its files would read as nobody's, or another
+// owner's could be written): a fresh sandbox maps the new owner.
+BOOST_AUTO_TEST_CASE(a_root_given_to_another_owner_after_parking_gets_a_fresh_sandbox) {
+  EngineEnv env;
+  auto e = open_engine(env);
+  BOOST_TEST(run_and_see(*e, env, "s", "stat -c %u .").out == "1000\nup\n");
+  BOOST_REQUIRE(pool_holds(env, EngineOptions{}.warm_pool_size));
+  BOOST_REQUIRE(::chown(env.box.root.c_str(), 4242, 4242) == 0);
+  Ran r = run_and_see(*e, env, "s", "stat -c %u .; touch made-here");
+  BOOST_TEST(r.took_entry);
+  BOOST_TEST(!r.pooled);
+  BOOST_TEST(r.out == "1000\nup\n");
+  struct stat st {};
+  BOOST_REQUIRE(::stat((env.box.root + "/made-here").c_str(), &st) == 0);
+  BOOST_TEST(st.st_uid == 4242u);
+}
