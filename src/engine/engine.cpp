@@ -1669,17 +1669,17 @@ class Engine::Impl {
   SpawnDone run_spawn(SpawnWork& w, sandbox::SpawnerClient& own) {
     SpawnDone d;
     auto step = [&]() -> Result<void> {
-      // Warm pool: a sandbox of this job's shape built ahead of time in cgroups and for a
-      // host id of its own; only the job's limits are written now. Otherwise the job's own
-      // cgroups, named after it, and a lease.
+      // Warm pool: a sandbox of this job's shape built ahead of time in cgroups with its
+      // limits and for a host id of its own. Otherwise the job's own cgroups, named after it,
+      // and a lease.
       uint64_t pool_slot = 0;
-      if (auto entry = pool ? pool->take(w.req) : std::nullopt) {
+      if (auto entry = pool ? pool->take(w.req, w.limits) : std::nullopt) {
+        // Its cgroups were made with exactly this job's limits.
         d.record = std::move(entry->record);
         d.cgroup.emplace(std::move(entry->cgroup));
         d.lease.emplace(std::move(entry->lease));
         pool_slot = entry->slot;
         CORDON_CHECK_CTX(d.record.rename(w.id), "record job cgroup");
-        CORDON_CHECK_CTX(d.cgroup->set_limits(w.limits), "set the job's cgroup limits");
       } else {
         CORDON_TRY(paths, sandbox::JobCgroup::paths_for(layout, w.id));
         CORDON_TRY_CTX(record, records->add(w.id, paths), "record job cgroup");

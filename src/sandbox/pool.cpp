@@ -38,6 +38,10 @@ bool fits(const SpawnerClient::Request& shape, const SpawnerClient::Request& job
          shape.cgroupns_at_clone == job.cgroupns_at_clone;
 }
 
+bool same_limits(const CgroupLimits& a, const CgroupLimits& b) {
+  return a.memory_bytes == b.memory_bytes && a.pids == b.pids && a.cpus == b.cpus;
+}
+
 }  // namespace
 
 WarmPool::WarmPool(CgroupLayout layout, CgroupRecords& records, SpawnerClient& spawner,
@@ -116,14 +120,15 @@ bool WarmPool::drop_unusable_locked(std::chrono::steady_clock::time_point now) {
   return dropped;
 }
 
-std::optional<WarmPool::Entry> WarmPool::take(const SpawnerClient::Request& request) {
+std::optional<WarmPool::Entry> WarmPool::take(const SpawnerClient::Request& request,
+                                              const CgroupLimits& limits) {
   if (request.spec.tty) {
     return std::nullopt;
   }
   std::optional<Entry> out;
   {
     std::lock_guard lock(mu_);
-    if (shape_ && fits(*shape_, request)) {
+    if (shape_ && fits(*shape_, request) && same_limits(shape_limits_, limits)) {
       candidate_misses_ = std::max(0, candidate_misses_ - 1);
       drop_unusable_locked(std::chrono::steady_clock::now());
       if (!entries_.empty()) {
@@ -131,10 +136,11 @@ std::optional<WarmPool::Entry> WarmPool::take(const SpawnerClient::Request& requ
         entries_.pop_front();
       }
     } else {
-      if (candidate_ && fits(*candidate_, request)) {
+      if (candidate_ && fits(*candidate_, request) && same_limits(candidate_limits_, limits)) {
         ++candidate_misses_;
       } else {
         candidate_ = request;
+        candidate_limits_ = limits;
         candidate_misses_ = 1;
       }
       if (!shape_ || candidate_misses_ >= kSwitchAfterMisses) {
@@ -142,6 +148,7 @@ std::optional<WarmPool::Entry> WarmPool::take(const SpawnerClient::Request& requ
         // one root). Only what shapes the sandbox is kept: never a job's argv or environment,
         // nor the caller's descriptors.
         shape_ = request;
+        shape_limits_ = limits;
         shape_->spec.argv.clear();
         shape_->spec.env.clear();
         shape_->spec.cwd = shape_->spec.root;
@@ -184,6 +191,7 @@ size_t WarmPool::available() const {
 Result<void> WarmPool::refill() {
   for (;;) {
     SpawnerClient::Request shape;
+    CgroupLimits limits;
     uint64_t generation = 0;
     {
       std::lock_guard lock(mu_);
@@ -191,10 +199,11 @@ Result<void> WarmPool::refill() {
         return {};
       }
       shape = *shape_;
+      limits = shape_limits_;
       generation = generation_;
     }
     // Made without the lock: take() never waits for a mkdir or a sandbox build.
-    CORDON_TRY_CTX(e, make_entry(shape), "refill the warm pool");
+    CORDON_TRY_CTX(e, make_entry(shape, limits), "refill the warm pool");
     std::lock_guard lock(mu_);
     if (generation != generation_) {
       stale_.push_back(std::move(e));  // the shape changed meanwhile
@@ -204,13 +213,15 @@ Result<void> WarmPool::refill() {
   }
 }
 
-Result<WarmPool::Entry> WarmPool::make_entry(const SpawnerClient::Request& shape) {
+Result<WarmPool::Entry> WarmPool::make_entry(const SpawnerClient::Request& shape,
+                                             const CgroupLimits& limits) {
   CORDON_TRY(name, random_name());
   CORDON_TRY(paths, JobCgroup::paths_for(layout_, name));
   // Recorded before the cgroups exist, as a job's are: a crash in between leaves a record
   // whose sweep finds nothing to remove, never a cgroup nobody knows of.
   CORDON_TRY_CTX(record, records_->add(name, paths), "record pool cgroup");
-  auto cg = JobCgroup::create(layout_, name, CgroupLimits{});
+  // The shape's limits, written now: a job that takes the entry has exactly these (take()).
+  auto cg = JobCgroup::create(layout_, name, limits);
   if (!cg) {
     (void)record.remove();
     return std::unexpected(std::move(cg.error()).wrap("create pool cgroup"));

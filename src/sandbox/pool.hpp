@@ -52,7 +52,7 @@ class WarmPool {
   // Pool cgroups and records are named kPoolCgroupPrefix + 16 random hex digits (cgroup.hpp).
 
   struct Entry {
-    JobCgroup cgroup;   // fresh; the job writes its own limits (set_limits) before spawning
+    JobCgroup cgroup;   // fresh, made with the shape's limits (which are the job's)
     RecordLock record;  // the held crash record of those cgroups (rename it after the job)
     HostIdLease lease;  // the host id the sandbox was built for: the job's from now on
     uint64_t slot = 0;  // SpawnerClient::Request::pool_slot
@@ -73,14 +73,15 @@ class WarmPool {
   /// destroys the entries of a shape no longer wanted. Its work (mkdirs, a record, a lease and
   /// a sandbox build in the spawner per entry) never runs on a caller's path.
   void start();
-  /// An entry whose sandbox fits `request` (its spec's shape, init, cgroup namespace mode),
-  /// or nullopt. A shape that misses kSwitchAfterMisses times more than the pool's own shape
-  /// hits (and is not a tty) becomes the pool's shape: the old entries go (on the pool's
-  /// thread) and refills build the new one, so two shapes that alternate do not rebuild the
-  /// pool on every start. Thread-safe; never refills by itself (refill_later() when jobs
-  /// settle does: a build costs a spawner's and a core's time that the job being started
-  /// needs).
-  std::optional<Entry> take(const SpawnerClient::Request& request);
+  /// An entry whose sandbox fits `request` (its spec's shape, init, cgroup namespace mode)
+  /// and whose cgroups were made with exactly `limits` (a job never writes its limits on the
+  /// start path: the cpu quota alone is ~0.1 ms), or nullopt. A shape that misses
+  /// kSwitchAfterMisses times more than the pool's own shape hits (and is not a tty) becomes the
+  /// pool's shape: the old entries go (on the pool's thread) and refills build the new one, so two
+  /// shapes that alternate do not rebuild the pool on every start. Thread-safe; never refills by
+  /// itself (refill_later() when jobs settle does: a build costs a spawner's and a core's time that
+  /// the job being started needs).
+  std::optional<Entry> take(const SpawnerClient::Request& request, const CgroupLimits& limits);
   /// Asks the refill thread to top the pool up (no-op without start()). Call when a job's own
   /// cgroup work is done.
   void refill_later();
@@ -94,7 +95,7 @@ class WarmPool {
   const WarmPoolOptions& options() const { return options_; }
 
  private:
-  Result<Entry> make_entry(const SpawnerClient::Request& shape);
+  Result<Entry> make_entry(const SpawnerClient::Request& shape, const CgroupLimits& limits);
   // Destroys each entry's cgroups (killing its sandbox), then its record. When the cgroups
   // could not be removed, the record stays for a later sweep and the host-id lease is kept
   // (its sandbox may live on). Returns the first error.
@@ -112,9 +113,11 @@ class WarmPool {
   std::deque<Entry> entries_;
   std::deque<Entry> stale_;  // of an older shape, destroyed by the pool's thread
   std::optional<SpawnerClient::Request> shape_;
+  CgroupLimits shape_limits_;
   uint64_t generation_ = 0;  // of shape_: an entry built for an older one is stale
   std::optional<SpawnerClient::Request> candidate_;  // the last shape that missed
-  int candidate_misses_ = 0;                         // less the pool shape's hits since
+  CgroupLimits candidate_limits_;
+  int candidate_misses_ = 0;       // less the pool shape's hits since
   std::vector<HostIdLease> held_;  // of entries whose sandbox could not be destroyed
   bool wanted_ = false;
   bool stopping_ = false;
