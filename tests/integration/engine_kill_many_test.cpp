@@ -139,8 +139,8 @@ BOOST_AUTO_TEST_CASE(kill_many_of_settled_and_repeated_ids_returns_their_statuse
   BOOST_TEST(w->at(0).state == "killed");
 }
 
-// A SIGKILL makes the engine hold the sandbox's mount namespace, so the dying processes do not
-// tear it down themselves; the settle hands it to the releaser thread, which drops it. The
+// The engine holds each sandbox's mount namespace (from its attach), so the dying processes do
+// not tear it down themselves; the settle hands it to the releaser thread, which drops it. The
 // engine must not keep it (a leak of every killed sandbox's mount tree) once the job settled.
 BOOST_AUTO_TEST_CASE(a_killed_sandbox_s_mount_namespace_is_dropped_after_its_settle) {
   EngineEnv env;
