@@ -76,9 +76,9 @@ constexpr size_t kHashChunks = 8;
 constexpr size_t kArtifactIndexes = 16;
 constexpr size_t kTailChars = 2000;
 constexpr std::chrono::milliseconds kDrainAfterInit{2000};
-// A killed sandbox's mount-namespace hold (kill_sandbox()) is an fd until its settle; holds
-// are taken only while this many fds stay free under RLIMIT_NOFILE, so a kill-all near the
-// fd ceiling never leaves a settle without the fds it opens (it then goes without the hold).
+// A sandbox's mount-namespace hold (hold_mount_ns(), from its attach) is an fd until its settle;
+// holds are taken only while this many fds stay free under RLIMIT_NOFILE, so a kill-all near the fd
+// ceiling never leaves a settle without the fds it opens (it then goes without the hold).
 constexpr int kFdsKeptFree = 256;
 // Starter threads (Impl::starter_loop), each with its own spawner process: two sandboxes are
 // made at once (one per core here), and one job's cgroup and uid-lease work overlaps another's
@@ -333,7 +333,7 @@ struct Job {
   StdinMode stdin_mode = StdinMode::kNull;
   uint16_t cols = 120, rows = 30;
   UniqueFd pidfd, status, stdin_w, pty_master;
-  // The sandbox's mount namespace, held from a SIGKILL until the settle (kill_sandbox()).
+  // The sandbox's mount namespace, held from the attach until the settle (hold_mount_ns()).
   UniqueFd mount_ns;
   Stream out, err;
   std::optional<sandbox::JobCgroup> cgroup;
@@ -495,7 +495,7 @@ class Engine::Impl {
   bool flush_dirty = false, flush_stop = false;
   std::thread flusher;
 
-  // The releaser: drops the mount namespaces kill_sandbox() held, off the loop's thread (each
+  // The releaser: drops the mount namespaces hold_mount_ns() held, off the loop's thread (each
   // drop unmounts a sandbox's tree and waits for an RCU grace period).
   std::mutex release_mu;  // never taken with mu held the other way round: mu, then release_mu
   std::condition_variable release_cv;
@@ -2437,8 +2437,9 @@ Result<std::vector<JobStatus>> Engine::kill_many(const std::string& session,
   for (const auto& id : task_ids) {
     CORDON_CHECK(m.owned(session, id));
   }
-  // A SIGKILL: every sandbox's mount namespace is held before the first one dies (an ioctl
-  // each), so the holds are not taken while the first to die already compete for the CPU.
+  // A SIGKILL: every sandbox's mount namespace is held before the first one dies. The attach
+  // takes each hold already; this retries one the fd margin refused then, before any of the
+  // sandboxes dies and the rest compete for the CPU.
   if (signal == SIGKILL) {
     for (const auto& id : task_ids) {
       auto j = m.owned(session, id);

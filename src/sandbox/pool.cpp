@@ -38,6 +38,22 @@ bool fits(const SpawnerClient::Request& shape, const SpawnerClient::Request& job
          shape.cgroupns_at_clone == job.cgroupns_at_clone;
 }
 
+// Only what shapes a sandbox: never a job's argv, environment or executable, nor the caller's
+// descriptors, host id or slot.
+SpawnerClient::Request shape_of(const SpawnerClient::Request& request) {
+  SpawnerClient::Request shape = request;
+  shape.spec.argv.clear();
+  shape.spec.env.clear();
+  shape.spec.cwd = shape.spec.root;
+  shape.spec.exec_dev = 0;
+  shape.spec.exec_ino = 0;
+  shape.cgroup_v2_fd = -1;
+  shape.cgroup_v1_fds.clear();
+  shape.host_id = 0;
+  shape.pool_slot = 0;
+  return shape;
+}
+
 bool same_limits(const CgroupLimits& a, const CgroupLimits& b) {
   return a.memory_bytes == b.memory_bytes && a.pids == b.pids && a.cpus == b.cpus;
 }
@@ -130,7 +146,8 @@ std::optional<WarmPool::Entry> WarmPool::take(const SpawnerClient::Request& requ
     std::lock_guard lock(mu_);
     if (shape_ && fits(*shape_, request) && same_limits(shape_limits_, limits)) {
       candidate_misses_ = std::max(0, candidate_misses_ - 1);
-      drop_unusable_locked(std::chrono::steady_clock::now());
+      // A dropped entry is replaced by the pool's thread at once, as an expired one is.
+      wanted_ = drop_unusable_locked(std::chrono::steady_clock::now()) || wanted_;
       if (!entries_.empty()) {
         out.emplace(std::move(entries_.front()));
         entries_.pop_front();
@@ -139,7 +156,7 @@ std::optional<WarmPool::Entry> WarmPool::take(const SpawnerClient::Request& requ
       if (candidate_ && fits(*candidate_, request) && same_limits(candidate_limits_, limits)) {
         ++candidate_misses_;
       } else {
-        candidate_ = request;
+        candidate_ = shape_of(request);
         candidate_limits_ = limits;
         candidate_misses_ = 1;
       }
@@ -147,17 +164,10 @@ std::optional<WarmPool::Entry> WarmPool::take(const SpawnerClient::Request& requ
         // The shape asked for more often than the pool's own becomes it (an agent works in
         // one root). Only what shapes the sandbox is kept: never a job's argv or environment,
         // nor the caller's descriptors.
-        shape_ = request;
+        // The shape asked for more often than the pool's own becomes it (an agent works in
+        // one root).
+        shape_ = shape_of(request);
         shape_limits_ = limits;
-        shape_->spec.argv.clear();
-        shape_->spec.env.clear();
-        shape_->spec.cwd = shape_->spec.root;
-        shape_->spec.exec_dev = 0;
-        shape_->spec.exec_ino = 0;
-        shape_->cgroup_v2_fd = -1;
-        shape_->cgroup_v1_fds.clear();
-        shape_->host_id = 0;
-        shape_->pool_slot = 0;
         candidate_.reset();
         candidate_misses_ = 0;
         ++generation_;
@@ -250,6 +260,10 @@ Result<WarmPool::Entry> WarmPool::make_entry(const SpawnerClient::Request& shape
   // died. (Were the init already dead and its pid reused, the entry would only look alive:
   // the spawner still knows the slot is gone, and the job falls back.)
   UniqueFd init(sys::pidfd_open(slot->init, 0));
+  if (!init) {
+    // ESRCH: it died at once (the spawner drops its slot when it reaps it).
+    return undo(Error::sys(errno, "pidfd_open the parked init"), "park a sandbox");
+  }
   return Entry{std::move(*cg), std::move(record), std::move(*lease),
                slot->id,       std::move(init),   std::chrono::steady_clock::now()};
 }

@@ -6,8 +6,8 @@
 // privilege drop, the exec of its init — costs several milliseconds; a pooled start only hands
 // the parked init its job (cwd, executable, plan, pipes), and the init forks and execs it.
 //
-// Nothing is shared between jobs: an entry is one fresh cgroup set (no limits until its job
-// writes them), one crash record, one leased host id and one sandbox built for them, and it is
+// Nothing is shared between jobs: an entry is one fresh cgroup set (made with the limits of
+// the shape's jobs), one crash record, one leased host id and one sandbox built for them, and it is
 // used by exactly one job, which owns all of it from then on. Entries are built for one shape
 // (sandbox::same_sandbox_shape: the working root, the --ro paths, the network, the identity,
 // the quotas): the shape of the last job that asked. A job of another shape spawns unpooled

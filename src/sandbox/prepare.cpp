@@ -350,7 +350,8 @@ Result<std::unique_ptr<PreparedSandbox>> PreparedSandbox::prepare_job(
   CORDON_CHECK(p->open_root(spec));
   CORDON_TRY(root_st, sys::fstat_fd(p->root_fd_.get()));
   if (p->root_ != shape.root || root_st.st_dev != shape.root_dev ||
-      root_st.st_ino != shape.root_ino) {
+      root_st.st_ino != shape.root_ino || root_st.st_uid != shape.root_uid ||
+      root_st.st_gid != shape.root_gid) {
     // Replaced since shape_still_holds looked: fail closed rather than resolve the cwd and the
     // executable in a tree the parked sandbox does not show.
     return refusal("the working root `{}` changed while its job was being started; start it again",

@@ -155,6 +155,10 @@ BOOST_AUTO_TEST_CASE(a_killed_sandbox_s_mount_namespace_is_dropped_after_its_set
   namespaces.erase(std::unique(namespaces.begin(), namespaces.end()), namespaces.end());
   BOOST_REQUIRE_EQUAL(namespaces.size(), 2u);  // one per sandbox, its init's and command's
   BOOST_REQUIRE(namespaces[0] != inode_of("/proc/self/ns/mnt"));
+  // Held from the attach, while the jobs run.
+  for (ino_t ns : namespaces) {
+    BOOST_TEST(eventually([&] { return fds_on_mount_ns(ns) == 1; }));
+  }
 
   BOOST_REQUIRE(e->kill_many("s1", ids, SIGKILL).has_value());
   auto w = e->wait("s1", ids, 20s, true);
@@ -165,6 +169,27 @@ BOOST_AUTO_TEST_CASE(a_killed_sandbox_s_mount_namespace_is_dropped_after_its_set
   for (ino_t ns : namespaces) {
     BOOST_TEST(eventually([&] { return fds_on_mount_ns(ns) == 0; }));
   }
+}
+
+// A command that ends by itself: its sandbox's namespace is held while it runs (so its init's
+// exit does not unmount the tree on the way out) and dropped after its settle.
+BOOST_AUTO_TEST_CASE(a_finished_sandbox_s_mount_namespace_is_held_until_its_settle) {
+  EngineEnv env;
+  auto e = open_engine(env);
+  auto t =
+      e->start("s1", {.argv = {"/bin/sh", "-c", "read x; exit 3"}, .stdin_mode = StdinMode::kPipe});
+  BOOST_REQUIRE_MESSAGE(t.has_value(), describe(t));
+  wait_running(env, 1);
+  auto pids = env.sandbox_pids();
+  BOOST_REQUIRE(!pids.empty());
+  ino_t ns = inode_of("/proc/" + std::to_string(pids[0]) + "/ns/mnt");
+  BOOST_TEST(eventually([&] { return fds_on_mount_ns(ns) == 1; }));
+  BOOST_REQUIRE(e->write("s1", t->task_id, {.eof = true}).has_value());
+  auto w = e->wait("s1", {t->task_id}, 20s, true);
+  BOOST_REQUIRE_MESSAGE(w.has_value(), describe(w));
+  BOOST_TEST(w->at(0).state == "exited");
+  BOOST_TEST(w->at(0).exit_code.value_or(-1) == 3);
+  BOOST_TEST(eventually([&] { return fds_on_mount_ns(ns) == 0; }));
 }
 
 // The kernel mechanism the engine relies on, with the constant cordon defines itself (the

@@ -43,13 +43,14 @@ BOOST_AUTO_TEST_CASE(many_concurrent_jobs_start_and_are_all_killed) {
       [&] { return sandbox::parked_pool_pids(env.state_dir + "/cgroups").size() == pool_size; }));
   // The last entry's init pidfd is opened just after its sandbox appears, and the first job's
   // mount namespace is dropped by the releaser after its settle: the baseline is the count
-  // once it reads the same twice.
+  // once it read the same five times in a row.
   size_t baseline = 0;
+  int same = 0;
   BOOST_REQUIRE(eventually([&] {
     size_t n = open_fds();
-    bool same = n == baseline;
+    same = n == baseline ? same + 1 : 0;
     baseline = n;
-    return same;
+    return same >= 5;
   }));
   std::vector<std::string> ids;
   for (unsigned i = 0; i < jobs; ++i) {

@@ -557,9 +557,11 @@ BOOST_AUTO_TEST_CASE(engine_jobs_take_pool_entries_with_their_own_limits) {
   BOOST_TEST(records_in(records).empty());
 }
 
-// Parked sandboxes die (killed here; in life: an OOM kill, a failed setup). A start that takes
-// such an entry runs its job unpooled in the entry's cgroups, and the job runs all the same.
-BOOST_AUTO_TEST_CASE(dead_parked_sandboxes_fall_back_to_an_unpooled_spawn) {
+// Parked sandboxes die (killed here; in life: an OOM kill, a failed setup). The pool sees it
+// through each entry's pidfd: a start takes no dead entry (it spawns unpooled, and the pool
+// rebuilds the dead ones), and jobs run all the same. (A parked init that dies between the
+// take and its job is the spawner's "slot gone" fallback: a_slot_is_spent_by_one_spawn.)
+BOOST_AUTO_TEST_CASE(dead_parked_sandboxes_are_not_taken_and_are_rebuilt) {
   EngineEnv env;
   auto e = open_engine(env);
   std::string records = env.state_dir + "/cgroups";
@@ -572,9 +574,16 @@ BOOST_AUTO_TEST_CASE(dead_parked_sandboxes_fall_back_to_an_unpooled_spawn) {
     BOOST_REQUIRE(sys::pidfd_send_signal(fd.get(), SIGKILL, nullptr, 0) == 0);
     BOOST_REQUIRE(readable(fd.get()));
   }
-  for (size_t i = 0; i <= size; ++i) {
-    BOOST_TEST(run_to_end(*e, {"/bin/echo", "still"}) == "still\n");
+  Ran first = run_and_see(*e, env, "s", "echo still");
+  BOOST_TEST(!first.took_entry);
+  BOOST_TEST(first.out == "still\nup\n");
+  // Rebuilt: new inits, none of the dead ones.
+  std::map<pid_t, std::string> rebuilt;
+  BOOST_REQUIRE(eventually([&] { return (rebuilt = parked_inits(records)).size() == size; }));
+  for (const auto& [pid, name] : rebuilt) {
+    BOOST_TEST(!inits.contains(pid));
   }
+  BOOST_TEST(run_and_see(*e, env, "s", "echo still").pooled);
 }
 
 BOOST_AUTO_TEST_CASE(engine_without_a_pool_spawns_unpooled) {
