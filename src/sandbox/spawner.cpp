@@ -798,9 +798,6 @@ Result<std::string> encode_request(const SpawnerClient::Request& request) {
   body.host_id = request.host_id;
   body.cgroupns_at_clone = request.cgroupns_at_clone;
   CORDON_TRY_CTX(bytes, encode_spawn_request(body), "encode the spawn request");
-  if (bytes.size() > kMaxRequestBytes) {
-    return invalid("the request is {} bytes, at most {}", bytes.size(), kMaxRequestBytes);
-  }
   return bytes;
 }
 }  // namespace
@@ -838,10 +835,9 @@ Result<SpawnerClient::Reply> SpawnerClient::spawn_encoded(std::string_view body,
   return reply;
 }
 
-Result<SpawnerClient::Reply> SpawnerClient::exchange(uint64_t id, std::string_view body,
-                                                     int cgroup_v2_fd,
-                                                     std::span<const int> cgroup_v1_fds,
-                                                     uint64_t pool_slot, bool* slot_gone) {
+Result<void> SpawnerClient::send_request(SpawnerMessage kind, uint64_t id, std::string_view body,
+                                         int cgroup_v2_fd, std::span<const int> cgroup_v1_fds,
+                                         uint64_t pool_slot) {
   if (cgroup_v1_fds.size() > kMaxCgroupV1Fds) {
     return invalid("{} v1 cgroup descriptors, at most {}", cgroup_v1_fds.size(), kMaxCgroupV1Fds);
   }
@@ -850,7 +846,7 @@ Result<SpawnerClient::Reply> SpawnerClient::exchange(uint64_t id, std::string_vi
   }
   CORDON_TRY(mem, sealed_memfd("cordon-spawn-request", body));
   SpawnerRequestHeader h{};
-  h.kind = SpawnerMessage::kSpawn;
+  h.kind = kind;
   h.request_id = id;
   std::vector<int> fds{mem.get()};
   if (pool_slot != 0) {
@@ -865,13 +861,20 @@ Result<SpawnerClient::Reply> SpawnerClient::exchange(uint64_t id, std::string_vi
     h.n_cgroup_v1 = static_cast<uint32_t>(cgroup_v1_fds.size());
     fds.insert(fds.end(), cgroup_v1_fds.begin(), cgroup_v1_fds.end());
   }
-
   auto sent = send_datagram(sock_.get(), &h, sizeof h, fds);
   if (!sent) {
     broken_ = true;
     return std::unexpected(std::move(sent.error()).wrap("send the request"));
   }
-  mem.reset();
+  return {};
+}
+
+Result<SpawnerClient::Reply> SpawnerClient::exchange(uint64_t id, std::string_view body,
+                                                     int cgroup_v2_fd,
+                                                     std::span<const int> cgroup_v1_fds,
+                                                     uint64_t pool_slot, bool* slot_gone) {
+  CORDON_CHECK(
+      send_request(SpawnerMessage::kSpawn, id, body, cgroup_v2_fd, cgroup_v1_fds, pool_slot));
 
   // Any violation from here on leaves the stream in an unknown state: no later call trusts it.
   broken_ = true;
@@ -941,33 +944,15 @@ Result<SpawnerClient::Reply> SpawnerClient::exchange(uint64_t id, std::string_vi
 }
 
 Result<SpawnerClient::PoolSlot> SpawnerClient::park(const Request& request) {
-  if (request.cgroup_v1_fds.size() > kMaxCgroupV1Fds) {
-    return invalid("{} v1 cgroup descriptors, at most {}", request.cgroup_v1_fds.size(),
-                   kMaxCgroupV1Fds);
-  }
   CORDON_TRY(bytes, encode_request(request));
-  CORDON_TRY(mem, sealed_memfd("cordon-park-request", bytes));
   std::lock_guard lock(*mu_);
   if (broken_ || !sock_) {
     return std::unexpected(protocol_error("the connection to the spawner is closed"));
   }
   uint64_t id = next_id_++;
-  SpawnerRequestHeader h{};
-  h.kind = SpawnerMessage::kPark;
-  h.request_id = id;
-  std::vector<int> fds{mem.get()};
-  if (request.cgroup_v2_fd >= 0) {
-    h.flags |= kRequestHasCgroupV2;
-    fds.push_back(request.cgroup_v2_fd);
-  }
-  h.n_cgroup_v1 = static_cast<uint32_t>(request.cgroup_v1_fds.size());
-  fds.insert(fds.end(), request.cgroup_v1_fds.begin(), request.cgroup_v1_fds.end());
-  auto sent = send_datagram(sock_.get(), &h, sizeof h, fds);
-  if (!sent) {
-    broken_ = true;
-    return std::unexpected(std::move(sent.error()).wrap("send a park request"));
-  }
-  mem.reset();
+  CORDON_CHECK_CTX(send_request(SpawnerMessage::kPark, id, bytes, request.cgroup_v2_fd,
+                                request.cgroup_v1_fds, 0),
+                   "park a sandbox");
   broken_ = true;
   CORDON_TRY_CTX(d, receive_datagram(sock_.get(), sizeof(SpawnerReplyHeader), 0),
                  "receive the park reply");

@@ -214,6 +214,11 @@ class SpawnerClient {
 
  private:
   SpawnerClient() = default;
+  // Sends one spawn or park request: its body in a sealed memfd, then the cgroup fds (or the
+  // parked slot it names). A failed send breaks the connection. mu_ held.
+  Result<void> send_request(SpawnerMessage kind, uint64_t id, std::string_view body,
+                            int cgroup_v2_fd, std::span<const int> cgroup_v1_fds,
+                            uint64_t pool_slot);
   // `slot_gone` (may be null) is set when a pooled request failed with kReplySlotGone.
   Result<Reply> exchange(uint64_t id, std::string_view body, int cgroup_v2_fd,
                          std::span<const int> cgroup_v1_fds, uint64_t pool_slot, bool* slot_gone);
