@@ -4,13 +4,16 @@
 // kernel memory per job (growth of Slab + KernelStack + PageTables + Percpu in /proc/meminfo
 // divided by N: namespaces, cgroups, pipes, pidfds included), and the time to kill them all.
 //
-//   build/scale_bench [--jobs N] [--rounds R] [--no-floor] [--json FILE]
+//   build/scale_bench [--jobs N] [--rounds R] [--no-floor] [--json FILE] [--state-parent DIR]
 //                     [--kill-each] [--direct-kill] [--hold-mntns] [--floor-only]
 //                     [--pids-out FILE] [--before-kill CMD] [--after-kill CMD]
 //
 // --no-floor skips the kernel's floor for the kill: the same number of processes, without
 // cordon, killed with cgroup.kill (plain sleeps; two sleeps in fresh namespaces per job);
 // --floor-only measures only that floor (a cgroup each).
+// --state-parent DIR (default /var/tmp) holds the engine's state dir (records, logs, leases)
+// and the working root: the filesystem under it decides what a start's file creations cost
+// (docs/performance.md, Concurrency: ext4 without a journal skips recently freed inodes).
 // The kill is one Engine::kill_many() of every job. Kill-phase measurement modes
 // (docs/performance.md, Concurrency):
 //   --kill-each    one Engine::kill() per job instead;
@@ -637,6 +640,7 @@ int main(int argc, char** argv) {
   unsigned jobs = 1000, n_rounds = 1;
   bool with_floor = true, floor_only = false;
   std::string json_out;
+  std::string state_parent = "/var/tmp";
   KillHooks hooks;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -662,9 +666,12 @@ int main(int argc, char** argv) {
       n_rounds = static_cast<unsigned>(std::max(1, std::atoi(argv[++i])));
     } else if (a == "--json" && i + 1 < argc) {
       json_out = argv[++i];
+    } else if (a == "--state-parent" && i + 1 < argc) {
+      state_parent = argv[++i];
     } else {
       std::fprintf(stderr,
                    "usage: scale_bench [--jobs N] [--rounds R] [--no-floor] [--json FILE] "
+                   "[--state-parent DIR] "
                    "[--kill-each] [--direct-kill] [--hold-mntns] [--floor-only] [--pids-out FILE] "
                    "[--before-kill CMD] [--after-kill CMD]\n");
       return 2;
@@ -680,9 +687,9 @@ int main(int argc, char** argv) {
   struct rlimit nofile {};
   ::getrlimit(RLIMIT_NOFILE, &nofile);
 
-  char tmpl[] = "/var/tmp/cordon-scale.XXXXXX";
-  if (mkdtemp(tmpl) == nullptr) die("mkdtemp failed");
-  std::string work = tmpl, dir = self_dir();
+  std::string tmpl = state_parent + "/cordon-scale.XXXXXX";
+  if (mkdtemp(tmpl.data()) == nullptr) die("mkdtemp in " + state_parent + " failed");
+  std::string work = tmpl.c_str(), dir = self_dir();
   std::string root = work + "/root";
   std::filesystem::create_directories(root);
   std::ofstream(work + "/policy.json")
@@ -724,8 +731,10 @@ int main(int argc, char** argv) {
   const Round& first = rounds.front();
   double per_job_kib = first.per_job_kib(jobs);
 
-  std::printf("%u concurrent sandboxed `sleep 1000` jobs through one engine (own netns each)\n",
-              jobs);
+  std::printf(
+      "%u concurrent sandboxed `sleep 1000` jobs through one engine (own netns each), state "
+      "under %s\n",
+      jobs, state_parent.c_str());
   std::printf("  load average before / after          %s / %s\n", first.load_before.c_str(),
               rounds.back().load_after.c_str());
   std::printf("  all start() calls returned           %9.0f ms\n", first.started_ms);
@@ -783,7 +792,7 @@ int main(int argc, char** argv) {
     for (const auto& k : rounds) {
       per_round += (per_round.empty() ? "" : ", ") + std::to_string(k.per_job_kib(jobs));
     }
-    char buf[1024];
+    char buf[2048];
     std::snprintf(buf, sizeof buf,
                   "{\"jobs\": %u, \"allStartedMs\": %.1f, \"allRunningMs\": %.1f, "
                   "\"engineRssKiB\": %ld, \"spawnerRssKiB\": %ld, \"engineFds\": %zu, "
@@ -792,12 +801,13 @@ int main(int argc, char** argv) {
                   "\"superblocksPerSandbox\": %zu, \"killCallsMs\": %.1f, "
                   "\"killAllGoneMs\": %.1f, \"killAllReapedMs\": %.1f, \"killAllSettledMs\": %.1f, "
                   "\"floorKillPlainMs\": %.1f, \"floorKillNamespacesMs\": %.1f, "
-                  "\"floorKillNamespacesOwnCgroupMs\": %.1f, \"loadBefore\": \"%s\"}\n",
+                  "\"floorKillNamespacesOwnCgroupMs\": %.1f, \"loadBefore\": \"%s\", "
+                  "\"stateParent\": \"%s\"}\n",
                   jobs, first.started_ms, first.all_running_ms, rss_after, first.spawner_rss_kib,
                   first.fds, per_job_kib, per_round.c_str(), first.back_kib(),
                   static_cast<double>(first.tasks) / jobs, first.superblocks, first.kill_calls_ms,
                   first.gone_ms, first.reaped_ms, first.settled_ms, floor_plain, floor_ns,
-                  floor_ns_own, first.load_before.c_str());
+                  floor_ns_own, first.load_before.c_str(), state_parent.c_str());
     std::ofstream(json_out) << buf;
   }
   opened->reset();
