@@ -1290,6 +1290,8 @@ class Engine::Impl {
             flush_stdin(j);
           }
           break;
+        case sandbox::RecordKind::kParked:  // the spawner consumed it before the job was ours
+          break;
       }
       for (int fd : fds) {
         ::close(fd);
@@ -1438,6 +1440,9 @@ class Engine::Impl {
                             sandbox::step_name(j.setup_step), errno_name(j.setup_errno));
       if (j.setup_step == sandbox::SetupStep::kCommandExec && j.setup_errno == ENOENT) {
         j.error += " (the program or its interpreter is missing inside the sandbox)";
+      }
+      if (j.setup_step == sandbox::SetupStep::kCwd && j.setup_errno == EACCES) {
+        j.error += sandbox::kCwdDeniedHint;
       }
     } else if (j.have_exit) {
       if (WIFEXITED(j.wait_status)) {

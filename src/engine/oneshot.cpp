@@ -250,6 +250,9 @@ Result<OneshotReport> run_oneshot(const OneshotRequest& req) {
     if (o.failed_step == sandbox::SetupStep::kCwd && o.setup_errno == ESTALE) {
       report.message += " (the working directory changed after it was checked; retry)";
     }
+    if (o.failed_step == sandbox::SetupStep::kCwd && o.setup_errno == EACCES) {
+      report.message += sandbox::kCwdDeniedHint;
+    }
     if (o.failed_step == sandbox::SetupStep::kCommandExec) {
       report.message =
           fmt::format("could not exec `{}`: {}", report.argv.empty() ? "" : report.argv[0],

@@ -671,7 +671,9 @@ class Supervisor {
         if (options_.tty && endpoints_[kOutSrc].fd < 0 && !fds.empty() && !init_exited_) {
           CORDON_CHECK(take_pty_master(std::move(fds.front())));
         }
-        return {};  // unexpected: dropped (and closed) with fds
+        return {};                        // unexpected: dropped (and closed) with fds
+      case sandbox::RecordKind::kParked:  // only a parked sandbox's init sends it (warm pool)
+        return {};
     }
     return invalid("status channel: unknown record kind {}", static_cast<uint32_t>(rec.kind));
   }

@@ -674,11 +674,8 @@ void child_main(const ChildPlan& plan) {
     }
   }
 
-  // 5. The pty, then the cwd checked against what the parent checked.
+  // 5. The pty and the Landlock rulesets.
   int pty_slave = plan.tty ? open_pty(plan.tty_cols, plan.tty_rows) : -1;
-  if (plan.cwd != nullptr) {  // a parked sandbox (warm pool): init enters the job's cwd
-    enter_cwd(plan);
-  }
   int ll_cmd = build_landlock(plan, false);
   int ll_init = build_landlock(plan, true);
 
@@ -686,6 +683,12 @@ void child_main(const ChildPlan& plan) {
   drop_privileges(plan);
   if (::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) {
     fail(SetupStep::kPdeathsig);
+  }
+  // The cwd, checked against what the parent checked, entered as the command's user: with
+  // our capabilities a directory it may not search (mode 000) would be entered here but not
+  // by a parked sandbox's init (warm pool), which enters the job's cwd after the drop.
+  if (plan.cwd != nullptr) {  // a parked sandbox: init enters the job's cwd
+    enter_cwd(plan);
   }
   struct pollfd pfd {
     plan.status_fd, POLLIN, 0

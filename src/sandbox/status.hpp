@@ -68,6 +68,11 @@ enum class SetupStep : uint32_t {
 
 /// A human name for a step ("mount /proc"), for error messages.
 const char* step_name(SetupStep step);
+/// Appended to a kCwd failure with EACCES: the cwd is entered as the command's user, so a
+/// directory that user may not search (or one above it) cannot be the cwd.
+inline constexpr const char* kCwdDeniedHint =
+    " (the sandbox's user may not search it or a directory above it: give it search "
+    "permission, e.g. `chmod u+x`, or choose another working directory)";
 
 struct StatusRecord {
   RecordKind kind;

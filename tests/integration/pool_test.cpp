@@ -527,8 +527,8 @@ BOOST_AUTO_TEST_CASE(engine_jobs_take_pool_entries_with_their_own_limits) {
     BOOST_REQUIRE_MESSAGE(t.has_value(), describe(t));
     // Running (so its record names its cgroups) until its stdin ends.
     BOOST_REQUIRE(eventually([&] {
-      auto st = e->status("s", t->task_id);
-      return st && st->stdout_bytes > 0;
+      auto cur = e->status("s", t->task_id);
+      return cur && cur->stdout_bytes > 0;
     }));
     auto rec = records_in(records);
     BOOST_REQUIRE(rec.contains(t->task_id) && !rec[t->task_id].empty());
@@ -772,4 +772,61 @@ BOOST_AUTO_TEST_CASE(a_root_given_to_another_owner_after_parking_gets_a_fresh_sa
   struct stat st {};
   BOOST_REQUIRE(::stat((env.box.root + "/made-here").c_str(), &st) == 0);
   BOOST_TEST(st.st_uid == 4242u);
+}
+
+// The cwd is entered as the command's user in both paths: a directory that user may not search
+// fails the start the same way pooled and unpooled (before, the unpooled child entered it with
+// its capabilities and only the parked init, already without them, failed).
+BOOST_AUTO_TEST_CASE(a_cwd_the_user_may_not_search_fails_alike_pooled_and_unpooled) {
+  EngineEnv env;
+  auto e = open_engine(env);
+  const std::string locked = env.box.root + "/locked";
+  const std::string open_dir = env.box.root + "/open";
+  BOOST_REQUIRE(::mkdir(locked.c_str(), 0) == 0);
+  BOOST_REQUIRE(::mkdir(open_dir.c_str(), 0700) == 0);
+  auto run_in = [&](const std::string& cwd) {
+    std::vector<pid_t> parked = parked_pool_pids(env.state_dir + "/cgroups");
+    auto t = e->start("s", {.argv = {"/bin/sh", "-c", "pwd"}, .cwd = cwd});
+    BOOST_REQUIRE_MESSAGE(t.has_value(), describe(t));
+    auto st = e->status("s", t->task_id, std::chrono::seconds(20));
+    BOOST_REQUIRE_MESSAGE(st.has_value() && st->settled(), describe(st));
+    auto out = e->output("s", t->task_id, {.stream = "stdout"});
+    BOOST_REQUIRE_MESSAGE(out.has_value(), describe(out));
+    // Pooled when a sandbox parked before the start is no longer parked (it ran the job).
+    std::vector<pid_t> after = parked_pool_pids(env.state_dir + "/cgroups");
+    bool pooled = std::any_of(parked.begin(), parked.end(), [&](pid_t p) {
+      return std::find(after.begin(), after.end(), p) == after.end();
+    });
+    return std::make_tuple(st->state, st->error, out->content, pooled);
+  };
+  // Unpooled: the pool holds nothing until a job names its shape.
+  auto [state0, error0, out0, pooled0] = run_in(locked);
+  BOOST_TEST(!pooled0);
+  BOOST_TEST(state0 == "failed");
+  BOOST_TEST(error0.find("enter the working directory: EACCES") != std::string::npos, error0);
+  BOOST_TEST(error0.find("chmod u+x") != std::string::npos, error0);
+  BOOST_TEST(out0.empty());
+  // Pooled: the same refusal.
+  BOOST_REQUIRE(pool_holds(env, EngineOptions{}.warm_pool_size));
+  auto [state1, error1, out1, pooled1] = run_in(locked);
+  BOOST_TEST(pooled1);
+  BOOST_TEST(state1 == "failed");
+  BOOST_TEST(error1 == error0);
+  // A directory the user may search works both ways (the root's owner is the user inside).
+  BOOST_REQUIRE(pool_holds(env, EngineOptions{}.warm_pool_size));
+  auto [state2, error2, out2, pooled2] = run_in(open_dir);
+  BOOST_TEST(pooled2);
+  BOOST_TEST(state2 == "exited", error2);
+  BOOST_TEST(out2 == open_dir + "\n");
+  e.reset();
+  auto e2 = Engine::open([&] {
+    EngineOptions o = env.options();
+    o.warm_pool = false;
+    return o;
+  }());
+  BOOST_REQUIRE_MESSAGE(e2.has_value(), describe(e2));
+  auto t = (*e2)->start("s", {.argv = {"/bin/sh", "-c", "pwd"}, .cwd = open_dir});
+  BOOST_REQUIRE_MESSAGE(t.has_value(), describe(t));
+  auto st = (*e2)->status("s", t->task_id, std::chrono::seconds(20));
+  BOOST_REQUIRE_MESSAGE(st.has_value() && st->state == "exited", describe(st));
 }

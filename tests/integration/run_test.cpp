@@ -160,6 +160,22 @@ BOOST_AUTO_TEST_CASE(cwd_symlink_leading_outside_is_refused_with_where_it_leads)
   BOOST_TEST(ok.out == s.root + "/real\n");
 }
 
+BOOST_AUTO_TEST_CASE(cwd_the_sandbox_user_may_not_search_is_refused_with_what_to_do) {
+  Sandbox s;
+  // Owned by the root's owner (the sandbox's user inside), but mode 000: entered as that
+  // user, without the capabilities the setup had before the drop.
+  ::mkdir((s.root + "/locked").c_str(), 0);
+  auto r = s.run({"--cwd", "locked"}, {"/bin/pwd"});
+  BOOST_TEST(r.exit_code() == 125, r.err);
+  BOOST_TEST(r.out.empty(), r.out);
+  BOOST_TEST(r.err.find("enter the working directory: EACCES") != std::string::npos, r.err);
+  BOOST_TEST(r.err.find("chmod u+x") != std::string::npos, r.err);
+  ::chmod((s.root + "/locked").c_str(), 0700);
+  auto ok = s.run({"--cwd", "locked"}, {"/bin/pwd"});
+  BOOST_TEST(ok.exit_code() == 0, ok.err);
+  BOOST_TEST(ok.out == s.root + "/locked\n");
+}
+
 BOOST_AUTO_TEST_CASE(runs_a_script_by_its_shebang) {
   Sandbox s;
   s.write("build/run.sh", "#!/bin/sh -e\necho \"script $0 $1\"\n", 0755);
