@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -18,6 +19,8 @@
 #include "api/daemon.hpp"
 #include "api/doctor.hpp"
 #include "api/mcp.hpp"
+#include "api/tools.hpp"
+#include "base/base64.hpp"
 #include "base/json_fields.hpp"
 #include "base/strings.hpp"
 #include "engine/oneshot.hpp"
@@ -61,6 +64,9 @@ code (128+N when killed by signal N). Options of `run`:
   --state-dir DIR     cordon's state directory (default /var/lib/cordon as root)
   --host-ids START:COUNT  the reserved host uid/gid range, one id per concurrent sandbox
                       (default 1879048192:65536; `cordon doctor` checks it is unused)
+  --socket PATH       run through a running `cordon serve` instead, in a sandbox from its
+                      warm pool shaped by its policy (only --cwd, --timeout, --env,
+                      --pass-env and --json-status apply)
 
 `cordon mcp` serves the agent tools (docs/tools.md) as an MCP server on stdin/stdout; it ends,
 and its running commands with it, when stdin closes. Jobs are kept in the state dir under the
@@ -78,6 +84,8 @@ Exit codes besides the command's own: 122 OOM-killed, 123 output cap, 124 timeou
 
 struct RunArgs {
   std::optional<std::string> root, cwd, seccomp, json_status, state_dir;
+  std::optional<std::string> socket;  // run through a daemon's warm pool (run_via_daemon)
+  std::vector<std::string> given;     // every option given, for --socket's refusals
   std::vector<std::string> ro, env, pass_env, argv, test_disable_walls;
   std::string network = "none";
   std::optional<uint64_t> memory, pids, max_output;
@@ -505,6 +513,221 @@ int run_main(const RunArgs& a) {
   return exit_code_for(*report);
 }
 
+// `cordon run --socket PATH`: the same command through a running daemon, so it starts in a
+// sandbox from the daemon's warm pool. The daemon's policy shapes that sandbox, so an option
+// that would shape it here is refused, naming where to set it. The connection's session is
+// unnamed: if cordon dies, the daemon kills the command (as the standalone run's sandbox dies
+// with it). stdout and stderr are copied byte for byte as they grow; the exit code is mapped
+// as the standalone run's.
+int run_via_daemon(const RunArgs& a) {
+  static const std::map<std::string, std::string> kShapes = {{"--root", "cwdRoot"},
+                                                             {"--ro", "readOnlyPaths"},
+                                                             {"--network", "network"},
+                                                             {"--memory", "limits"},
+                                                             {"--pids", "limits"},
+                                                             {"--cpus", "limits"},
+                                                             {"--kill-grace", "timeouts"},
+                                                             {"--max-output", "limits"},
+                                                             {"--seccomp", "its seccomp"},
+                                                             {"--user", "its user"},
+                                                             {"--host-ids", "its host ids"},
+                                                             {"--state-dir", "its state dir"},
+                                                             {"--allow-ptrace", "its walls"},
+                                                             {"--test-disable-wall", "its walls"}};
+  for (const auto& opt : a.given) {
+    if (auto it = kShapes.find(opt); it != kShapes.end()) {
+      return refuse(fmt::format(
+          "`{}` cannot be used with --socket: the daemon's policy shapes its sandboxes (set "
+          "{} there), or run without --socket for a sandbox of this command's own",
+          opt, it->second));
+    }
+  }
+  if (a.tty) {
+    return refuse(
+        "--tty cannot be used with --socket: run without --socket, or use `cordon start --pty` "
+        "and `cordon write`");
+  }
+  if (a.argv.empty()) {
+    return refuse("give the program after `--`, e.g. `cordon run --socket S -- /usr/bin/make`");
+  }
+  char cwdbuf[PATH_MAX];
+  if (::getcwd(cwdbuf, sizeof cwdbuf) == nullptr) {
+    return refuse(fmt::format("getcwd: {}", errno_name(errno)));
+  }
+  const std::string here = cwdbuf;
+  const std::string cwd = !a.cwd               ? here
+                          : (*a.cwd)[0] == '/' ? normalize_path(*a.cwd)
+                                               : normalize_path(here + "/" + *a.cwd);
+  auto program = resolve_program(a.argv[0], cwd);
+  if (!program) {
+    return refuse(program.error().message(),
+                  program.error().code() == ErrorCode::kNotFound ? kExitNotFound : kExitRefused);
+  }
+  // The daemon's tools carry text, not a byte stream: input waiting on stdin would be lost.
+  if (::isatty(STDIN_FILENO) == 0) {
+    int pending = 0;
+    if (::ioctl(STDIN_FILENO, FIONREAD, &pending) == 0 && pending > 0) {
+      return refuse(
+          "stdin has input, which --socket cannot pass on (the command's stdin is empty): run "
+          "without --socket to pipe input into the command");
+    }
+  }
+  json args = {{"argv", a.argv}, {"cwd", cwd}};
+  args["argv"][0] = *program;
+  if (a.timeout_s) {
+    args["timeoutMs"] = static_cast<uint64_t>(std::max(1.0, *a.timeout_s * 1000));
+  }
+  for (const auto& e : a.env) {
+    size_t eq = e.find('=');
+    if (eq == std::string::npos || !valid_env_name(e.substr(0, eq))) {
+      return refuse(fmt::format("--env `{}` is not NAME=VALUE", e));
+    }
+    args["env"][e.substr(0, eq)] = e.substr(eq + 1);
+  }
+  for (const auto& n : a.pass_env) {
+    if (const char* v = std::getenv(n.c_str()); v != nullptr && valid_env_name(n)) {
+      args["env"][n] = v;
+    }
+  }
+  UniqueFd status_fd;
+  if (a.json_status) {
+    auto fd = sys::openat2_fd(AT_FDCWD, *a.json_status, O_WRONLY | O_CREAT | O_TRUNC,
+                              RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS, 0644);
+    if (!fd) {
+      return refuse(fd.error().wrap("--json-status").message());
+    }
+    status_fd = std::move(*fd);
+  }
+  auto write_status = [&](const json& j) {
+    if (status_fd) {
+      std::string text = j.dump(2) + "\n";
+      (void)::ftruncate(status_fd.get(), 0);
+      (void)::pwrite(status_fd.get(), text.data(), text.size(), 0);
+    }
+  };
+
+  namespace jf = json_fields;
+  auto client = DaemonClient::connect(*a.socket, "");
+  if (!client) {
+    return refuse(fmt::format("{}; or run without --socket", client.error().message()));
+  }
+  // A tool's answer, or its refusal as an error (the daemon's message says what to do).
+  auto call = [&](const std::string& tool, const json& arguments) -> Result<json> {
+    CORDON_TRY(r, client->call(tool, arguments));
+    if (jf::boolean(r, "isError")) {
+      std::string msg;
+      for (const auto& c : jf::array(r, "content")) {
+        msg += jf::str(c, "text");
+      }
+      return refusal(
+          "{}", jf::str(jf::object(jf::object(r, "structuredContent"), "error"), "message", msg));
+    }
+    return jf::object(r, "structuredContent");
+  };
+  auto started = call("run_command_bg", args);
+  if (!started) {
+    write_status(
+        json{{"state", "refused"}, {"message", started.error().message()}, {"exitCode", nullptr}});
+    return refuse(started.error().message());
+  }
+  const std::string task = jf::str(*started, "taskId");
+  // Copies what is new in one stream to `fd`; false when the daemon failed us.
+  struct Copied {
+    uint64_t offset = 0;
+  } out, err;
+  auto copy_new = [&](const char* stream, Copied& c, int fd) -> Result<bool> {
+    for (;;) {
+      CORDON_TRY(page, call("command_output", {{"taskId", task},
+                                               {"stream", stream},
+                                               {"unit", "bytes"},
+                                               {"offset", c.offset},
+                                               {"limit", kMaxPageLimit}}));
+      auto bytes = base64_decode(jf::str(page, "content"));
+      if (!bytes || jf::u64(page, "offset") != c.offset) {
+        return invalid("the daemon sent a malformed page of {}", stream);
+      }
+      for (size_t done = 0; done < bytes->size();) {
+        ssize_t w = ::write(fd, bytes->data() + done, bytes->size() - done);
+        if (w < 0 && errno == EINTR) {
+          continue;
+        }
+        if (w <= 0) {
+          return false;  // our stdout/stderr is gone: the output stays in the daemon
+        }
+        done += static_cast<size_t>(w);
+      }
+      c.offset += bytes->size();
+      if (!jf::boolean(page, "hasMore") || bytes->empty()) {
+        return true;
+      }
+    }
+  };
+  // Wait a quarter second at a time for the settle, copying what each stream gained meanwhile
+  // (a job that printed nothing costs no page call).
+  json status = *started;
+  for (;;) {
+    if (!jf::boolean(status, "settled")) {
+      auto next = call("command_status", {{"taskId", task}, {"waitMs", 250}});
+      if (!next) {
+        return refuse(next.error().message());
+      }
+      status = std::move(*next);
+    }
+    for (auto [stream, copied, fd] :
+         {std::tuple{"stdout", &out, STDOUT_FILENO}, std::tuple{"stderr", &err, STDERR_FILENO}}) {
+      if (jf::u64(status, std::string(stream) + "Bytes") <= copied->offset) {
+        continue;
+      }
+      auto ok = copy_new(stream, *copied, fd);
+      if (!ok) {
+        return refuse(fmt::format("{} (task {} in the daemon's unnamed session)",
+                                  ok.error().message(), task));
+      }
+      if (!*ok) {
+        return kExitRefused;  // our own stdout or stderr is closed: nowhere to copy to
+      }
+    }
+    if (jf::boolean(status, "settled")) {
+      break;
+    }
+  }
+  write_status(status);
+  const std::string state = jf::str(status, "state");
+  const std::string message = jf::str(status, "message");
+  if (!message.empty() && state != "exited" && state != "killed") {
+    std::fprintf(stderr, "cordon: %s\n", message.c_str());
+  }
+  if (state == "exited") {
+    return static_cast<int>(jf::u64(status, "exitCode") & 0xFF);
+  }
+  if (state == "killed") {
+    const std::string sig = jf::str(status, "signal");
+    for (int n = 1; n < NSIG; ++n) {
+      const char* abbrev = sigabbrev_np(n);
+      if (abbrev != nullptr && sig == std::string("SIG") + abbrev) {
+        return 128 + n;
+      }
+    }
+    return 128 + SIGKILL;
+  }
+  if (state == "timeout") {
+    return kExitTimeout;
+  }
+  if (state == "oom") {
+    return kExitOom;
+  }
+  if (state == "output-limit") {
+    return kExitOutputLimit;
+  }
+  if (state == "failed" && message.find("command: exec: ENOENT") != std::string::npos) {
+    return kExitNotFound;
+  }
+  if (state == "failed" && message.find("command: exec:") != std::string::npos) {
+    return kExitCannotExec;
+  }
+  return kExitRefused;
+}
+
 template <class T>
 bool take(int& i, int argc, char** argv, T& out, const char* name, std::string& err,
           std::optional<T> (*parse)(std::string_view)) {
@@ -562,9 +785,14 @@ int parse_run(int argc, char** argv) {
       return true;
     };
     bool ok = true;
+    if (!opt.empty() && opt[0] == '-' && opt != "--") {
+      a.given.push_back(opt);
+    }
     if (opt == "--") {
       ++i;
       break;
+    } else if (opt == "--socket") {
+      ok = str(a.socket);
     } else if (opt == "--root") {
       ok = str(a.root);
     } else if (opt == "--cwd") {
@@ -630,7 +858,7 @@ int parse_run(int argc, char** argv) {
   for (; i < argc; ++i) {
     a.argv.emplace_back(argv[i]);
   }
-  return run_main(a);
+  return a.socket ? run_via_daemon(a) : run_main(a);
 }
 
 // Options shared by `cordon mcp` and `cordon daemon`.

@@ -55,8 +55,11 @@ bool valid_session(const std::string& s) {
 
 // One line, bounded in size and time: a client that stalls mid-handshake is dropped.
 std::optional<std::string> read_line(int fd, size_t max, int timeout_ms) {
+  // Peeks, then takes exactly through the newline: what follows the line stays in the socket
+  // for whoever reads next (the MCP server after a handshake, a relay), and a line costs a few
+  // syscalls rather than two per byte.
   std::string line;
-  char c;
+  char buf[64 * 1024];
   while (line.size() < max) {
     struct pollfd p {
       fd, POLLIN, 0
@@ -64,17 +67,28 @@ std::optional<std::string> read_line(int fd, size_t max, int timeout_ms) {
     if (::poll(&p, 1, timeout_ms) <= 0) {
       return std::nullopt;
     }
-    ssize_t n = ::read(fd, &c, 1);
+    const size_t want = std::min(sizeof buf, max - line.size() + 1);
+    ssize_t n = ::recv(fd, buf, want, MSG_PEEK);
     if (n < 0 && errno == EINTR) {
       continue;
     }
     if (n <= 0) {
       return std::nullopt;
     }
-    if (c == '\n') {
-      return line;
+    const auto* nl = static_cast<const char*>(std::memchr(buf, '\n', static_cast<size_t>(n)));
+    const size_t take = nl != nullptr ? static_cast<size_t>(nl - buf) + 1 : static_cast<size_t>(n);
+    ssize_t got;
+    do {
+      got = ::recv(fd, buf, take, 0);
+    } while (got < 0 && errno == EINTR);
+    if (got != static_cast<ssize_t>(take)) {
+      return std::nullopt;  // only this thread reads the socket: the peeked bytes are there
     }
-    line.push_back(c);
+    if (nl != nullptr) {
+      line.append(buf, take - 1);
+      return line.size() <= max ? std::optional<std::string>(std::move(line)) : std::nullopt;
+    }
+    line.append(buf, take);
   }
   return std::nullopt;
 }
@@ -480,7 +494,11 @@ Result<UniqueFd> connect_session(const std::string& socket_path, const std::stri
   if (!sock || ::connect(sock.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
     return sys_error("connect `{}` (is `cordon serve` running?)", socket_path);
   }
-  if (!send_line(sock.get(), {{"cordon", "connect"}, {"session", session}})) {
+  json hello = {{"cordon", "connect"}};
+  if (!session.empty()) {
+    hello["session"] = session;  // named: outlives the connection
+  }
+  if (!send_line(sock.get(), hello)) {
     return sys_error("send the handshake");
   }
   auto reply = read_line(sock.get(), kMaxHandshake, kHandshakeTimeoutMs);
@@ -547,43 +565,52 @@ int run_mcp_connect(const std::string& socket_path, const std::string& session) 
 
 namespace cordon::api {
 
+Result<DaemonClient> DaemonClient::connect(const std::string& socket_path,
+                                           const std::string& session) {
+  CORDON_TRY(sock, connect_session(socket_path, session));
+  DaemonClient c(std::move(sock));
+  CORDON_CHECK(c.request("initialize",
+                         {{"protocolVersion", "2025-06-18"},
+                          {"capabilities", json::object()},
+                          {"clientInfo", {{"name", "cordon-cli"}, {"version", CORDON_VERSION}}}}));
+  if (!send_line(c.sock_.get(), {{"jsonrpc", "2.0"}, {"method", "notifications/initialized"}})) {
+    return sys_error("send notifications/initialized");
+  }
+  return c;
+}
+
+Result<json> DaemonClient::request(const std::string& method, const json& params) {
+  const int64_t id = next_id_++;
+  if (!send_line(sock_.get(),
+                 {{"jsonrpc", "2.0"}, {"id", id}, {"method", method}, {"params", params}})) {
+    return sys_error("send {}", method);
+  }
+  // The reply to `id`; notifications in between are skipped.
+  for (;;) {
+    auto line = read_line(sock_.get(), 64u << 20, 600000);
+    if (!line) {
+      return invalid("the daemon closed the connection without answering");
+    }
+    json m = json::parse(*line, nullptr, false);
+    if (m.is_object() && m.contains("id") && m["id"] == id) {
+      // The daemon's reply is peer data: read with its types checked (json_fields).
+      if (m.contains("error")) {
+        return invalid(
+            "{}", json_fields::str(json_fields::object(m, "error"), "message", "JSON-RPC error"));
+      }
+      return json_fields::object(m, "result");
+    }
+  }
+}
+
+Result<json> DaemonClient::call(const std::string& tool, const json& arguments) {
+  return request("tools/call", {{"name", tool}, {"arguments", arguments}});
+}
+
 Result<json> call_daemon_tool(const std::string& socket_path, const std::string& session,
                               const std::string& tool, const json& arguments) {
-  CORDON_TRY(sock, connect_session(socket_path, session));
-  auto request = [&](int id, const std::string& method, json params) {
-    return send_line(sock.get(),
-                     {{"jsonrpc", "2.0"}, {"id", id}, {"method", method}, {"params", params}});
-  };
-  // The replies to id 1 and 2; notifications in between are skipped.
-  auto response = [&](int id) -> Result<json> {
-    for (;;) {
-      auto line = read_line(sock.get(), 64u << 20, 600000);
-      if (!line) {
-        return invalid("the daemon closed the connection without answering");
-      }
-      json m = json::parse(*line, nullptr, false);
-      if (m.is_object() && m.contains("id") && m["id"] == id) {
-        // The daemon's reply is peer data: read with its types checked (json_fields).
-        if (m.contains("error")) {
-          return invalid(
-              "{}", json_fields::str(json_fields::object(m, "error"), "message", "JSON-RPC error"));
-        }
-        return json_fields::object(m, "result");
-      }
-    }
-  };
-  if (!request(1, "initialize",
-               {{"protocolVersion", "2025-06-18"},
-                {"capabilities", json::object()},
-                {"clientInfo", {{"name", "cordon-cli"}, {"version", CORDON_VERSION}}}})) {
-    return sys_error("send initialize");
-  }
-  CORDON_CHECK(response(1));
-  send_line(sock.get(), {{"jsonrpc", "2.0"}, {"method", "notifications/initialized"}});
-  if (!request(2, "tools/call", {{"name", tool}, {"arguments", arguments}})) {
-    return sys_error("send tools/call");
-  }
-  return response(2);
+  CORDON_TRY(client, DaemonClient::connect(socket_path, session));
+  return client.call(tool, arguments);
 }
 
 }  // namespace cordon::api

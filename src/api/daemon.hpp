@@ -19,6 +19,8 @@
 #include <sys/types.h>
 #include <vector>
 
+#include "base/unique_fd.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include "cordon/engine.hpp"
@@ -38,6 +40,25 @@ int run_daemon(const DaemonOptions& options);
 /// `cordon mcp --connect SOCKET`: a thin MCP front on stdio for a running daemon. Relays bytes
 /// both ways after the handshake; ends when either side closes. Returns an exit code.
 int run_mcp_connect(const std::string& socket_path, const std::string& session);
+
+/// A connection to a running daemon for several tool calls: the handshake and the MCP
+/// initialize once, then any number of tools/call. An empty `session` asks for an unnamed one,
+/// which ends with the connection (the daemon kills its running jobs): `cordon run --socket`.
+class DaemonClient {
+ public:
+  [[nodiscard]] static Result<DaemonClient> connect(const std::string& socket_path,
+                                                    const std::string& session);
+  /// One tools/call; returns its result (an isError result is a result, not an error).
+  [[nodiscard]] Result<nlohmann::json> call(const std::string& tool,
+                                            const nlohmann::json& arguments);
+
+ private:
+  explicit DaemonClient(UniqueFd sock) : sock_(std::move(sock)) {}
+  [[nodiscard]] Result<nlohmann::json> request(const std::string& method,
+                                               const nlohmann::json& params);
+  UniqueFd sock_;
+  int64_t next_id_ = 1;
+};
 
 /// One tool call through a running daemon (the `cordon start|status|…` commands): connects,
 /// performs the handshake and MCP initialize, calls `tool`, returns the tools/call result.

@@ -1,6 +1,8 @@
 #define BOOST_TEST_MODULE daemon
 #include <boost/test/unit_test.hpp>
 
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -11,6 +13,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -335,4 +338,64 @@ BOOST_AUTO_TEST_CASE(cli_says_when_no_daemon_listens) {
   auto r = run_process({cordon_bin(), "list", "--socket", s.base + "/none.sock"});
   BOOST_TEST(r.exit_code() == 3);
   BOOST_TEST(r.err.find("is `cordon serve` running?") != std::string::npos, r.err);
+}
+
+// `cordon run --socket`: the command runs in the daemon (its warm pool), and the CLI behaves as
+// the standalone run does: stdout and stderr byte for byte, the exit code, 128+N for a signal,
+// 124 for a timeout; what would shape the sandbox is refused and names the daemon's policy.
+BOOST_AUTO_TEST_CASE(run_through_the_daemon_behaves_like_the_standalone_run) {
+  DaemonProcess d(json{{"allowedExecutables", {"/bin/sh", "/bin/sleep", "/bin/true"}}});
+  const std::string root = d.box().root;
+  auto run = [&](std::vector<std::string> opts, std::vector<std::string> argv,
+                 const ProcessOptions& po = {}) {
+    std::vector<std::string> a = {cordon_bin(), "run", "--socket", d.sock(), "--cwd", root};
+    a.insert(a.end(), opts.begin(), opts.end());
+    a.emplace_back("--");
+    a.insert(a.end(), argv.begin(), argv.end());
+    return run_process(a, po);
+  };
+  auto r = run({}, {"/bin/sh", "-c", "printf 'out\\000bin\\377'; printf err >&2; pwd >&2; exit 7"});
+  BOOST_TEST(r.exit_code() == 7, r.err);
+  BOOST_TEST(r.out == std::string("out\0bin\xff", 8));
+  BOOST_TEST(r.err == "err" + root + "\n");
+  // More than one page (200000 bytes) of each stream, in order.
+  std::string expected;
+  for (int i = 0; i < 30000; ++i) {
+    expected += "line-" + std::to_string(i) + "\n";
+  }
+  auto big = run({}, {"/bin/sh", "-c",
+                      "i=0; while [ $i -lt 30000 ]; do echo line-$i; i=$((i+1)); done; "
+                      "i=0; while [ $i -lt 30000 ]; do echo line-$i >&2; i=$((i+1)); done"});
+  BOOST_TEST(big.exit_code() == 0, big.err.substr(0, 300));
+  BOOST_TEST(big.out.size() == expected.size());
+  BOOST_TEST((big.out == expected));
+  BOOST_TEST((big.err == expected));
+  auto signalled = run({}, {"/bin/sh", "-c", "kill -TERM $$"});
+  BOOST_TEST(signalled.exit_code() == 128 + SIGTERM, signalled.err);
+  auto timed_out = run({"--timeout", "1"}, {"/bin/sleep", "30"});
+  BOOST_TEST(timed_out.exit_code() == 124, timed_out.err);
+  BOOST_TEST(timed_out.err.find("timed out") != std::string::npos, timed_out.err);
+  auto shaped = run({"--memory", "1G"}, {"/bin/true"});
+  BOOST_TEST(shaped.exit_code() == 125);
+  BOOST_TEST(shaped.err.find("`--memory` cannot be used with --socket: the daemon's policy") !=
+                 std::string::npos,
+             shaped.err);
+  auto not_allowed = run({}, {"/usr/bin/id"});
+  BOOST_TEST(not_allowed.exit_code() == 125);
+  BOOST_TEST(not_allowed.err.find("not allowed") != std::string::npos, not_allowed.err);
+  // Input waiting on stdin cannot be passed on: refused rather than dropped.
+  const std::string input = d.box().base + "/input.txt";
+  std::ofstream(input) << "some input\n";
+  int in = ::open(input.c_str(), O_RDONLY | O_CLOEXEC);
+  BOOST_REQUIRE(in >= 0);
+  ProcessOptions po;
+  po.stdin_fd = in;
+  auto with_input = run({}, {"/bin/true"}, po);
+  ::close(in);
+  BOOST_TEST(with_input.exit_code() == 125);
+  BOOST_TEST(with_input.err.find("stdin has input") != std::string::npos, with_input.err);
+  auto no_daemon = run_process(
+      {cordon_bin(), "run", "--socket", d.box().base + "/none.sock", "--", "/bin/true"});
+  BOOST_TEST(no_daemon.exit_code() == 125);
+  BOOST_TEST(no_daemon.err.find("is `cordon serve` running?") != std::string::npos, no_daemon.err);
 }

@@ -30,6 +30,26 @@ BOOST_AUTO_TEST_CASE(encodes_every_byte_value) {
   BOOST_TEST(enc.substr(enc.size() - 8) == "/P3+/w==");
 }
 
+BOOST_AUTO_TEST_CASE(decodes_what_it_encodes_and_nothing_else) {
+  BOOST_TEST(base64_decode("").value() == "");
+  BOOST_TEST(base64_decode("Zg==").value() == "f");
+  BOOST_TEST(base64_decode("Zm8=").value() == "fo");
+  BOOST_TEST(base64_decode("Zm9vYmFy").value() == "foobar");
+  std::string all;
+  for (int b = 0; b < 256; ++b) {
+    all.push_back(static_cast<char>(b));
+  }
+  for (size_t n = 0; n <= all.size(); n += 37) {
+    BOOST_TEST(base64_decode(base64_encode(all.substr(0, n))).value() == all.substr(0, n));
+  }
+  // Refused: bad length, characters outside the alphabet, padding in the middle or alone,
+  // non-zero bits under the padding (not what base64_encode writes).
+  for (const char* bad :
+       {"Zg=", "Zm9", "Zm9v!A==", "Zg==Zg==", "====", "Z===", "Zh==", "Zm9=", "Zm 9v", "Zm9v\n"}) {
+    BOOST_TEST(!base64_decode(bad).has_value(), bad);
+  }
+}
+
 namespace {
 std::string sanitized(std::string_view in) {
   std::string out;
