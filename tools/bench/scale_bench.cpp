@@ -88,6 +88,7 @@ std::string self_dir() {
 struct KernelSnapshot {
   long slab = 0, sunreclaim = 0, kernel_stack = 0, page_tables = 0, percpu = 0;
   std::map<std::string, long> cache_kib;  // slab pages per cache (num_slabs * pagesperslab)
+  std::map<std::string, long long> cache_object_bytes;  // objects in use * object size
   // Bytes of the objects in use, all caches: unlike pages, not lowered by objects landing in
   // slabs that earlier work left half empty, nor raised by fresh slabs' unused room.
   long long object_bytes = 0;
@@ -126,6 +127,7 @@ KernelSnapshot kernel_snapshot(bool with_caches) {
     }
     k.cache_kib[name] = num_slabs * pages_per_slab * page_kib;
     k.object_bytes += static_cast<long long>(active) * objsize;
+    k.cache_object_bytes[name] = static_cast<long long>(active) * objsize;
   }
   return k;
 }
@@ -487,6 +489,65 @@ void print_round_detail(const Round& k, unsigned jobs) {
               per(static_cast<long>((k.running.object_bytes - k.after.object_bytes) / 1024)));
 }
 
+// --- What an empty memory cgroup costs here ---------------------------------------------------
+
+// Every memory cgroup gets the kernel's shrinker table (mm/shrinker.c: one 1 KiB kmalloc per
+// 64 shrinker ids), sized by the most shrinkers — one per superblock — that ever existed at once
+// since boot; the table never shrinks. Each job has a memory cgroup, so on a machine whose
+// history once held many superblocks, every job pays for that history. Measured directly:
+// `n` empty v1 memory cgroups made next to the engine's and removed again. Returns KiB per
+// cgroup {all slab objects, kmalloc-1k objects}, or {-1, -1} without a v1 memory hierarchy.
+std::pair<double, double> empty_memcg_kib(unsigned n) {
+  std::string mount, own;
+  {
+    std::ifstream mi("/proc/self/mountinfo");
+    std::string line;
+    while (std::getline(mi, line)) {
+      size_t dash = line.find(" - cgroup ");
+      if (dash == std::string::npos) continue;
+      std::istringstream f(line.substr(dash + 3));
+      std::string fstype, source, options;
+      f >> fstype >> source >> options;
+      if (("," + options + ",").find(",memory,") == std::string::npos) continue;
+      std::istringstream h(line.substr(0, dash));
+      std::string id, parent, dev, root;
+      h >> id >> parent >> dev >> root >> mount;
+      if (root != "/") mount.clear();  // a bind of a subtree: paths would not line up
+      break;
+    }
+    std::ifstream cg("/proc/self/cgroup");
+    while (std::getline(cg, line)) {
+      size_t a = line.find(':'), b = line.find(':', a + 1);
+      if (a == std::string::npos || b == std::string::npos) continue;
+      if (("," + line.substr(a + 1, b - a - 1) + ",").find(",memory,") != std::string::npos) {
+        own = line.substr(b + 1);
+      }
+    }
+  }
+  if (mount.empty() || own.empty()) return {-1, -1};
+  std::string base =
+      mount + (own == "/" ? "" : own) + "/cordon-memcg-probe-" + std::to_string(::getpid()) + "-";
+  KernelSnapshot before = kernel_snapshot(true);
+  unsigned made = 0;
+  for (; made < n; ++made) {
+    if (::mkdir((base + std::to_string(made)).c_str(), 0755) != 0) break;
+  }
+  KernelSnapshot with = kernel_snapshot(true);
+  for (unsigned i = 0; i < made; ++i) {
+    if (::rmdir((base + std::to_string(i)).c_str()) != 0) {
+      std::fprintf(stderr, "rmdir %s%u: %s\n", base.c_str(), i, std::strerror(errno));
+    }
+  }
+  if (made == 0) return {-1, -1};
+  auto cache = [](const KernelSnapshot& k, const char* name) {
+    auto it = k.cache_object_bytes.find(name);
+    return it == k.cache_object_bytes.end() ? 0LL : it->second;
+  };
+  return {
+      static_cast<double>(with.object_bytes - before.object_bytes) / 1024.0 / made,
+      static_cast<double>(cache(with, "kmalloc-1k") - cache(before, "kmalloc-1k")) / 1024.0 / made};
+}
+
 // --- The kernel's floor for the same teardown (no cordon): N processes killed at once -------
 
 // Where the cgroup2 hierarchy is mounted ("" if nowhere).
@@ -718,6 +779,7 @@ int main(int argc, char** argv) {
     (void)engine.status("warm", s->task_id, std::chrono::seconds(30));
   }
 
+  const auto [memcg_kib, memcg_1k_kib] = empty_memcg_kib(16);
   long rss_before = std::atol(proc_field("self", "status", "VmRSS:").c_str());
   std::vector<Round> rounds;
   for (unsigned r = 0; r < n_rounds; ++r) {
@@ -757,6 +819,12 @@ int main(int argc, char** argv) {
           "moved /proc/meminfo during this round; trust the slab diff, not the headline\n",
           k.back_kib() / 1024, k.grown_kib() / 1024);
     }
+  }
+  if (memcg_kib >= 0) {
+    std::printf(
+        "  an empty memory cgroup, for comparison  %9.0f KiB (slab objects; kmalloc-1k %.0f: the "
+        "shrinker table, sized by the most superblocks this kernel ever had at once)\n",
+        memcg_kib, memcg_1k_kib);
   }
   for (size_t r = 1; r < rounds.size(); ++r) {
     std::printf("  kernel memory per job, round %zu       %9.0f KiB (%ld MiB back after %.0f ms)\n",
@@ -802,12 +870,14 @@ int main(int argc, char** argv) {
                   "\"killAllGoneMs\": %.1f, \"killAllReapedMs\": %.1f, \"killAllSettledMs\": %.1f, "
                   "\"floorKillPlainMs\": %.1f, \"floorKillNamespacesMs\": %.1f, "
                   "\"floorKillNamespacesOwnCgroupMs\": %.1f, \"loadBefore\": \"%s\", "
-                  "\"stateParent\": \"%s\"}\n",
+                  "\"stateParent\": \"%s\", \"emptyMemcgKiB\": %.1f, "
+                  "\"emptyMemcgKmalloc1kKiB\": %.1f}\n",
                   jobs, first.started_ms, first.all_running_ms, rss_after, first.spawner_rss_kib,
                   first.fds, per_job_kib, per_round.c_str(), first.back_kib(),
                   static_cast<double>(first.tasks) / jobs, first.superblocks, first.kill_calls_ms,
                   first.gone_ms, first.reaped_ms, first.settled_ms, floor_plain, floor_ns,
-                  floor_ns_own, first.load_before.c_str(), state_parent.c_str());
+                  floor_ns_own, first.load_before.c_str(), state_parent.c_str(), memcg_kib,
+                  memcg_1k_kib);
     std::ofstream(json_out) << buf;
   }
   opened->reset();
