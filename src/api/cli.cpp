@@ -577,17 +577,25 @@ int run_via_daemon(const RunArgs& a) {
   if (a.timeout_s) {
     args["timeoutMs"] = static_cast<uint64_t>(std::max(1.0, *a.timeout_s * 1000));
   }
+  // As the standalone run: --pass-env first (each must be set), then --env over it.
+  for (const auto& n : a.pass_env) {
+    if (!valid_env_name(n)) {
+      return refuse(fmt::format("--pass-env `{}` is not a variable name", n));
+    }
+    const char* v = ::getenv(n.c_str());
+    if (v == nullptr) {
+      return refuse(
+          fmt::format("--pass-env {}: not set in cordon's environment; use --env {}=VALUE", n, n));
+    }
+    args["env"][n] = v;
+  }
   for (const auto& e : a.env) {
     size_t eq = e.find('=');
     if (eq == std::string::npos || !valid_env_name(e.substr(0, eq))) {
-      return refuse(fmt::format("--env `{}` is not NAME=VALUE", e));
+      return refuse(
+          fmt::format("--env `{}` must be NAME=VALUE with NAME made of letters, digits and _", e));
     }
     args["env"][e.substr(0, eq)] = e.substr(eq + 1);
-  }
-  for (const auto& n : a.pass_env) {
-    if (const char* v = std::getenv(n.c_str()); v != nullptr && valid_env_name(n)) {
-      args["env"][n] = v;
-    }
   }
   UniqueFd status_fd;
   if (a.json_status) {
@@ -605,11 +613,16 @@ int run_via_daemon(const RunArgs& a) {
       (void)::pwrite(status_fd.get(), text.data(), text.size(), 0);
     }
   };
+  // Every refusal from here on is also the --json-status outcome, as in the standalone run.
+  auto refuse_with_status = [&](const std::string& msg) {
+    write_status(json{{"state", "refused"}, {"message", msg}, {"exitCode", nullptr}});
+    return refuse(msg);
+  };
 
   namespace jf = json_fields;
   auto client = DaemonClient::connect(*a.socket, "");
   if (!client) {
-    return refuse(fmt::format("{}; or run without --socket", client.error().message()));
+    return refuse_with_status(fmt::format("{}; or run without --socket", client.error().message()));
   }
   // A tool's answer, or its refusal as an error (the daemon's message says what to do).
   auto call = [&](const std::string& tool, const json& arguments) -> Result<json> {
@@ -626,16 +639,14 @@ int run_via_daemon(const RunArgs& a) {
   };
   auto started = call("run_command_bg", args);
   if (!started) {
-    write_status(
-        json{{"state", "refused"}, {"message", started.error().message()}, {"exitCode", nullptr}});
-    return refuse(started.error().message());
+    return refuse_with_status(started.error().message());
   }
   const std::string task = jf::str(*started, "taskId");
-  // Copies what is new in one stream to `fd`; false when the daemon failed us.
+  // Copies what is new in one stream to `fd`, page by page until the daemon has no more now.
   struct Copied {
     uint64_t offset = 0;
   } out, err;
-  auto copy_new = [&](const char* stream, Copied& c, int fd) -> Result<bool> {
+  auto copy_new = [&](const char* stream, Copied& c, int fd) -> Result<void> {
     for (;;) {
       CORDON_TRY(page, call("command_output", {{"taskId", task},
                                                {"stream", stream},
@@ -652,13 +663,13 @@ int run_via_daemon(const RunArgs& a) {
           continue;
         }
         if (w <= 0) {
-          return false;  // our stdout/stderr is gone: the output stays in the daemon
+          return errno_error(w < 0 ? errno : EIO, "write the command's {} to cordon's own", stream);
         }
         done += static_cast<size_t>(w);
       }
       c.offset += bytes->size();
       if (!jf::boolean(page, "hasMore") || bytes->empty()) {
-        return true;
+        return {};
       }
     }
   };
@@ -669,25 +680,32 @@ int run_via_daemon(const RunArgs& a) {
     if (!jf::boolean(status, "settled")) {
       auto next = call("command_status", {{"taskId", task}, {"waitMs", 250}});
       if (!next) {
-        return refuse(next.error().message());
+        return refuse_with_status(next.error().message());
       }
       status = std::move(*next);
     }
+    const bool settled = jf::boolean(status, "settled");
     for (auto [stream, copied, fd] :
          {std::tuple{"stdout", &out, STDOUT_FILENO}, std::tuple{"stderr", &err, STDERR_FILENO}}) {
-      if (jf::u64(status, std::string(stream) + "Bytes") <= copied->offset) {
+      const uint64_t total = jf::u64(status, std::string(stream) + "Bytes");
+      if (total <= copied->offset) {
         continue;
       }
       auto ok = copy_new(stream, *copied, fd);
       if (!ok) {
-        return refuse(fmt::format("{} (task {} in the daemon's unnamed session)",
-                                  ok.error().message(), task));
+        return refuse_with_status(
+            fmt::format("{} (task {}, the daemon's unnamed session; its output is banked there)",
+                        ok.error().message(), task));
       }
-      if (!*ok) {
-        return kExitRefused;  // our own stdout or stderr is closed: nowhere to copy to
+      // Once settled the stream is final: all of it must have come, or the run says so.
+      if (settled && copied->offset != total) {
+        return refuse_with_status(
+            fmt::format("the daemon sent {} of the {} bytes of {} (task {}): the output is "
+                        "incomplete",
+                        copied->offset, total, stream, task));
       }
     }
-    if (jf::boolean(status, "settled")) {
+    if (settled) {
       break;
     }
   }
@@ -701,10 +719,11 @@ int run_via_daemon(const RunArgs& a) {
     return static_cast<int>(jf::u64(status, "exitCode") & 0xFF);
   }
   if (state == "killed") {
+    // "SIGTERM", or the number itself for a signal without a name (real-time ones).
     const std::string sig = jf::str(status, "signal");
     for (int n = 1; n < NSIG; ++n) {
       const char* abbrev = sigabbrev_np(n);
-      if (abbrev != nullptr && sig == std::string("SIG") + abbrev) {
+      if ((abbrev != nullptr && sig == std::string("SIG") + abbrev) || sig == std::to_string(n)) {
         return 128 + n;
       }
     }

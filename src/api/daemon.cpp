@@ -67,7 +67,8 @@ std::optional<std::string> read_line(int fd, size_t max, int timeout_ms) {
     if (::poll(&p, 1, timeout_ms) <= 0) {
       return std::nullopt;
     }
-    const size_t want = std::min(sizeof buf, max - line.size() + 1);
+    // A line of `max` chars or more (before its newline) is refused, as it always was.
+    const size_t want = std::min(sizeof buf, max - line.size());
     ssize_t n = ::recv(fd, buf, want, MSG_PEEK);
     if (n < 0 && errno == EINTR) {
       continue;
@@ -86,7 +87,7 @@ std::optional<std::string> read_line(int fd, size_t max, int timeout_ms) {
     }
     if (nl != nullptr) {
       line.append(buf, take - 1);
-      return line.size() <= max ? std::optional<std::string>(std::move(line)) : std::nullopt;
+      return line;
     }
     line.append(buf, take);
   }

@@ -34,11 +34,21 @@ std::string base64_encode(std::string_view bytes) {
 
 std::optional<std::string> base64_decode(std::string_view text) {
   auto value = [](char c) -> int {
-    if (c >= 'A' && c <= 'Z') return c - 'A';
-    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-    if (c >= '0' && c <= '9') return c - '0' + 52;
-    if (c == '+') return 62;
-    if (c == '/') return 63;
+    if (c >= 'A' && c <= 'Z') {
+      return c - 'A';
+    }
+    if (c >= 'a' && c <= 'z') {
+      return c - 'a' + 26;
+    }
+    if (c >= '0' && c <= '9') {
+      return c - '0' + 52;
+    }
+    if (c == '+') {
+      return 62;
+    }
+    if (c == '/') {
+      return 63;
+    }
     return -1;
   };
   if (text.size() % 4 != 0) {
@@ -65,8 +75,12 @@ std::optional<std::string> base64_decode(std::string_view text) {
       return std::nullopt;
     }
     out.push_back(static_cast<char>(v >> 16));
-    if (pad < 2) out.push_back(static_cast<char>((v >> 8) & 0xFF));
-    if (pad < 1) out.push_back(static_cast<char>(v & 0xFF));
+    if (pad < 2) {
+      out.push_back(static_cast<char>((v >> 8) & 0xFF));
+    }
+    if (pad < 1) {
+      out.push_back(static_cast<char>(v & 0xFF));
+    }
   }
   return out;
 }

@@ -672,8 +672,8 @@ class Supervisor {
           CORDON_CHECK(take_pty_master(std::move(fds.front())));
         }
         return {};                        // unexpected: dropped (and closed) with fds
-      case sandbox::RecordKind::kParked:  // only a parked sandbox's init sends it (warm pool)
-        return {};
+      case sandbox::RecordKind::kParked:  // only a parked init sends it; never a one-shot's
+        break;
     }
     return invalid("status channel: unknown record kind {}", static_cast<uint32_t>(rec.kind));
   }

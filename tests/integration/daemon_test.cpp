@@ -399,3 +399,70 @@ BOOST_AUTO_TEST_CASE(run_through_the_daemon_behaves_like_the_standalone_run) {
   BOOST_TEST(no_daemon.exit_code() == 125);
   BOOST_TEST(no_daemon.err.find("is `cordon serve` running?") != std::string::npos, no_daemon.err);
 }
+
+// The handshake reader takes exactly its line: a client that sends the handshake and its first
+// JSON-RPC request in one write gets both answered (nothing of the request is read away).
+BOOST_AUTO_TEST_CASE(a_handshake_and_a_request_in_one_write_are_both_answered) {
+  DaemonProcess d;
+  LineClient c(d);
+  BOOST_REQUIRE(c.connected());
+  const json init = {{"jsonrpc", "2.0"},
+                     {"id", 1},
+                     {"method", "initialize"},
+                     {"params",
+                      {{"protocolVersion", "2025-06-18"},
+                       {"capabilities", json::object()},
+                       {"clientInfo", {{"name", "t"}, {"version", "1"}}}}}};
+  BOOST_REQUIRE(c.send_raw(R"({"cordon":"connect","session":"one-write"})"
+                           "\n" +
+                           init.dump() + "\n"));
+  auto hello = c.line();
+  BOOST_REQUIRE(hello.has_value());
+  BOOST_TEST(json::parse(*hello, nullptr, false).value("ok", false), *hello);
+  auto reply = c.line();
+  BOOST_REQUIRE_MESSAGE(reply.has_value(), "the request after the handshake was not answered");
+  json r = json::parse(*reply, nullptr, false);
+  BOOST_TEST(r.value("id", 0) == 1, *reply);
+  BOOST_TEST(r.contains("result"), *reply);
+}
+
+// The rest of `cordon run --socket`: the environment options as the standalone run takes them
+// (each --pass-env must be set; --env wins over it), --json-status gets the daemon's final
+// status (or the refusal), and a signal without a name still maps to 128+N.
+BOOST_AUTO_TEST_CASE(run_through_the_daemon_passes_env_and_writes_its_status) {
+  DaemonProcess d(json{{"allowedExecutables", {"/bin/sh"}}});
+  const std::string root = d.box().root;
+  const std::string status_file = d.box().base + "/status.json";
+  auto run = [&](std::vector<std::string> opts, const std::string& script,
+                 std::vector<std::string> env = {}) {
+    std::vector<std::string> a = {cordon_bin(), "run", "--socket", d.sock(), "--cwd", root};
+    a.insert(a.end(), opts.begin(), opts.end());
+    a.insert(a.end(), {"--", "/bin/sh", "-c", script});
+    ProcessOptions po;
+    if (!env.empty()) {
+      po.env = env;
+    }
+    return run_process(a, po);
+  };
+  auto unset = run({"--pass-env", "CORDON_TEST_UNSET_VAR"}, "true", {"PATH=/usr/bin:/bin"});
+  BOOST_TEST(unset.exit_code() == 125);
+  BOOST_TEST(unset.err.find("--pass-env CORDON_TEST_UNSET_VAR: not set") != std::string::npos,
+             unset.err);
+  auto env = run({"--pass-env", "CORDON_A", "--pass-env", "CORDON_B", "--env", "CORDON_B=set",
+                  "--json-status", status_file},
+                 "echo \"$CORDON_A $CORDON_B\"; exit 3",
+                 {"PATH=/usr/bin:/bin", "CORDON_A=passed", "CORDON_B=from-env"});
+  BOOST_TEST(env.exit_code() == 3, env.err);
+  BOOST_TEST(env.out == "passed set\n");
+  json st = json::parse(read_text_file(status_file), nullptr, false);
+  BOOST_TEST(st.value("state", "") == "exited", st.dump());
+  BOOST_TEST(st.value("exitCode", -1) == 3, st.dump());
+  BOOST_TEST(!st.value("taskId", "").empty(), st.dump());
+  auto rt = run({}, "kill -37 $$");
+  BOOST_TEST(rt.exit_code() == 128 + 37, rt.err);
+  auto refused = run_process({cordon_bin(), "run", "--socket", d.box().base + "/none.sock",
+                              "--json-status", status_file, "--", "/bin/sh", "-c", "true"});
+  BOOST_TEST(refused.exit_code() == 125);
+  json rs = json::parse(read_text_file(status_file), nullptr, false);
+  BOOST_TEST(rs.value("state", "") == "refused", rs.dump());
+}

@@ -164,13 +164,13 @@ BOOST_AUTO_TEST_CASE(cwd_the_sandbox_user_may_not_search_is_refused_with_what_to
   Sandbox s;
   // Owned by the root's owner (the sandbox's user inside), but mode 000: entered as that
   // user, without the capabilities the setup had before the drop.
-  ::mkdir((s.root + "/locked").c_str(), 0);
+  BOOST_REQUIRE(::mkdir((s.root + "/locked").c_str(), 0) == 0);
   auto r = s.run({"--cwd", "locked"}, {"/bin/pwd"});
   BOOST_TEST(r.exit_code() == 125, r.err);
   BOOST_TEST(r.out.empty(), r.out);
   BOOST_TEST(r.err.find("enter the working directory: EACCES") != std::string::npos, r.err);
   BOOST_TEST(r.err.find("chmod u+x") != std::string::npos, r.err);
-  ::chmod((s.root + "/locked").c_str(), 0700);
+  BOOST_REQUIRE(::chmod((s.root + "/locked").c_str(), 0700) == 0);
   auto ok = s.run({"--cwd", "locked"}, {"/bin/pwd"});
   BOOST_TEST(ok.exit_code() == 0, ok.err);
   BOOST_TEST(ok.out == s.root + "/locked\n");

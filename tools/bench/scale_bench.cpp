@@ -489,6 +489,24 @@ void print_round_detail(const Round& k, unsigned jobs) {
               per(static_cast<long>((k.running.object_bytes - k.after.object_bytes) / 1024)));
 }
 
+// `s` as the inside of a JSON string (quotes, backslashes and control characters escaped).
+std::string json_string_body(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 // --- What an empty memory cgroup costs here ---------------------------------------------------
 
 // Every memory cgroup gets the kernel's shrinker table (mm/shrinker.c: one 1 KiB kmalloc per
@@ -754,9 +772,9 @@ int main(int argc, char** argv) {
   std::string root = work + "/root";
   std::filesystem::create_directories(root);
   std::ofstream(work + "/policy.json")
-      << "{\"allowedExecutables\": [\"/bin/sleep\", \"/usr/bin/sleep\"], \"cwdRoot\": \"" << root
-      << "\", \"concurrency\": {\"perSession\": " << jobs + 8 << ", \"total\": " << jobs + 8
-      << "}}";
+      << "{\"allowedExecutables\": [\"/bin/sleep\", \"/usr/bin/sleep\"], \"cwdRoot\": \""
+      << json_string_body(root) << "\", \"concurrency\": {\"perSession\": " << jobs + 8
+      << ", \"total\": " << jobs + 8 << "}}";
   cordon::EngineOptions eo;
   eo.state_dir = work + "/state";
   eo.policy_path = work + "/policy.json";
@@ -876,8 +894,8 @@ int main(int argc, char** argv) {
                   first.fds, per_job_kib, per_round.c_str(), first.back_kib(),
                   static_cast<double>(first.tasks) / jobs, first.superblocks, first.kill_calls_ms,
                   first.gone_ms, first.reaped_ms, first.settled_ms, floor_plain, floor_ns,
-                  floor_ns_own, first.load_before.c_str(), state_parent.c_str(), memcg_kib,
-                  memcg_1k_kib);
+                  floor_ns_own, first.load_before.c_str(), json_string_body(state_parent).c_str(),
+                  memcg_kib, memcg_1k_kib);
     std::ofstream(json_out) << buf;
   }
   opened->reset();
