@@ -299,16 +299,21 @@ Result<policy::DaemonPolicy> daemon_policy(const std::string& policy_path) {
   return p.daemon;
 }
 
-// An unnamed session ends with its connection: its running jobs are killed (records kept).
+// An unnamed session ends with its connection: its running jobs are killed (records kept),
+// all signalled under one engine lock before any of them settles (Engine::kill_many).
 void end_session(Engine& engine, const std::string& session) {
   auto jobs = engine.list(session, std::nullopt);
   if (!jobs) {
     return;
   }
+  std::vector<std::string> running;
   for (const auto& j : *jobs) {
     if (!j.settled()) {
-      (void)engine.kill(session, j.task_id);
+      running.push_back(j.task_id);
     }
+  }
+  if (!running.empty()) {
+    (void)engine.kill_many(session, running);
   }
 }
 
