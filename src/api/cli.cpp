@@ -272,6 +272,66 @@ json status_json(const engine::OneshotReport& r, const engine::OneshotRequest& r
   return j;
 }
 
+// --pass-env (each must be set in our environment), then --env over it, into `env` (a name
+// already there takes the new value in its place). Shared by the standalone and the daemon run.
+Result<void> add_requested_env(const RunArgs& a,
+                               std::vector<std::pair<std::string, std::string>>& env) {
+  auto set_env = [&env](const std::string& n, const std::string& v) {
+    for (auto& [k, val] : env) {
+      if (k == n) {
+        val = v;
+        return;
+      }
+    }
+    env.emplace_back(n, v);
+  };
+  for (const auto& n : a.pass_env) {
+    if (!valid_env_name(n)) {
+      return refusal("--pass-env `{}` is not a variable name", n);
+    }
+    const char* v = ::getenv(n.c_str());
+    if (v == nullptr) {
+      return refusal("--pass-env {}: not set in cordon's environment; use --env {}=VALUE", n, n);
+    }
+    set_env(n, v);
+  }
+  for (const auto& e : a.env) {
+    size_t eq = e.find('=');
+    if (eq == std::string::npos || !valid_env_name(e.substr(0, eq))) {
+      return refusal("--env `{}` must be NAME=VALUE with NAME made of letters, digits and _", e);
+    }
+    set_env(e.substr(0, eq), e.substr(eq + 1));
+  }
+  return {};
+}
+
+// --json-status: opened before anything runs, refusing symlinks anywhere in its path; each
+// write replaces the whole file. Without the option, writes do nothing.
+class StatusFile {
+ public:
+  static Result<StatusFile> open(const std::optional<std::string>& path) {
+    StatusFile f;
+    if (path) {
+      CORDON_TRY_CTX(fd,
+                     sys::openat2_fd(AT_FDCWD, *path, O_WRONLY | O_CREAT | O_TRUNC,
+                                     RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS, 0644),
+                     "--json-status");
+      f.fd_ = std::move(fd);
+    }
+    return f;
+  }
+  void write(const json& j) const {
+    if (fd_) {
+      std::string text = j.dump(2) + "\n";
+      (void)::ftruncate(fd_.get(), 0);
+      (void)::pwrite(fd_.get(), text.data(), text.size(), 0);
+    }
+  }
+
+ private:
+  UniqueFd fd_;
+};
+
 int exit_code_for(const engine::OneshotReport& r) {
   if (r.state == "exited") {
     return r.exit_code;
@@ -381,35 +441,8 @@ int run_main(const RunArgs& a) {
       {"LANG", "C.UTF-8"},
       {"TERM", ::getenv("TERM") ? ::getenv("TERM") : "dumb"},
   };
-  auto set_env = [&env](const std::string& n, const std::string& v) {
-    for (auto& [k, val] : env) {
-      if (k == n) {
-        val = v;
-        return;
-      }
-    }
-    env.emplace_back(n, v);
-  };
-  for (const auto& n : a.pass_env) {
-    if (!valid_env_name(n)) {
-      return refuse(fmt::format("--pass-env `{}` is not a variable name", n));
-    }
-    const char* v = ::getenv(n.c_str());
-    if (v == nullptr) {
-      return refuse(
-          fmt::format("--pass-env {}: not set in cordon's environment; use --env {}=VALUE", n, n));
-    }
-    set_env(n, v);
-  }
-  for (const auto& e : a.env) {
-    size_t eq = e.find('=');
-    if (eq == std::string::npos || !valid_env_name(e.substr(0, eq))) {
-      return refuse(
-          fmt::format("--env `{}` must be NAME=VALUE with NAME made of letters, digits "
-                      "and _",
-                      e));
-    }
-    set_env(e.substr(0, eq), e.substr(eq + 1));
+  if (auto ok = add_requested_env(a, env); !ok) {
+    return refuse(ok.error().message());
   }
   for (const auto& [k, v] : env) {
     spec.env.push_back(k + "=" + v);
@@ -464,14 +497,9 @@ int run_main(const RunArgs& a) {
   }
 
   // --json-status is opened before the spawn, refusing symlinks anywhere in its path.
-  UniqueFd status_fd;
-  if (a.json_status) {
-    auto fd = sys::openat2_fd(AT_FDCWD, *a.json_status, O_WRONLY | O_CREAT | O_TRUNC,
-                              RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS, 0644);
-    if (!fd) {
-      return refuse(fd.error().wrap("--json-status").message());
-    }
-    status_fd = std::move(*fd);
+  auto status_file = StatusFile::open(a.json_status);
+  if (!status_file) {
+    return refuse(status_file.error().message());
   }
 
   bool stdin_tty = ::isatty(STDIN_FILENO) != 0;
@@ -485,13 +513,7 @@ int run_main(const RunArgs& a) {
   }
 
   auto report = engine::run_oneshot(req);
-  auto write_status = [&](const json& j) {
-    if (status_fd) {
-      std::string text = j.dump(2) + "\n";
-      (void)::ftruncate(status_fd.get(), 0);
-      (void)::pwrite(status_fd.get(), text.data(), text.size(), 0);
-    }
-  };
+  auto write_status = [&](const json& j) { status_file->write(j); };
   if (!report) {
     const Error& e = report.error();
     int code = kExitRefused;
@@ -577,42 +599,19 @@ int run_via_daemon(const RunArgs& a) {
   if (a.timeout_s) {
     args["timeoutMs"] = static_cast<uint64_t>(std::max(1.0, *a.timeout_s * 1000));
   }
-  // As the standalone run: --pass-env first (each must be set), then --env over it.
-  for (const auto& n : a.pass_env) {
-    if (!valid_env_name(n)) {
-      return refuse(fmt::format("--pass-env `{}` is not a variable name", n));
-    }
-    const char* v = ::getenv(n.c_str());
-    if (v == nullptr) {
-      return refuse(
-          fmt::format("--pass-env {}: not set in cordon's environment; use --env {}=VALUE", n, n));
-    }
-    args["env"][n] = v;
+  // As the standalone run; the daemon then applies its policy's environment rules.
+  std::vector<std::pair<std::string, std::string>> env;
+  if (auto ok = add_requested_env(a, env); !ok) {
+    return refuse(ok.error().message());
   }
-  for (const auto& e : a.env) {
-    size_t eq = e.find('=');
-    if (eq == std::string::npos || !valid_env_name(e.substr(0, eq))) {
-      return refuse(
-          fmt::format("--env `{}` must be NAME=VALUE with NAME made of letters, digits and _", e));
-    }
-    args["env"][e.substr(0, eq)] = e.substr(eq + 1);
+  for (const auto& [k, v] : env) {
+    args["env"][k] = v;
   }
-  UniqueFd status_fd;
-  if (a.json_status) {
-    auto fd = sys::openat2_fd(AT_FDCWD, *a.json_status, O_WRONLY | O_CREAT | O_TRUNC,
-                              RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS, 0644);
-    if (!fd) {
-      return refuse(fd.error().wrap("--json-status").message());
-    }
-    status_fd = std::move(*fd);
+  auto status_file = StatusFile::open(a.json_status);
+  if (!status_file) {
+    return refuse(status_file.error().message());
   }
-  auto write_status = [&](const json& j) {
-    if (status_fd) {
-      std::string text = j.dump(2) + "\n";
-      (void)::ftruncate(status_fd.get(), 0);
-      (void)::pwrite(status_fd.get(), text.data(), text.size(), 0);
-    }
-  };
+  auto write_status = [&](const json& j) { status_file->write(j); };
   // Every refusal from here on is also the --json-status outcome, as in the standalone run.
   auto refuse_with_status = [&](const std::string& msg) {
     write_status(json{{"state", "refused"}, {"message", msg}, {"exitCode", nullptr}});
