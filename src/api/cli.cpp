@@ -623,18 +623,18 @@ int run_via_daemon(const RunArgs& a) {
   if (!client) {
     return refuse_with_status(fmt::format("{}; or run without --socket", client.error().message()));
   }
-  // A tool's answer, or its refusal as an error (the daemon's message says what to do).
+  // A tool's answer, or its refusal as an error (the daemon's message says what to do). A
+  // job that could not start is an error result too, but carries the job's settled status:
+  // that is an outcome, mapped to an exit code below like any other.
   auto call = [&](const std::string& tool, const json& arguments) -> Result<json> {
     CORDON_TRY(r, client->call(tool, arguments));
-    if (jf::boolean(r, "isError")) {
-      std::string msg;
-      for (const auto& c : jf::array(r, "content")) {
-        msg += jf::str(c, "text");
-      }
-      return refusal(
-          "{}", jf::str(jf::object(jf::object(r, "structuredContent"), "error"), "message", msg));
+    json sc = jf::object(r, "structuredContent");
+    if (!jf::boolean(r, "isError") || (sc.contains("taskId") && sc.contains("state"))) {
+      return sc;
     }
-    return jf::object(r, "structuredContent");
+    const json content = jf::array(r, "content");
+    std::string first = content.empty() ? "" : jf::str(content[0], "text");
+    return refusal("{}", jf::str(jf::object(sc, "error"), "message", first));
   };
   auto started = call("run_command_bg", args);
   if (!started) {
@@ -737,7 +737,9 @@ int run_via_daemon(const RunArgs& a) {
   if (state == "output-limit") {
     return kExitOutputLimit;
   }
-  if (state == "failed" && message.find("command: exec: ENOENT") != std::string::npos) {
+  // The tools carry no structured cause, only the message (engine.cpp words both).
+  if (state == "failed" && (message.find("command: exec: ENOENT") != std::string::npos ||
+                            message.find("does not exist on this host") != std::string::npos)) {
     return kExitNotFound;
   }
   if (state == "failed" && message.find("command: exec:") != std::string::npos) {

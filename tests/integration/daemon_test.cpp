@@ -437,7 +437,7 @@ BOOST_AUTO_TEST_CASE(a_handshake_and_a_request_in_one_write_are_both_answered) {
 // (each --pass-env must be set; --env wins over it), --json-status gets the daemon's final
 // status (or the refusal), and a signal without a name still maps to 128+N.
 BOOST_AUTO_TEST_CASE(run_through_the_daemon_passes_env_and_writes_its_status) {
-  DaemonProcess d(json{{"allowedExecutables", {"/bin/sh"}}});
+  DaemonProcess d(json{{"allowedExecutables", {"/bin/sh", "/bin/cordon-test-missing"}}});
   const std::string root = d.box().root;
   const std::string status_file = d.box().base + "/status.json";
   auto run = [&](std::vector<std::string> opts, const std::string& script,
@@ -467,6 +467,16 @@ BOOST_AUTO_TEST_CASE(run_through_the_daemon_passes_env_and_writes_its_status) {
   BOOST_TEST(!st.value("taskId", "").empty(), st.dump());
   auto rt = run({}, "kill -37 $$");
   BOOST_TEST(rt.exit_code() == 128 + 37, rt.err);
+  // A program the policy allows but this host lacks: 127 and the daemon's words, as standalone.
+  auto missing = run_process({cordon_bin(), "run", "--socket", d.sock(), "--cwd", root,
+                              "--json-status", status_file, "--", "/bin/cordon-test-missing"});
+  BOOST_TEST(missing.exit_code() == 127, missing.err);
+  BOOST_TEST(missing.err.find("`/bin/cordon-test-missing` does not exist on this host") !=
+                 std::string::npos,
+             missing.err);
+  BOOST_TEST(missing.err.find("{\"") == std::string::npos, missing.err);  // no JSON dump
+  json ms = json::parse(read_text_file(status_file), nullptr, false);
+  BOOST_TEST(ms.value("state", "") == "failed", ms.dump());
   auto refused = run_process({cordon_bin(), "run", "--socket", d.box().base + "/none.sock",
                               "--json-status", status_file, "--", "/bin/sh", "-c", "true"});
   BOOST_TEST(refused.exit_code() == 125);
