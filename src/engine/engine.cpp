@@ -1691,13 +1691,13 @@ class Engine::Impl {
         d.record = std::move(record);
         CORDON_TRY_CTX(cg, sandbox::JobCgroup::create(layout, w.id, w.limits), "create job cgroup");
         d.cgroup.emplace(std::move(cg));
-        auto lease = sandbox::HostIdLease::acquire(opt.state_dir + "/uids", opt.host_id_base,
+        auto lease = sandbox::HostIdLease::acquire(sandbox::kHostIdLeaseDir, opt.host_id_base,
                                                    opt.host_id_count);
         if (!lease && lease.error().sys_errno() == EAGAIN && pool) {
           // Every id is taken, maybe some by parked sandboxes (of another shape, or being
           // built): jobs come first.
           (void)pool->clear();
-          lease = sandbox::HostIdLease::acquire(opt.state_dir + "/uids", opt.host_id_base,
+          lease = sandbox::HostIdLease::acquire(sandbox::kHostIdLeaseDir, opt.host_id_base,
                                                 opt.host_id_count);
         }
         if (!lease) {
@@ -2078,6 +2078,9 @@ Result<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
                  "open cgroup records");
   impl->records.emplace(std::move(records));
   (void)impl->records->sweep();
+  // Lease files of cordons that died holding them (the leases are host-wide, not ours alone:
+  // only unheld files go).
+  (void)sandbox::HostIdLease::sweep();
   CORDON_TRY_CTX(layout, sandbox::detect_cgroup_layout(), "find the cgroup hierarchies");
   impl->layout = layout;
   CORDON_CHECK_CTX(sandbox::prepare_parents(layout), "prepare cordon's cgroups");
@@ -2091,7 +2094,7 @@ Result<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
     sandbox::WarmPoolOptions po;
     // Each entry holds a host id of its own: a small id range stays the jobs'.
     po.size = std::min<size_t>(o.warm_pool_size, o.host_id_count / 4);
-    po.lease_dir = o.state_dir + "/uids";
+    po.lease_dir = sandbox::kHostIdLeaseDir;
     po.host_id_base = o.host_id_base;
     po.host_id_count = o.host_id_count;
     impl->pool.emplace(impl->layout, *impl->records, *impl->spawners.front(), std::move(po));

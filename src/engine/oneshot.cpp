@@ -158,7 +158,7 @@ Result<OneshotReport> run_oneshot(const OneshotRequest& req) {
   CORDON_TRY_CTX(record, records.add(name, paths), "record job cgroup");
   CORDON_TRY_CTX(cgroup, sandbox::JobCgroup::create(layout, name, limits), "create job cgroup");
 
-  CORDON_TRY(lease, sandbox::HostIdLease::acquire(req.state_dir + "/uids", req.host_id_base,
+  CORDON_TRY(lease, sandbox::HostIdLease::acquire(sandbox::kHostIdLeaseDir, req.host_id_base,
                                                   req.host_id_count));
   report.host_uid = lease.id();
 

@@ -41,7 +41,7 @@ struct WarmPoolOptions {
   // An entry older than this is rebuilt: a parked sandbox shows the host as it was when it
   // was built (the trees mounted under the root, for one), so a job never gets an older view.
   std::chrono::milliseconds max_age{30000};
-  std::string lease_dir;  // HostIdLease's lock directory (the engine's <state>/uids)
+  std::string lease_dir = kHostIdLeaseDir;  // HostIdLease's lock directory (host-wide)
   uid_t host_id_base = kHostIdBase;
   uid_t host_id_count = kHostIdCount;
 };

@@ -1,5 +1,6 @@
 #include "sandbox/userns.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/sched.h>
 #include <sched.h>
@@ -12,7 +13,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <optional>
 #include <random>
+#include <vector>
 
 #include "base/strings.hpp"
 #include "sys/fs.hpp"
@@ -20,31 +23,149 @@
 
 namespace cordon::sandbox {
 
-Result<HostIdLease> HostIdLease::acquire(const std::string& lock_dir, uid_t base, uid_t count) {
+namespace {
+
+// Creates `lock_dir` (0700; its parent 0755) when missing and opens it, refusing one that is
+// not ours or that others can write.
+Result<UniqueFd> open_lease_dir(const std::string& lock_dir) {
+  if (std::string parent = lock_dir.substr(0, lock_dir.rfind('/')); !parent.empty()) {
+    if (::mkdir(parent.c_str(), 0755) != 0 && errno != EEXIST) {
+      return sys_error("mkdir `{}`", parent);
+    }
+  }
   if (::mkdir(lock_dir.c_str(), 0700) != 0 && errno != EEXIST) {
     return sys_error("mkdir `{}`", lock_dir);
   }
+  int raw = ::open(lock_dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (raw < 0) {
+    return sys_error("open `{}`", lock_dir);
+  }
+  UniqueFd dir(raw);
+  struct stat st {};
+  if (::fstat(dir.get(), &st) != 0) {
+    return sys_error("fstat `{}`", lock_dir);
+  }
+  if (st.st_uid != ::geteuid() || (st.st_mode & 022) != 0) {
+    return refusal("the host-id lease dir `{}` must be owned by uid {} and writable by no one else",
+                   lock_dir, ::geteuid());
+  }
+  return dir;
+}
+
+// Locks `name` in `dir` without waiting. The lock is ours only while the name still refers to
+// the file we locked: a releaser removes the file under its lock, so a lock taken on a file
+// opened before that is on a file no longer at this name (which another acquirer may have
+// created anew). nullopt when held elsewhere or gone under us.
+Result<std::optional<UniqueFd>> lock_lease_file(int dir, const std::string& lock_dir,
+                                                const std::string& name, bool create) {
+  int fd =
+      ::openat(dir, name.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | (create ? O_CREAT : 0), 0600);
+  if (fd < 0) {
+    if (!create && errno == ENOENT) {
+      return std::optional<UniqueFd>();
+    }
+    return sys_error("open `{}/{}`", lock_dir, name);
+  }
+  UniqueFd lock(fd);
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK) {
+      return sys_error("flock `{}/{}`", lock_dir, name);
+    }
+    return std::optional<UniqueFd>();  // held
+  }
+  struct stat held {};
+  struct stat named {};
+  if (::fstat(fd, &held) != 0) {
+    return sys_error("fstat `{}/{}`", lock_dir, name);
+  }
+  int named_rc = ::fstatat(dir, name.c_str(), &named, AT_SYMLINK_NOFOLLOW);
+  if (named_rc != 0 && errno != ENOENT) {
+    return sys_error("stat `{}/{}`", lock_dir, name);
+  }
+  if (named_rc != 0 || held.st_dev != named.st_dev || held.st_ino != named.st_ino) {
+    return std::optional<UniqueFd>();  // released under us
+  }
+  return std::optional<UniqueFd>(std::move(lock));
+}
+
+}  // namespace
+
+Result<HostIdLease> HostIdLease::acquire(const std::string& lock_dir, uid_t base, uid_t count) {
+  CORDON_TRY(dir, open_lease_dir(lock_dir));
   // Random start: concurrent runs rarely probe the same files.
   std::random_device rd;
   uid_t start = static_cast<uid_t>(rd() % count);
+  bool retried = false;
   for (uid_t i = 0; i < count; ++i) {
     uid_t slot = (start + i) % count;
-    // Keyed by the id itself, so differently configured ranges sharing a state dir never
-    // hand the same host id to two sandboxes.
-    std::string path = fmt::format("{}/{}", lock_dir, base + slot);
-    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0) {
-      return sys_error("open `{}`", path);
+    // Keyed by the id itself, so differently configured ranges never hand the same host id
+    // to two sandboxes.
+    std::string name = std::to_string(base + slot);
+    CORDON_TRY(lock, lock_lease_file(dir.get(), lock_dir, name, /*create=*/true));
+    if (!lock) {
+      // Held, or released under us: then the id may be free now, so try it once more.
+      struct stat st {};
+      if (!retried && ::fstatat(dir.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+        retried = true;
+        --i;
+      }
+      continue;
     }
-    UniqueFd lock(fd);
-    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
-      return HostIdLease(base + slot, std::move(lock));
-    }
-    if (errno != EWOULDBLOCK) {
-      return sys_error("flock `{}`", path);
-    }
+    return HostIdLease(base + slot, std::move(*lock), lock_dir + "/" + name);
   }
   return errno_error(EAGAIN, "lease a host uid in `{}`: all {} ids in use", lock_dir, count);
+}
+
+void HostIdLease::release() {
+  if (lock_) {
+    // Under the lock: nobody else holds this file now, and whoever opened it meanwhile sees
+    // the name gone (or a new file) after locking and leaves it.
+    (void)::unlink(path_.c_str());
+    lock_.reset();
+  }
+}
+
+HostIdLease& HostIdLease::operator=(HostIdLease&& other) noexcept {
+  if (this != &other) {
+    release();
+    id_ = other.id_;
+    lock_ = std::move(other.lock_);
+    path_ = std::move(other.path_);
+  }
+  return *this;
+}
+
+HostIdLease::~HostIdLease() { release(); }
+
+Result<size_t> HostIdLease::sweep(const std::string& lock_dir) {
+  CORDON_TRY(dir, open_lease_dir(lock_dir));
+  std::vector<std::string> names;
+  {
+    int raw = ::openat(dir.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (raw < 0) {
+      return sys_error("open `{}`", lock_dir);
+    }
+    DIR* d = ::fdopendir(raw);
+    if (d == nullptr) {
+      ::close(raw);
+      return sys_error("fdopendir `{}`", lock_dir);
+    }
+    while (struct dirent* e = ::readdir(d)) {
+      std::string n = e->d_name;
+      if (!n.empty() && n.find_first_not_of("0123456789") == std::string::npos) {
+        names.push_back(std::move(n));
+      }
+    }
+    ::closedir(d);
+  }
+  size_t swept = 0;
+  for (const auto& name : names) {
+    CORDON_TRY(lock, lock_lease_file(dir.get(), lock_dir, name, /*create=*/false));
+    if (lock && ::unlinkat(dir.get(), name.c_str(), 0) == 0) {
+      ++swept;  // removed under its lock, as a release does
+    }
+  }
+  return swept;
 }
 
 Result<void> write_id_maps(pid_t pid, uid_t inside_uid, gid_t inside_gid, uid_t host_uid,

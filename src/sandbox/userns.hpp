@@ -15,19 +15,39 @@ namespace cordon::sandbox {
 
 inline constexpr uid_t kHostIdBase = 0x70000000;  // 1879048192: far above subuid ranges
 inline constexpr uid_t kHostIdCount = 65536;
+/// Where every cordon on the host leases its host ids, whatever its state dir: the leases
+/// are the host's, so two engines (or a daemon and a `cordon run`) with different state dirs
+/// never hand one host uid to two sandboxes. On /run (tmpfs): nothing to keep across a boot.
+inline constexpr const char* kHostIdLeaseDir = "/run/cordon/uids";
 
-/// A host uid (== gid) leased for one sandbox: an flock'd file in `lock_dir` holds it for
-/// as long as this object lives (and the kernel drops the lock if cordon dies).
+/// A host uid (== gid) leased for one sandbox: an flock'd file in `lock_dir`, named by the id,
+/// holds it for as long as this object lives (and the kernel drops the lock if cordon dies).
+/// The file is removed on release, so the dir (on tmpfs) holds about as many files as there
+/// are sandboxes; one left by a dead cordon is simply locked again by the next.
 class HostIdLease {
  public:
-  static Result<HostIdLease> acquire(const std::string& lock_dir, uid_t base = kHostIdBase,
-                                     uid_t count = kHostIdCount);
+  /// `lock_dir` is created (0700, its parent 0755) when missing and must belong to us and be
+  /// writable by no one else: whoever could write there could hold or fake our leases.
+  static Result<HostIdLease> acquire(const std::string& lock_dir = kHostIdLeaseDir,
+                                     uid_t base = kHostIdBase, uid_t count = kHostIdCount);
+  HostIdLease(HostIdLease&& other) noexcept = default;
+  HostIdLease& operator=(HostIdLease&& other) noexcept;
+  HostIdLease(const HostIdLease&) = delete;
+  HostIdLease& operator=(const HostIdLease&) = delete;
+  /// Releases: removes the file while still holding its lock, then unlocks.
+  ~HostIdLease();
   uid_t id() const { return id_; }
+  /// Removes the files of `lock_dir` no one holds (left by a cordon that died with its lease),
+  /// each under its lock as a release does; returns how many. Run when an engine opens.
+  [[nodiscard]] static Result<size_t> sweep(const std::string& lock_dir = kHostIdLeaseDir);
 
  private:
-  HostIdLease(uid_t id, UniqueFd lock) : id_(id), lock_(std::move(lock)) {}
-  uid_t id_;
+  HostIdLease(uid_t id, UniqueFd lock, std::string path)
+      : id_(id), lock_(std::move(lock)), path_(std::move(path)) {}
+  void release();
+  uid_t id_ = 0;
   UniqueFd lock_;
+  std::string path_;
 };
 
 /// Writes uid_map and gid_map of `pid` ("inside host 1"), as the privileged parent.

@@ -55,7 +55,7 @@ struct SpawnerFixture {
     layout = *l;
     auto parents = sandbox::prepare_parents(layout);
     BOOST_REQUIRE_MESSAGE(parents.has_value(), error_of(parents));
-    auto h = sandbox::HostIdLease::acquire(state + "/uids");
+    auto h = sandbox::HostIdLease::acquire();
     BOOST_REQUIRE_MESSAGE(h.has_value(), error_of(h));
     lease.emplace(std::move(*h));
   }

@@ -53,6 +53,7 @@ constexpr uid_t kUidInotifyControlA = kUidBase + 3;
 constexpr uid_t kUidInotifyControlB = kUidBase + 4;
 constexpr uid_t kUidKillCordon = kUidBase + 5;
 constexpr uid_t kUidKillCordonControl = kUidBase + 6;
+constexpr uid_t kUidSharedLease = kUidBase + 7;
 
 std::string host_ids(uid_t uid) { return std::to_string(uid) + ":1"; }
 
@@ -713,4 +714,37 @@ BOOST_AUTO_TEST_CASE(sigkill_of_cordon_kills_every_sandbox_process) {
   BOOST_TEST(control.before.size() == 3u);
   BOOST_TEST(control.survivors.size() == 2u);  // the command and its child
   BOOST_TEST(processes_of_uid(kUidKillCordonControl).empty());
+}
+
+// One host uid per sandbox holds across state dirs: the leases are the host's
+// (/run/cordon/uids), not a state dir's, so a second cordon with a state dir of its own and
+// the same one-id range is refused while the first sandbox runs, instead of running a second
+// sandbox as the same host uid (which would then share its per-user kernel limits).
+BOOST_AUTO_TEST_CASE(two_state_dirs_never_lease_the_same_host_uid) {
+  BOOST_REQUIRE_MESSAGE(processes_of_uid(kUidSharedLease).empty(),
+                        "uid " << kUidSharedLease << " is in use");
+  Sandbox first, second;  // each with a state dir of its own
+  BOOST_REQUIRE(first.state != second.state);
+  const std::vector<std::string> one_id = {"--host-ids", host_ids(kUidSharedLease)};
+  {
+    BackgroundRun holder(first.args(one_id, {probe_bin(), "ignore-term-and-fork"}));
+    std::string l = holder.read_line();
+    BOOST_REQUIRE_MESSAGE(l.rfind("probe ignore-term-and-fork: value ", 0) == 0,
+                          "got `" << l << "`; stderr: " << holder.stderr_text());
+    BOOST_REQUIRE(!processes_of_uid(kUidSharedLease).empty());
+    auto refused = second.run(one_id, {"/bin/true"});
+    BOOST_TEST(refused.exit_code() == 125, refused.err);
+    BOOST_TEST(refused.err.find("all 1 ids in use") != std::string::npos, refused.err);
+    BOOST_REQUIRE(::kill(holder.pid, SIGKILL) == 0);
+    BOOST_REQUIRE(holder.wait());
+  }
+  // The first sandbox dies with its cordon (PDEATHSIG); then the id is free again.
+  for (int i = 0; i < 1000 && !processes_of_uid(kUidSharedLease).empty(); ++i) {
+    ::usleep(10000);  // a bounded poll of /proc: the processes are not ours to wait for
+  }
+  BOOST_REQUIRE(processes_of_uid(kUidSharedLease).empty());
+  auto ok = second.run(one_id, {"/bin/true"});
+  BOOST_TEST(ok.exit_code() == 0, ok.err);
+  auto sweep = first.run({}, {"/bin/true"});  // sweeps what the SIGKILLed cordon recorded
+  BOOST_TEST(sweep.exit_code() == 0, sweep.err);
 }

@@ -1,0 +1,176 @@
+#define BOOST_TEST_MODULE sandbox_lease
+#include <boost/test/unit_test.hpp>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "sandbox/userns.hpp"
+
+using namespace cordon;
+using namespace cordon::sandbox;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A lease dir of the test's own (under a fresh temp dir) and a block of ids nobody else uses.
+struct LeaseDir {
+  std::string base, dir;
+  LeaseDir() {
+    char tmpl[] = "/tmp/cordon-lease.XXXXXX";
+    BOOST_REQUIRE(::mkdtemp(tmpl) != nullptr);
+    base = tmpl;
+    dir = base + "/uids";
+  }
+  ~LeaseDir() {
+    std::error_code ec;
+    fs::remove_all(base, ec);
+  }
+  size_t files() const {
+    size_t n = 0;
+    for (const auto& e : fs::directory_iterator(dir)) {
+      (void)e;
+      ++n;
+    }
+    return n;
+  }
+};
+
+constexpr uid_t kBase = 0x7B000000;
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(leases_are_distinct_until_the_range_is_used_up) {
+  LeaseDir d;
+  auto a = HostIdLease::acquire(d.dir, kBase, 2);
+  auto b = HostIdLease::acquire(d.dir, kBase, 2);
+  BOOST_REQUIRE(a.has_value());
+  BOOST_REQUIRE(b.has_value());
+  BOOST_TEST(a->id() != b->id());
+  BOOST_TEST((a->id() == kBase || a->id() == kBase + 1));
+  auto c = HostIdLease::acquire(d.dir, kBase, 2);
+  BOOST_REQUIRE(!c.has_value());
+  BOOST_TEST(c.error().message().find("all 2 ids in use") != std::string::npos,
+             c.error().message());
+  // The dir was made private.
+  struct stat st {};
+  BOOST_REQUIRE(::stat(d.dir.c_str(), &st) == 0);
+  BOOST_TEST((st.st_mode & 0777) == 0700u);
+}
+
+BOOST_AUTO_TEST_CASE(a_released_lease_removes_its_file_and_frees_its_id) {
+  LeaseDir d;
+  uid_t id = 0;
+  {
+    auto a = HostIdLease::acquire(d.dir, kBase, 1);
+    BOOST_REQUIRE(a.has_value());
+    id = a->id();
+    BOOST_TEST(fs::exists(d.dir + "/" + std::to_string(id)));
+    BOOST_TEST(d.files() == 1U);
+    // Moved: one lease, still held.
+    std::optional<HostIdLease> moved(std::move(*a));
+    BOOST_TEST(!HostIdLease::acquire(d.dir, kBase, 1).has_value());
+  }
+  BOOST_TEST(d.files() == 0U);  // as many files as leases held: none
+  auto again = HostIdLease::acquire(d.dir, kBase, 1);
+  BOOST_REQUIRE(again.has_value());
+  BOOST_TEST(again->id() == id);
+}
+
+BOOST_AUTO_TEST_CASE(a_dead_holders_file_is_leased_again) {
+  LeaseDir d;
+  {
+    auto a = HostIdLease::acquire(d.dir, kBase, 1);  // makes the dir
+    BOOST_REQUIRE(a.has_value());
+  }
+  // A holder that died without releasing: its file stays, its flock went with it.
+  pid_t child = ::fork();
+  BOOST_REQUIRE(child >= 0);
+  if (child == 0) {
+    int fd = ::open((d.dir + "/" + std::to_string(kBase)).c_str(), O_RDWR | O_CREAT, 0600);
+    ::_exit(fd >= 0 && ::flock(fd, LOCK_EX) == 0 ? 0 : 1);
+  }
+  int status = 0;
+  BOOST_REQUIRE(::waitpid(child, &status, 0) == child);
+  BOOST_REQUIRE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  BOOST_REQUIRE(d.files() == 1U);
+  auto b = HostIdLease::acquire(d.dir, kBase, 1);
+  BOOST_REQUIRE(b.has_value());
+  BOOST_TEST(b->id() == kBase);
+}
+
+BOOST_AUTO_TEST_CASE(a_lock_held_elsewhere_keeps_its_id) {
+  LeaseDir d;
+  {
+    auto a = HostIdLease::acquire(d.dir, kBase, 1);
+    BOOST_REQUIRE(a.has_value());
+  }
+  // Another process (another cordon) holds the id's lock.
+  int fd = ::open((d.dir + "/" + std::to_string(kBase)).c_str(), O_RDWR | O_CREAT, 0600);
+  BOOST_REQUIRE(fd >= 0);
+  int ready[2];
+  BOOST_REQUIRE(::pipe(ready) == 0);
+  pid_t child = ::fork();
+  BOOST_REQUIRE(child >= 0);
+  if (child == 0) {
+    ::close(ready[0]);
+    int own = ::open((d.dir + "/" + std::to_string(kBase)).c_str(), O_RDWR);
+    if (own < 0 || ::flock(own, LOCK_EX) != 0) ::_exit(1);
+    (void)::write(ready[1], "x", 1);
+    ::pause();
+    ::_exit(0);
+  }
+  ::close(ready[1]);
+  char c;
+  BOOST_REQUIRE(::read(ready[0], &c, 1) == 1);
+  BOOST_TEST(!HostIdLease::acquire(d.dir, kBase, 1).has_value());
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  ::close(fd);
+  ::close(ready[0]);
+  BOOST_TEST(HostIdLease::acquire(d.dir, kBase, 1).has_value());
+}
+
+BOOST_AUTO_TEST_CASE(a_lease_dir_others_can_write_is_refused) {
+  LeaseDir d;
+  BOOST_REQUIRE(::mkdir(d.dir.c_str(), 0700) == 0);
+  BOOST_REQUIRE(::chmod(d.dir.c_str(), 0777) == 0);
+  auto a = HostIdLease::acquire(d.dir, kBase, 1);
+  BOOST_REQUIRE(!a.has_value());
+  BOOST_TEST(a.error().message().find("writable by no one else") != std::string::npos,
+             a.error().message());
+}
+
+BOOST_AUTO_TEST_CASE(a_sweep_removes_only_the_files_no_one_holds) {
+  LeaseDir d;
+  auto held = HostIdLease::acquire(d.dir, kBase, 1);
+  BOOST_REQUIRE(held.has_value());
+  // Left by dead holders: files no one has locked.
+  for (uid_t id : {kBase + 5, kBase + 6}) {
+    int fd = ::open((d.dir + "/" + std::to_string(id)).c_str(), O_RDWR | O_CREAT, 0600);
+    BOOST_REQUIRE(fd >= 0);
+    ::close(fd);
+  }
+  // Not a lease file: left alone.
+  int other = ::open((d.dir + "/README").c_str(), O_RDWR | O_CREAT, 0600);
+  BOOST_REQUIRE(other >= 0);
+  ::close(other);
+  auto swept = HostIdLease::sweep(d.dir);
+  BOOST_REQUIRE(swept.has_value());
+  BOOST_TEST(*swept == 2U);
+  BOOST_TEST(fs::exists(d.dir + "/" + std::to_string(held->id())));
+  BOOST_TEST(!fs::exists(d.dir + "/" + std::to_string(kBase + 5)));
+  BOOST_TEST(fs::exists(d.dir + "/README"));
+  // The held lease is still exclusive after the sweep.
+  BOOST_TEST(!HostIdLease::acquire(d.dir, kBase, 1).has_value());
+}
