@@ -485,6 +485,9 @@ class Engine::Impl {
   std::vector<std::unique_ptr<sandbox::SpawnerClient>> spawners;
   sandbox::CgroupLayout layout;
   std::optional<sandbox::CgroupRecords> records;
+  // Leases of jobs whose cgroups could not be destroyed: their sandboxes may still run as those
+  // host uids, so the ids stay taken for this engine's life (as WarmPool::held_). Under mu.
+  std::vector<sandbox::HostIdLease> held_leases;
   std::optional<sandbox::WarmPool> pool;  // declared after what it borrows: destroyed first
   UniqueFd lock_fd, epfd, timerfd, wakefd;
   std::thread loop;
@@ -1407,6 +1410,9 @@ class Engine::Impl {
     } else {
       // Left for the sweep: the record names the cgroups, and its lock goes with this.
       j.record = sandbox::RecordLock();
+      if (j.lease) {
+        held_leases.push_back(std::move(*j.lease));  // its sandbox may still run as that id
+      }
     }
     j.lease.reset();  // first: the refill may need this very host id
     if (pool) {

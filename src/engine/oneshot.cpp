@@ -152,15 +152,17 @@ Result<OneshotReport> run_oneshot(const OneshotRequest& req) {
   limits.memory_bytes = req.memory_bytes;
   limits.pids = req.pids;
   limits.cpus = req.cpus;
+  // Leased before the cgroup exists, so it is released after the cgroup (declared later) was
+  // emptied and removed on every way out: no other sandbox gets this uid while one of ours
+  // may still run as it.
+  CORDON_TRY(lease, sandbox::HostIdLease::acquire(sandbox::kHostIdLeaseDir, req.host_id_base,
+                                                  req.host_id_count));
+  report.host_uid = lease.id();
   std::string name = job_name();
   // Recorded before it exists: a cordon killed at any later point leaves a record to sweep.
   CORDON_TRY(paths, sandbox::JobCgroup::paths_for(layout, name));
   CORDON_TRY_CTX(record, records.add(name, paths), "record job cgroup");
   CORDON_TRY_CTX(cgroup, sandbox::JobCgroup::create(layout, name, limits), "create job cgroup");
-
-  CORDON_TRY(lease, sandbox::HostIdLease::acquire(sandbox::kHostIdLeaseDir, req.host_id_base,
-                                                  req.host_id_count));
-  report.host_uid = lease.id();
 
   sandbox::SeccompPrograms programs{filters.profile, filters.fixed, filters.init};
   CORDON_TRY(prepared,

@@ -25,68 +25,116 @@ namespace cordon::sandbox {
 
 namespace {
 
-// Creates `lock_dir` (0700; its parent 0755) when missing and opens it, refusing one that is
-// not ours or that others can write.
+// Checks a directory of the lease path: ours (or root's, for a shared parent like /run/cordon),
+// a directory, not a link, writable by no one else.
+Result<void> check_lease_dir(int fd, const std::string& path, bool root_may_own) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    return sys_error("fstat `{}`", path);
+  }
+  bool owner_ok = st.st_uid == ::geteuid() || (root_may_own && st.st_uid == 0);
+  if (!S_ISDIR(st.st_mode) || !owner_ok || (st.st_mode & 022) != 0) {
+    return refusal("the host-id lease dir `{}` must be owned by uid {} and writable by no one else",
+                   path, ::geteuid());
+  }
+  return {};
+}
+
+// Opens `lock_dir` (`<parent>/<leaf>`), creating the parent (0755) and the leaf (0700) when
+// missing, each opened without following a link and checked: whoever could write the parent
+// could move the leaf away and have the next cordon lease ids still in use.
 Result<UniqueFd> open_lease_dir(const std::string& lock_dir) {
-  if (std::string parent = lock_dir.substr(0, lock_dir.rfind('/')); !parent.empty()) {
-    if (::mkdir(parent.c_str(), 0755) != 0 && errno != EEXIST) {
-      return sys_error("mkdir `{}`", parent);
-    }
+  std::string path = normalize_path(lock_dir);
+  size_t slash = path.rfind('/');
+  size_t pslash =
+      slash == std::string::npos || slash == 0 ? std::string::npos : path.rfind('/', slash - 1);
+  if (path.empty() || path[0] != '/' || slash == std::string::npos || pslash == std::string::npos) {
+    return invalid("the host-id lease dir `{}` must be an absolute path two levels deep", lock_dir);
   }
-  if (::mkdir(lock_dir.c_str(), 0700) != 0 && errno != EEXIST) {
-    return sys_error("mkdir `{}`", lock_dir);
-  }
-  int raw = ::open(lock_dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  const std::string grand = pslash == 0 ? "/" : path.substr(0, pslash);
+  const std::string parent_name = path.substr(pslash + 1, slash - pslash - 1);
+  const std::string leaf = path.substr(slash + 1);
+  int raw = ::open(grand.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (raw < 0) {
-    return sys_error("open `{}`", lock_dir);
+    return sys_error("open `{}`", grand);
+  }
+  UniqueFd gp(raw);
+  if (::mkdirat(gp.get(), parent_name.c_str(), 0755) != 0 && errno != EEXIST) {
+    return sys_error("mkdir `{}`", path.substr(0, slash));
+  }
+  raw = ::openat(gp.get(), parent_name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (raw < 0) {
+    return sys_error("open `{}`", path.substr(0, slash));
+  }
+  UniqueFd parent(raw);
+  CORDON_CHECK(check_lease_dir(parent.get(), path.substr(0, slash), /*root_may_own=*/true));
+  if (::mkdirat(parent.get(), leaf.c_str(), 0700) != 0 && errno != EEXIST) {
+    return sys_error("mkdir `{}`", path);
+  }
+  raw = ::openat(parent.get(), leaf.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (raw < 0) {
+    return sys_error("open `{}`", path);
   }
   UniqueFd dir(raw);
-  struct stat st {};
-  if (::fstat(dir.get(), &st) != 0) {
-    return sys_error("fstat `{}`", lock_dir);
-  }
-  if (st.st_uid != ::geteuid() || (st.st_mode & 022) != 0) {
-    return refusal("the host-id lease dir `{}` must be owned by uid {} and writable by no one else",
-                   lock_dir, ::geteuid());
-  }
+  CORDON_CHECK(check_lease_dir(dir.get(), path, /*root_may_own=*/false));
   return dir;
 }
+
+// What locking one lease file found.
+struct LeaseLock {
+  std::optional<UniqueFd> fd;  // ours
+  bool gone = false;           // released (removed) under us: the id may be free now
+};
 
 // Locks `name` in `dir` without waiting. The lock is ours only while the name still refers to
 // the file we locked: a releaser removes the file under its lock, so a lock taken on a file
 // opened before that is on a file no longer at this name (which another acquirer may have
-// created anew). nullopt when held elsewhere or gone under us.
-Result<std::optional<UniqueFd>> lock_lease_file(int dir, const std::string& lock_dir,
-                                                const std::string& name, bool create) {
+// created anew). A name that is not a plain file (a link, a directory) is never ours.
+Result<LeaseLock> lock_lease_file(int dir, const std::string& lock_dir, const std::string& name,
+                                  bool create) {
+  LeaseLock out;
   int fd =
       ::openat(dir, name.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | (create ? O_CREAT : 0), 0600);
   if (fd < 0) {
-    if (!create && errno == ENOENT) {
-      return std::optional<UniqueFd>();
+    if (errno == ENOENT) {
+      out.gone = true;
+      return out;
+    }
+    if (errno == ELOOP || errno == EISDIR || errno == ENXIO) {
+      return out;  // not a lease file: held by no one, usable by no one
     }
     return sys_error("open `{}/{}`", lock_dir, name);
   }
   UniqueFd lock(fd);
+  struct stat held {};
+  if (::fstat(fd, &held) != 0) {
+    return sys_error("fstat `{}/{}`", lock_dir, name);
+  }
+  if (!S_ISREG(held.st_mode)) {
+    return out;
+  }
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     if (errno != EWOULDBLOCK) {
       return sys_error("flock `{}/{}`", lock_dir, name);
     }
-    return std::optional<UniqueFd>();  // held
+    return out;  // held
   }
-  struct stat held {};
   struct stat named {};
-  if (::fstat(fd, &held) != 0) {
-    return sys_error("fstat `{}/{}`", lock_dir, name);
-  }
   int named_rc = ::fstatat(dir, name.c_str(), &named, AT_SYMLINK_NOFOLLOW);
   if (named_rc != 0 && errno != ENOENT) {
     return sys_error("stat `{}/{}`", lock_dir, name);
   }
   if (named_rc != 0 || held.st_dev != named.st_dev || held.st_ino != named.st_ino) {
-    return std::optional<UniqueFd>();  // released under us
+    out.gone = true;
+    return out;
   }
-  return std::optional<UniqueFd>(std::move(lock));
+  out.fd = std::move(lock);
+  return out;
 }
+
+// Tries per id when a lock finds its file released under it: each try may meet one more
+// release, and after a few the id is left for a later probe.
+constexpr int kTriesPerId = 4;
 
 }  // namespace
 
@@ -95,23 +143,20 @@ Result<HostIdLease> HostIdLease::acquire(const std::string& lock_dir, uid_t base
   // Random start: concurrent runs rarely probe the same files.
   std::random_device rd;
   uid_t start = static_cast<uid_t>(rd() % count);
-  bool retried = false;
   for (uid_t i = 0; i < count; ++i) {
     uid_t slot = (start + i) % count;
     // Keyed by the id itself, so differently configured ranges never hand the same host id
     // to two sandboxes.
     std::string name = std::to_string(base + slot);
-    CORDON_TRY(lock, lock_lease_file(dir.get(), lock_dir, name, /*create=*/true));
-    if (!lock) {
-      // Held, or released under us: then the id may be free now, so try it once more.
-      struct stat st {};
-      if (!retried && ::fstatat(dir.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
-        retried = true;
-        --i;
+    for (int attempt = 0; attempt < kTriesPerId; ++attempt) {
+      CORDON_TRY(lock, lock_lease_file(dir.get(), lock_dir, name, /*create=*/true));
+      if (lock.fd) {
+        return HostIdLease(base + slot, std::move(*lock.fd), lock_dir + "/" + name);
       }
-      continue;
+      if (!lock.gone) {
+        break;  // held by a live lease (or not a lease file): the next id
+      }
     }
-    return HostIdLease(base + slot, std::move(*lock), lock_dir + "/" + name);
   }
   return errno_error(EAGAIN, "lease a host uid in `{}`: all {} ids in use", lock_dir, count);
 }
@@ -160,8 +205,8 @@ Result<size_t> HostIdLease::sweep(const std::string& lock_dir) {
   }
   size_t swept = 0;
   for (const auto& name : names) {
-    CORDON_TRY(lock, lock_lease_file(dir.get(), lock_dir, name, /*create=*/false));
-    if (lock && ::unlinkat(dir.get(), name.c_str(), 0) == 0) {
+    auto lock = lock_lease_file(dir.get(), lock_dir, name, /*create=*/false);
+    if (lock && lock->fd && ::unlinkat(dir.get(), name.c_str(), 0) == 0) {
       ++swept;  // removed under its lock, as a release does
     }
   }

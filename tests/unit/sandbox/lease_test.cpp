@@ -77,9 +77,25 @@ BOOST_AUTO_TEST_CASE(a_released_lease_removes_its_file_and_frees_its_id) {
     id = a->id();
     BOOST_TEST(fs::exists(d.dir + "/" + std::to_string(id)));
     BOOST_TEST(d.files() == 1U);
-    // Moved: one lease, still held.
-    std::optional<HostIdLease> moved(std::move(*a));
+    // Moved, and the source destroyed first: one lease, still held, its file still there.
+    std::optional<HostIdLease> moved;
+    {
+      std::optional<HostIdLease> source(std::move(*a));
+      moved.emplace(std::move(*source));
+    }
+    BOOST_TEST(fs::exists(d.dir + "/" + std::to_string(id)));
     BOOST_TEST(!HostIdLease::acquire(d.dir, kBase, 1).has_value());
+    // Move-assigned over: the lease it held is released first (its file goes), the moved one
+    // stays held.
+    auto other = HostIdLease::acquire(d.dir, kBase + 1, 1);
+    BOOST_REQUIRE(other.has_value());
+    BOOST_TEST(fs::exists(d.dir + "/" + std::to_string(kBase + 1)));
+    *other = std::move(*moved);
+    BOOST_TEST(!fs::exists(d.dir + "/" + std::to_string(kBase + 1)));
+    BOOST_TEST(other->id() == id);
+    BOOST_TEST(!HostIdLease::acquire(d.dir, kBase, 1).has_value());
+    moved.reset();
+    BOOST_TEST(!HostIdLease::acquire(d.dir, kBase, 1).has_value());  // `other` holds it
   }
   BOOST_TEST(d.files() == 0U);  // as many files as leases held: none
   auto again = HostIdLease::acquire(d.dir, kBase, 1);
@@ -149,6 +165,63 @@ BOOST_AUTO_TEST_CASE(a_lease_dir_others_can_write_is_refused) {
   BOOST_REQUIRE(!a.has_value());
   BOOST_TEST(a.error().message().find("writable by no one else") != std::string::npos,
              a.error().message());
+}
+
+// The parent too: whoever can write it can move the lease dir away, and the next cordon would
+// make a fresh one and lease ids still in use. And neither may be a symlink.
+BOOST_AUTO_TEST_CASE(a_lease_dir_under_a_parent_others_can_write_or_a_link_is_refused) {
+  LeaseDir d;
+  BOOST_REQUIRE(::chmod(d.base.c_str(), 0777) == 0);
+  auto a = HostIdLease::acquire(d.dir, kBase, 1);
+  BOOST_REQUIRE(!a.has_value());
+  BOOST_TEST(a.error().message().find(d.base) != std::string::npos, a.error().message());
+  BOOST_REQUIRE(::chmod(d.base.c_str(), 0700) == 0);
+  BOOST_REQUIRE(::mkdir((d.base + "/real").c_str(), 0700) == 0);
+  BOOST_REQUIRE(::symlink("real", d.dir.c_str()) == 0);
+  auto b = HostIdLease::acquire(d.dir, kBase, 1);
+  BOOST_REQUIRE(!b.has_value());
+  BOOST_TEST(b.error().message().find("open") != std::string::npos, b.error().message());
+}
+
+// The release-and-reacquire race, for real: two processes take and give back the one id of a
+// range as fast as they can; each marks its turn with a file only one may create. An acquirer
+// that locked a file its releaser had just removed (opened before the unlink, locked after)
+// would hold the id alongside whoever created the next file; the marker then exists twice.
+BOOST_AUTO_TEST_CASE(one_id_is_never_held_twice_under_contention) {
+  LeaseDir d;
+  { BOOST_REQUIRE(HostIdLease::acquire(d.dir, kBase, 1).has_value()); }  // makes the dir
+  const std::string marker = d.base + "/inside";
+  std::vector<pid_t> kids;
+  for (int k = 0; k < 2; ++k) {
+    pid_t child = ::fork();
+    BOOST_REQUIRE(child >= 0);
+    if (child == 0) {
+      int held = 0;
+      for (int i = 0; i < 3000; ++i) {
+        auto lease = HostIdLease::acquire(d.dir, kBase, 1);
+        if (!lease) {
+          continue;  // the other one holds it
+        }
+        int m = ::open(marker.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+        if (m < 0) {
+          ::_exit(2);  // both inside: one id held twice
+        }
+        ::close(m);
+        ++held;
+        if (::unlink(marker.c_str()) != 0) {
+          ::_exit(3);
+        }
+      }
+      ::_exit(held > 0 ? 0 : 4);
+    }
+    kids.push_back(child);
+  }
+  for (pid_t child : kids) {
+    int status = 0;
+    BOOST_REQUIRE(::waitpid(child, &status, 0) == child);
+    BOOST_TEST((WIFEXITED(status) && WEXITSTATUS(status) == 0),
+               "child exit " << (WIFEXITED(status) ? WEXITSTATUS(status) : -1));
+  }
 }
 
 BOOST_AUTO_TEST_CASE(a_sweep_removes_only_the_files_no_one_holds) {
