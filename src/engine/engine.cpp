@@ -336,9 +336,11 @@ struct Job {
   // The sandbox's mount namespace, held from the attach until the settle (hold_mount_ns()).
   UniqueFd mount_ns;
   Stream out, err;
+  // Declared before the cgroup, so a Job destroyed whole (an engine closing) empties and
+  // removes its cgroup before its host uid can be leased again.
+  std::optional<sandbox::HostIdLease> lease;
   std::optional<sandbox::JobCgroup> cgroup;
   sandbox::RecordLock record;
-  std::optional<sandbox::HostIdLease> lease;
   std::optional<Clock::time_point> deadline, kill_deadline, drain_deadline;
   uint64_t timeout_ms = 0, grace_ms = 5000, max_output = 0;
   bool timed_out = false, output_limit = false, io_failed = false, killed_by_caller = false;
@@ -1638,9 +1640,9 @@ class Engine::Impl {
   // What it got: everything acquired is handed to the Job (settle() releases it), also when
   // a later step failed.
   struct SpawnDone {
+    std::optional<sandbox::HostIdLease> lease;  // before the cgroup: released after it
     std::optional<sandbox::JobCgroup> cgroup;
     sandbox::RecordLock record;
-    std::optional<sandbox::HostIdLease> lease;
     std::optional<sandbox::SpawnerClient::Reply> reply;
     std::optional<Error> error;
   };

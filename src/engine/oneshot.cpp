@@ -152,9 +152,9 @@ Result<OneshotReport> run_oneshot(const OneshotRequest& req) {
   limits.memory_bytes = req.memory_bytes;
   limits.pids = req.pids;
   limits.cpus = req.cpus;
-  // Leased before the cgroup exists, so it is released after the cgroup (declared later) was
-  // emptied and removed on every way out: no other sandbox gets this uid while one of ours
-  // may still run as it.
+  // Leased before the cgroup exists, so it is released only after the cgroup (declared later)
+  // was killed, emptied and removed, or given up on after the destroy's retries, on every way
+  // out; a process that has exited holds no uid.
   CORDON_TRY(lease, sandbox::HostIdLease::acquire(sandbox::kHostIdLeaseDir, req.host_id_base,
                                                   req.host_id_count));
   report.host_uid = lease.id();

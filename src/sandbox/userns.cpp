@@ -96,8 +96,8 @@ Result<LeaseLock> lock_lease_file(int dir, const std::string& lock_dir, const st
   int fd =
       ::openat(dir, name.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | (create ? O_CREAT : 0), 0600);
   if (fd < 0) {
-    if (errno == ENOENT) {
-      out.gone = true;
+    if (errno == ENOENT && !create) {
+      out.gone = true;  // released since the sweep listed it
       return out;
     }
     if (errno == ELOOP || errno == EISDIR || errno == ENXIO) {

@@ -174,13 +174,25 @@ BOOST_AUTO_TEST_CASE(a_lease_dir_under_a_parent_others_can_write_or_a_link_is_re
   BOOST_REQUIRE(::chmod(d.base.c_str(), 0777) == 0);
   auto a = HostIdLease::acquire(d.dir, kBase, 1);
   BOOST_REQUIRE(!a.has_value());
-  BOOST_TEST(a.error().message().find(d.base) != std::string::npos, a.error().message());
+  BOOST_TEST(a.error().message().find("`" + d.base + "` must be owned by uid") != std::string::npos,
+             a.error().message());
   BOOST_REQUIRE(::chmod(d.base.c_str(), 0700) == 0);
+  // The lease dir a symlink to a private dir of ours: still refused.
   BOOST_REQUIRE(::mkdir((d.base + "/real").c_str(), 0700) == 0);
   BOOST_REQUIRE(::symlink("real", d.dir.c_str()) == 0);
   auto b = HostIdLease::acquire(d.dir, kBase, 1);
   BOOST_REQUIRE(!b.has_value());
-  BOOST_TEST(b.error().message().find("open") != std::string::npos, b.error().message());
+  BOOST_TEST(b.error().message().find("open `" + d.dir + "`") != std::string::npos,
+             b.error().message());
+  // The parent a symlink to a private dir of ours: refused too.
+  const std::string linked_parent = d.base + "/via-link";
+  BOOST_REQUIRE(::mkdir((d.base + "/real-parent").c_str(), 0700) == 0);
+  BOOST_REQUIRE(::symlink("real-parent", linked_parent.c_str()) == 0);
+  auto c = HostIdLease::acquire(linked_parent + "/uids", kBase, 1);
+  BOOST_REQUIRE(!c.has_value());
+  BOOST_TEST(c.error().message().find("open `" + linked_parent + "`") != std::string::npos,
+             c.error().message());
+  BOOST_TEST(!fs::exists(d.base + "/real-parent/uids"));
 }
 
 // The release-and-reacquire race, for real: two processes take and give back the one id of a
