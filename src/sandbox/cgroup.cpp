@@ -1,6 +1,5 @@
 #include "sandbox/cgroup.hpp"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <linux/magic.h>
 #include <poll.h>
@@ -978,24 +977,7 @@ Result<RecordLock> CgroupRecords::add(const std::string& name,
 
 Result<size_t> CgroupRecords::sweep() {
   CORDON_TRY(dirfd, open_records_dir(dir_));
-  int dup_fd = ::fcntl(dirfd.get(), F_DUPFD_CLOEXEC, 0);
-  if (dup_fd < 0) {
-    return sys_error("dup records dir fd");
-  }
-  DIR* dir = ::fdopendir(dup_fd);
-  if (dir == nullptr) {
-    ::close(dup_fd);
-    return sys_error("fdopendir `{}`", dir_);
-  }
-  ScopeExit close_dir([&] { ::closedir(dir); });
-  std::vector<std::string> names;
-  errno = 0;
-  while (struct dirent* e = ::readdir(dir)) {
-    names.emplace_back(e->d_name);
-  }
-  if (errno != 0) {
-    return sys_error("readdir `{}`", dir_);
-  }
+  CORDON_TRY(names, sys::dir_entries(dirfd.get(), dir_));
 
   size_t swept = 0;
   std::optional<Error> first_error;

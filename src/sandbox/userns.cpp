@@ -1,6 +1,5 @@
 #include "sandbox/userns.hpp"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <linux/sched.h>
 #include <sched.h>
@@ -28,10 +27,7 @@ namespace {
 // Checks a directory of the lease path: ours (or root's, for a shared parent like /run/cordon),
 // a directory, not a link, writable by no one else.
 Result<void> check_lease_dir(int fd, const std::string& path, bool root_may_own) {
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    return sys_error("fstat `{}`", path);
-  }
+  CORDON_TRY_CTX(st, sys::fstat_fd(fd), "`{}`", path);
   bool owner_ok = st.st_uid == ::geteuid() || (root_may_own && st.st_uid == 0);
   if (!S_ISDIR(st.st_mode) || !owner_ok || (st.st_mode & 022) != 0) {
     return refusal("the host-id lease dir `{}` must be owned by uid {} and writable by no one else",
@@ -184,27 +180,12 @@ HostIdLease::~HostIdLease() { release(); }
 
 Result<size_t> HostIdLease::sweep(const std::string& lock_dir) {
   CORDON_TRY(dir, open_lease_dir(lock_dir));
-  std::vector<std::string> names;
-  {
-    int raw = ::openat(dir.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (raw < 0) {
-      return sys_error("open `{}`", lock_dir);
-    }
-    DIR* d = ::fdopendir(raw);
-    if (d == nullptr) {
-      ::close(raw);
-      return sys_error("fdopendir `{}`", lock_dir);
-    }
-    while (struct dirent* e = ::readdir(d)) {
-      std::string n = e->d_name;
-      if (!n.empty() && n.find_first_not_of("0123456789") == std::string::npos) {
-        names.push_back(std::move(n));
-      }
-    }
-    ::closedir(d);
-  }
+  CORDON_TRY(names, sys::dir_entries(dir.get(), lock_dir));
   size_t swept = 0;
   for (const auto& name : names) {
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) {
+      continue;  // not a lease file
+    }
     auto lock = lock_lease_file(dir.get(), lock_dir, name, /*create=*/false);
     if (lock && lock->fd && ::unlinkat(dir.get(), name.c_str(), 0) == 0) {
       ++swept;  // removed under its lock, as a release does

@@ -1,5 +1,6 @@
 #include "sys/fs.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -31,6 +32,29 @@ Result<UniqueFd> openat2_fd(int dirfd, const std::string& path, uint64_t flags, 
     return sys_error("openat2 `{}`", path);
   }
   return UniqueFd(fd);
+}
+
+Result<std::vector<std::string>> dir_entries(int dirfd, const std::string& what) {
+  int own = ::openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (own < 0) {
+    return sys_error("open `{}`", what);
+  }
+  DIR* dir = ::fdopendir(own);
+  if (dir == nullptr) {
+    ::close(own);
+    return sys_error("fdopendir `{}`", what);
+  }
+  std::vector<std::string> names;
+  errno = 0;
+  while (struct dirent* e = ::readdir(dir)) {
+    names.emplace_back(e->d_name);
+  }
+  int err = errno;
+  ::closedir(dir);
+  if (err != 0) {
+    return errno_error(err, "readdir `{}`", what);
+  }
+  return names;
 }
 
 Result<struct stat> fstat_fd(int fd) {

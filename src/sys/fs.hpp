@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <string>
+#include <vector>
 
 #include "base/error.hpp"
 #include "base/unique_fd.hpp"
@@ -23,6 +24,9 @@ namespace cordon::sys {
                                          const std::string& text);
 /// Reads a whole (small) file relative to dirfd.
 [[nodiscard]] Result<std::string> read_file_at(int dirfd, const std::string& name);
+/// The names in the directory open at `dirfd` ("." and ".." included), read through a
+/// descriptor of its own so `dirfd` keeps its offset; `what` names the dir in errors.
+[[nodiscard]] Result<std::vector<std::string>> dir_entries(int dirfd, const std::string& what);
 /// The path the kernel records for an fd (readlink of /proc/self/fd/N).
 [[nodiscard]] Result<std::string> fd_path(int fd);
 
