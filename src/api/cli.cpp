@@ -332,21 +332,30 @@ class StatusFile {
   UniqueFd fd_;
 };
 
-int exit_code_for(const engine::OneshotReport& r) {
-  if (r.state == "exited") {
-    return r.exit_code;
+// The exit code of an outcome the standalone and the daemon run name alike, or nullopt for the
+// ones each reads its own way (a setup failure, a refusal).
+std::optional<int> exit_code_of(const std::string& state, int exit_code, int signal) {
+  if (state == "exited") {
+    return exit_code;
   }
-  if (r.state == "killed") {
-    return 128 + r.term_signal;
+  if (state == "killed") {
+    return 128 + signal;
   }
-  if (r.state == "timeout") {
+  if (state == "timeout") {
     return kExitTimeout;
   }
-  if (r.state == "oom") {
+  if (state == "oom") {
     return kExitOom;
   }
-  if (r.state == "output-limit") {
+  if (state == "output-limit") {
     return kExitOutputLimit;
+  }
+  return std::nullopt;
+}
+
+int exit_code_for(const engine::OneshotReport& r) {
+  if (auto code = exit_code_of(r.state, r.exit_code, r.term_signal)) {
+    return *code;
   }
   if (r.state == "setup-failed" && r.setup_step == "command: exec") {
     return r.setup_errno == ENOENT ? kExitNotFound : kExitCannotExec;
@@ -714,28 +723,19 @@ int run_via_daemon(const RunArgs& a) {
   if (!message.empty() && state != "exited" && state != "killed") {
     std::fprintf(stderr, "cordon: %s\n", message.c_str());
   }
-  if (state == "exited") {
-    return static_cast<int>(jf::u64(status, "exitCode") & 0xFF);
-  }
-  if (state == "killed") {
-    // "SIGTERM", or the number itself for a signal without a name (real-time ones).
-    const std::string sig = jf::str(status, "signal");
-    for (int n = 1; n < NSIG; ++n) {
-      const char* abbrev = sigabbrev_np(n);
-      if ((abbrev != nullptr && sig == std::string("SIG") + abbrev) || sig == std::to_string(n)) {
-        return 128 + n;
-      }
+  // "SIGTERM", or the number itself for a signal without a name (real-time ones).
+  int signal = SIGKILL;
+  const std::string sig = jf::str(status, "signal");
+  for (int n = 1; n < NSIG; ++n) {
+    const char* abbrev = sigabbrev_np(n);
+    if ((abbrev != nullptr && sig == std::string("SIG") + abbrev) || sig == std::to_string(n)) {
+      signal = n;
+      break;
     }
-    return 128 + SIGKILL;
   }
-  if (state == "timeout") {
-    return kExitTimeout;
-  }
-  if (state == "oom") {
-    return kExitOom;
-  }
-  if (state == "output-limit") {
-    return kExitOutputLimit;
+  if (auto code =
+          exit_code_of(state, static_cast<int>(jf::u64(status, "exitCode") & 0xFF), signal)) {
+    return *code;
   }
   // The tools carry no structured cause, only the message (engine.cpp words both).
   if (state == "failed" && (message.find("command: exec: ENOENT") != std::string::npos ||
