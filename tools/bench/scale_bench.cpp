@@ -62,6 +62,8 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "cordon/engine.hpp"
 
 namespace {
@@ -322,6 +324,7 @@ struct KillHooks {
 };
 
 std::string cgroup2_mount();
+std::string own_cgroup_dir(const std::string& controller);
 bool write_text(const std::string& path, const std::string& text);
 
 double monotonic_s() {
@@ -489,24 +492,6 @@ void print_round_detail(const Round& k, unsigned jobs) {
               per(static_cast<long>((k.running.object_bytes - k.after.object_bytes) / 1024)));
 }
 
-// `s` as the inside of a JSON string (quotes, backslashes and control characters escaped).
-std::string json_string_body(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
 // --- What an empty memory cgroup costs here ---------------------------------------------------
 
 // Every memory cgroup gets the kernel's shrinker table (mm/shrinker.c: one 1 KiB kmalloc per
@@ -516,35 +501,9 @@ std::string json_string_body(const std::string& s) {
 // `n` empty v1 memory cgroups made next to the engine's and removed again. Returns KiB per
 // cgroup {all slab objects, kmalloc-1k objects}, or {-1, -1} without a v1 memory hierarchy.
 std::pair<double, double> empty_memcg_kib(unsigned n) {
-  std::string mount, own;
-  {
-    std::ifstream mi("/proc/self/mountinfo");
-    std::string line;
-    while (std::getline(mi, line)) {
-      size_t dash = line.find(" - cgroup ");
-      if (dash == std::string::npos) continue;
-      std::istringstream f(line.substr(dash + 3));
-      std::string fstype, source, options;
-      f >> fstype >> source >> options;
-      if (("," + options + ",").find(",memory,") == std::string::npos) continue;
-      std::istringstream h(line.substr(0, dash));
-      std::string id, parent, dev, root;
-      h >> id >> parent >> dev >> root >> mount;
-      if (root != "/") mount.clear();  // a bind of a subtree: paths would not line up
-      break;
-    }
-    std::ifstream cg("/proc/self/cgroup");
-    while (std::getline(cg, line)) {
-      size_t a = line.find(':'), b = line.find(':', a + 1);
-      if (a == std::string::npos || b == std::string::npos) continue;
-      if (("," + line.substr(a + 1, b - a - 1) + ",").find(",memory,") != std::string::npos) {
-        own = line.substr(b + 1);
-      }
-    }
-  }
-  if (mount.empty() || own.empty()) return {-1, -1};
-  std::string base =
-      mount + (own == "/" ? "" : own) + "/cordon-memcg-probe-" + std::to_string(::getpid()) + "-";
+  const std::string own = own_cgroup_dir("memory");
+  if (own.empty()) return {-1, -1};
+  std::string base = own + "/cordon-memcg-probe-" + std::to_string(::getpid()) + "-";
   KernelSnapshot before = kernel_snapshot(true);
   unsigned made = 0;
   for (; made < n; ++made) {
@@ -583,26 +542,47 @@ std::string cgroup2_mount() {
   return mount;
 }
 
-// This process's cgroup directory in the cgroup2 hierarchy ("" if none).
-std::string own_v2_dir() {
-  std::string mount, rel;
+// This process's cgroup directory in the hierarchy of `controller` (a v1 controller such as
+// "memory"), or in the cgroup2 hierarchy for ""; "" when there is none or the mount shows
+// another subtree than ours.
+std::string own_cgroup_dir(const std::string& controller) {
+  std::string mount, root;
   std::ifstream mi("/proc/self/mountinfo");
   std::string line;
   while (std::getline(mi, line)) {
-    size_t dash = line.find(" - cgroup2 ");
+    size_t dash = line.find(controller.empty() ? " - cgroup2 " : " - cgroup ");
     if (dash == std::string::npos) continue;
+    if (!controller.empty()) {
+      std::istringstream t(line.substr(dash + 3));
+      std::string fstype, source, options;
+      t >> fstype >> source >> options;
+      if (("," + options + ",").find("," + controller + ",") == std::string::npos) continue;
+    }
     std::istringstream f(line);
-    std::string id, parent, dev, root;
+    std::string id, parent, dev;
     f >> id >> parent >> dev >> root >> mount;
     break;
   }
+  std::string rel;
   std::ifstream cg("/proc/self/cgroup");
   while (std::getline(cg, line)) {
-    if (line.rfind("0::", 0) == 0) rel = line.substr(3);
+    size_t a = line.find(':'), b = line.find(':', a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    std::string controllers = line.substr(a + 1, b - a - 1);
+    bool ours = controller.empty()
+                    ? controllers.empty()
+                    : ("," + controllers + ",").find("," + controller + ",") != std::string::npos;
+    if (ours) rel = line.substr(b + 1);
   }
-  if (mount.empty()) return {};
-  return rel == "/" ? mount : mount + rel;
+  if (mount.empty() || rel.empty()) return {};
+  if (root != "/") {  // a bind of a subtree: our path must lie below it
+    if (rel != root && rel.rfind(root + "/", 0) != 0) return {};
+    rel = rel.substr(root.size());
+  }
+  return rel.empty() || rel == "/" ? mount : mount + rel;
 }
+
+std::string own_v2_dir() { return own_cgroup_dir(""); }
 
 bool write_text(const std::string& path, const std::string& text) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
@@ -772,8 +752,8 @@ int main(int argc, char** argv) {
   std::string root = work + "/root";
   std::filesystem::create_directories(root);
   std::ofstream(work + "/policy.json")
-      << "{\"allowedExecutables\": [\"/bin/sleep\", \"/usr/bin/sleep\"], \"cwdRoot\": \""
-      << json_string_body(root) << "\", \"concurrency\": {\"perSession\": " << jobs + 8
+      << "{\"allowedExecutables\": [\"/bin/sleep\", \"/usr/bin/sleep\"], \"cwdRoot\": "
+      << nlohmann::json(root).dump() << ", \"concurrency\": {\"perSession\": " << jobs + 8
       << ", \"total\": " << jobs + 8 << "}}";
   cordon::EngineOptions eo;
   eo.state_dir = work + "/state";
@@ -888,14 +868,14 @@ int main(int argc, char** argv) {
                   "\"killAllGoneMs\": %.1f, \"killAllReapedMs\": %.1f, \"killAllSettledMs\": %.1f, "
                   "\"floorKillPlainMs\": %.1f, \"floorKillNamespacesMs\": %.1f, "
                   "\"floorKillNamespacesOwnCgroupMs\": %.1f, \"loadBefore\": \"%s\", "
-                  "\"stateParent\": \"%s\", \"emptyMemcgKiB\": %.1f, "
+                  "\"stateParent\": %s, \"emptyMemcgKiB\": %.1f, "
                   "\"emptyMemcgKmalloc1kKiB\": %.1f}\n",
                   jobs, first.started_ms, first.all_running_ms, rss_after, first.spawner_rss_kib,
                   first.fds, per_job_kib, per_round.c_str(), first.back_kib(),
                   static_cast<double>(first.tasks) / jobs, first.superblocks, first.kill_calls_ms,
                   first.gone_ms, first.reaped_ms, first.settled_ms, floor_plain, floor_ns,
-                  floor_ns_own, first.load_before.c_str(), json_string_body(state_parent).c_str(),
-                  memcg_kib, memcg_1k_kib);
+                  floor_ns_own, first.load_before.c_str(),
+                  nlohmann::json(state_parent).dump().c_str(), memcg_kib, memcg_1k_kib);
     std::ofstream(json_out) << buf;
   }
   opened->reset();
