@@ -27,7 +27,7 @@ constexpr uint32_t rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); 
 #if defined(__x86_64__)
 // The x86 SHA extensions (SHA-NI): the engine hashes every byte a command prints as it is
 // captured, and the portable code below manages ~0.23 GB/s here, well under the pipe's
-// ~2 GB/s; these instructions do ~1.3 GB/s. The round structure follows Intel's reference
+// ~2.6 GB/s; these instructions do ~1.7 GB/s. The round structure follows Intel's reference
 // ("Intel SHA Extensions", 2013): ABEF/CDGH state halves, four rounds per message vector.
 bool cpu_has_sha() {
   unsigned a = 0, b = 0, c = 0, d = 0;
@@ -48,9 +48,14 @@ __attribute__((target("sha,sse4.1,ssse3"))) void blocks_sha_ni(uint32_t* h, cons
   for (; n > 0; --n, p += 64) {
     __m128i abef = state0, cdgh = state1;
     __m128i m[4];
+#pragma GCC unroll 4
     for (int i = 0; i < 4; ++i) {
       m[i] = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * i)), kSwap);
     }
+    // Unrolled in full, so m[] lives in registers and the out-of-order core overlaps the next
+    // group's message schedule with this group's rounds: 1.73 GB/s here instead of 1.50 (as
+    // fast as `openssl speed -evp sha256`).
+#pragma GCC unroll 16
     for (int g = 0; g < 16; ++g) {  // rounds 4g .. 4g+3
       if (g >= 4) {
         // W[t] = s1(W[t-2]) + W[t-7] + s0(W[t-15]) + W[t-16], four at a time.
