@@ -70,8 +70,13 @@ namespace {
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-constexpr size_t kReadBuffer = 1 << 20;
-constexpr size_t kHashChunks = 8;
+// Output is read 256 KiB at a time, and at most 16 such chunks (4 MiB) wait for the hash
+// thread. 1 MiB chunks (8 in flight) cycled 8 MiB through the caches: the copy into the log's
+// page cache then read a cold source, and the loop's CPU per GiB swung between 0.5 and 1.3 s;
+// 256 KiB chunks stay in L2 and held it at 0.46–0.57 s (capture_bench, the three sizes
+// alternated; docs/performance.md, "Capture").
+constexpr size_t kReadBuffer = 256 << 10;
+constexpr size_t kHashChunks = 16;
 // Artifact indexes kept for artifacts that are not their job's log (Impl::artifact_index).
 constexpr size_t kArtifactIndexes = 16;
 constexpr size_t kTailChars = 2000;
