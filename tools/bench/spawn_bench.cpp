@@ -7,6 +7,7 @@
 // placement alone. Then the sustained back-to-back rate of the small engine.
 //
 //   build/spawn_bench [--runs N] [--spacing-ms MS] [--rate-jobs N] [--big-mib MIB] [--json FILE]
+//                     [--compare-init PATH]   (one more engine variant with that cordon-init)
 //
 // With a warm pool in the engine (EngineOptions::warm_pool), every engine variant runs with
 // the pool on, and an engine with it off runs interleaved too (what --compare-pool did).
@@ -19,8 +20,12 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -42,7 +47,10 @@
 #include <vector>
 
 #include "cordon/engine.hpp"
+#include "policy/seccomp_profile.hpp"
 #include "sandbox/cgroup.hpp"
+#include "sandbox/seccomp.hpp"
+#include "sys/syscalls.hpp"
 
 extern char** environ;
 
@@ -229,7 +237,7 @@ bool engine_has_pool() {
 // back to back and answers "total_ms median_ms"; EOF ends it.
 
 int engine_host(const std::string& dir, const std::string& state, const std::string& policy,
-                size_t resident_mib, bool pool) {
+                size_t resident_mib, bool pool, const std::string& init_path) {
   if (resident_mib > 0) {
     // Touched, private, anonymous memory: what a big engine (caches, sessions) holds.
     size_t bytes = resident_mib << 20;
@@ -241,7 +249,7 @@ int engine_host(const std::string& dir, const std::string& state, const std::str
   eo.state_dir = state;
   eo.policy_path = policy;
   eo.spawner_path = dir + "/cordon-spawner";
-  eo.init_path = dir + "/cordon-init";
+  eo.init_path = init_path.empty() ? dir + "/cordon-init" : init_path;
   eo.default_seccomp_profile = dir + "/seccomp/default.json";
   configure_pool(eo, pool);
   auto engine = cordon::Engine::open(eo);
@@ -288,8 +296,9 @@ struct EngineHost {
   Child child;
   LineConn conn;
   EngineHost(const std::string& self, const std::string& state, const std::string& policy,
-             size_t mib, bool pool = true)
-      : child(spawn({self, "--engine-host", state, policy, std::to_string(mib), pool ? "1" : "0"},
+             size_t mib, bool pool = true, const std::string& init_path = "")
+      : child(spawn({self, "--engine-host", state, policy, std::to_string(mib), pool ? "1" : "0",
+                     init_path},
                     true, true)),
         conn(child.to, child.from) {
     if (conn.read_line() != "ready") die("engine host did not start");
@@ -306,6 +315,124 @@ struct EngineHost {
     return {total, median};
   }
   ~EngineHost() {
+    ::close(child.to);
+    int st;
+    ::waitpid(child.pid, &st, 0);
+    ::close(child.from);
+  }
+};
+
+// ---- the parked hand-off: this binary with --handoff-host, driven over stdin/stdout ----
+// What a pooled start costs at the least, without cordon: a process made ahead (as a parked
+// init is) is handed a job (one byte), vforks, and the child execs /bin/true through a pinned
+// fd; the parked process reaps it and answers (one byte). With `confine`, the child first
+// confines itself exactly as a cordon command does before its exec (init.cpp run_command: a
+// session, no_new_privs, a Landlock domain, the default profile's filter and the fixed
+// filter, compiled by cordon's own code). No namespaces, no cgroups, no records, one process
+// hop: whatever a design adds to a pooled start comes on top of this.
+int handoff_host(const std::string& dir, bool confine) {
+  int exe = ::open("/bin/true", O_PATH | O_CLOEXEC);
+  int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (exe < 0 || null < 0) die("handoff host: open /bin/true or /dev/null failed");
+  std::vector<struct sock_filter> profile, fixed;
+  int ruleset = -1;
+  if (confine) {
+    auto prof = cordon::policy::load_seccomp_profile(dir + "/seccomp/default.json");
+    if (!prof) die("handoff host: " + prof.error().message());
+    auto filters = cordon::sandbox::compile_filters(*prof, {});
+    if (!filters) die("handoff host: " + filters.error().message());
+    profile = filters->profile.insns;
+    fixed = filters->fixed.insns;
+    // The handled rights and scopes of prepare.cpp, with its rules' shape: read and execute
+    // everywhere, everything in /tmp, the device's rights on /dev/null.
+    int abi = cordon::sys::landlock_abi();
+    if (abi < 1) die("handoff host: Landlock is not available");
+    uint64_t handled = abi >= 5   ? (1ULL << 16) - 1
+                       : abi >= 3 ? (1ULL << 15) - 1
+                       : abi >= 2 ? (1ULL << 14) - 1
+                                  : (1ULL << 13) - 1;
+    cordon::sys::LandlockRulesetAttr attr{};
+    attr.handled_access_fs = handled;
+    attr.scoped =
+        abi >= 6 ? cordon::sys::kLandlockScopeAbstractUnixSocket | cordon::sys::kLandlockScopeSignal
+                 : 0;
+    ruleset =
+        cordon::sys::landlock_create_ruleset(&attr, abi >= 6 ? sizeof attr : sizeof(uint64_t), 0);
+    if (ruleset < 0) die("handoff host: landlock_create_ruleset failed");
+    const uint64_t kRead =
+        LANDLOCK_ACCESS_FS_EXECUTE | LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_READ_DIR;
+    const uint64_t kDev = LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_WRITE_FILE |
+                          cordon::sys::kLandlockAccessFsTruncate |
+                          cordon::sys::kLandlockAccessFsIoctlDev;
+    for (auto [path, access] :
+         {std::pair<const char*, uint64_t>{"/", kRead}, {"/tmp", handled}, {"/dev/null", kDev}}) {
+      int fd = ::open(path, O_PATH | O_CLOEXEC);
+      cordon::sys::LandlockPathBeneathAttr pb{};
+      pb.allowed_access = access & handled;
+      pb.parent_fd = fd;
+      if (fd < 0 || cordon::sys::landlock_add_rule(
+                        ruleset, cordon::sys::kLandlockRuleTypePathBeneath, &pb, 0) != 0) {
+        die(std::string("handoff host: landlock_add_rule ") + path + " failed");
+      }
+      ::close(fd);
+    }
+  }
+  auto load = [](std::vector<struct sock_filter>& insns) {
+    if (insns.empty()) return true;
+    struct sock_fprog prog {};
+    prog.len = static_cast<unsigned short>(insns.size());
+    prog.filter = insns.data();
+    return ::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) == 0;
+  };
+  std::printf("ready\n");
+  std::fflush(stdout);
+  char c;
+  while (::read(0, &c, 1) == 1) {
+    // vfork, as the floor's posix_spawn does: the copy of this process's page tables that a
+    // fork pays would be a cost of this helper's size, not of the design (a parked cordon-init
+    // is small). The child makes only system calls until its exec or _exit.
+    pid_t pid = ::vfork();
+    if (pid < 0) die("handoff host: vfork failed");
+    if (pid == 0) {
+      ::dup2(null, 0);
+      ::dup2(null, 1);
+      ::dup2(null, 2);
+      if (confine && (::setsid() < 0 || ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+                      cordon::sys::landlock_restrict_self(ruleset, 0) != 0 || !load(profile) ||
+                      !load(fixed))) {
+        ::_exit(126);
+      }
+      char arg0[] = "/bin/true";
+      char* av[] = {arg0, nullptr};
+      cordon::sys::execveat(exe, "", av, environ, AT_EMPTY_PATH);
+      ::_exit(127);
+    }
+    int st = 0;
+    ::waitpid(pid, &st, 0);
+    char ok = WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 'y' : 'n';
+    if (::write(1, &ok, 1) != 1) die("handoff host: write failed");
+  }
+  return 0;
+}
+
+struct HandoffHost {
+  Child child;
+  HandoffHost(const std::string& self, bool confine)
+      : child(spawn({self, "--handoff-host", confine ? "1" : "0"}, true, true)) {
+    LineConn conn(child.to, child.from);
+    if (conn.read_line() != "ready") die("handoff host did not start");
+  }
+  double run() {
+    auto t0 = Clock::now();
+    char c = 'g';
+    if (::write(child.to, &c, 1) != 1 || ::read(child.from, &c, 1) != 1) {
+      die("handoff host: the pipe broke");
+    }
+    double ms = ms_since(t0);
+    if (c != 'y') die("handoff host: /bin/true did not exit 0");
+    return ms;
+  }
+  ~HandoffHost() {
     ::close(child.to);
     int st;
     ::waitpid(child.pid, &st, 0);
@@ -389,6 +516,7 @@ struct Args {
   int rate_jobs = 200;
   size_t big_mib = 1024;
   std::string json_out;
+  std::string compare_init;  // another cordon-init, run as one more engine variant (A/B)
 };
 
 void bench(const Args& args, const std::string& work) {
@@ -413,7 +541,13 @@ void bench(const Args& args, const std::string& work) {
   if (engine_has_pool()) {
     unpooled.emplace(self, work + "/engine-nopool", policy, 0, false);
   }
+  // A/B of a change to the sandbox's init: the small engine again, with that init instead.
+  std::optional<EngineHost> other_init;
+  if (!args.compare_init.empty()) {
+    other_init.emplace(self, work + "/engine-other-init", policy, 0, true, args.compare_init);
+  }
   long small_rss = rss_kib(small.child.pid), big_rss = rss_kib(big.child.pid);
+  HandoffHost handoff(self, false), handoff_confined(self, true);
 
   Child daemon = spawn({dir + "/cordon", "serve", "--policy", policy, "--state-dir",
                         work + "/daemon", "--socket", work + "/d.sock"},
@@ -456,7 +590,9 @@ void bench(const Args& args, const std::string& work) {
                     kEngine = "engine library start->settle",
                     kBig = "engine library, 1 GiB resident", kDaemon = "cordon serve run_command",
                     kMcp = "cordon mcp run_command",
-                    kPlace = "v1 placement alone (the child, 3 writes)";
+                    kPlace = "v1 placement alone (the child, 3 writes)",
+                    kHandoff = "parked process: vfork+exec",
+                    kHandoffConfined = "parked process: vfork, confine, exec";
   std::map<std::string, std::function<double()>> variants = {
       {kFloor, [] { return run_argv({"/bin/true"}); }},
       {"unshare -U -m -p -i -u -n -f",
@@ -508,10 +644,15 @@ void bench(const Args& args, const std::string& work) {
       {kBig, [&big] { return big.run(); }},
       {kDaemon, [&via_daemon] { return via_daemon.run_true(); }},
       {kMcp, [&via_mcp] { return via_mcp.run_true(); }},
+      {kHandoff, [&handoff] { return handoff.run(); }},
+      {kHandoffConfined, [&handoff_confined] { return handoff_confined.run(); }},
   };
   if (placement.available()) variants[kPlace] = [&placement] { return placement.run(); };
   if (unpooled) {
     variants["engine library, warm pool off"] = [&unpooled] { return unpooled->run(); };
+  }
+  if (other_init) {
+    variants["engine library, --compare-init"] = [&other_init] { return other_init->run(); };
   }
 
   std::vector<std::string> names;
@@ -569,20 +710,33 @@ void bench(const Args& args, const std::string& work) {
         "into v1 on this host; the sandbox moves itself, %.3f ms)\n",
         (run - place) / bwrap, place);
   }
+  const double handoff_ms = percentile(samples[kHandoff], 0.5),
+               confined_ms = percentile(samples[kHandoffConfined], 0.5);
+  std::printf(
+      "  parked process, vfork+exec / floor             %.2f  (one hand-off to a process made "
+      "ahead)\n",
+      handoff_ms / floor);
+  std::printf(
+      "  parked process, vfork, confine, exec / floor   %.2f  (the least a pooled start that "
+      "confines each command costs: %.3f ms of confinement)\n",
+      confined_ms / floor, confined_ms - handoff_ms);
+  std::printf("  engine library / parked process confined       %.2f  (what the engine adds)\n",
+              eng / confined_ms);
   std::printf(
       "  back to back, small engine: %d jobs, %.1f jobs/s, median %.3f ms (%.2f x "
       "floor), pool size %zu\n",
       rate_jobs, rate, b2b_median_ms, b2b_median_ms / floor, pool_size);
-  char buf[512];
+  char buf[768];
   std::snprintf(buf, sizeof buf,
                 "}, \"floorMs\": %.4f, \"bwrapMs\": %.4f, \"bigOverSmall\": %.4f, "
                 "\"smallEngineRssKiB\": %ld, \"bigEngineRssKiB\": %ld, \"runOverBwrap\": %.4f, "
                 "\"runMinusPlacementOverBwrap\": %.4f, \"runViaDaemonOverBwrap\": %.4f, "
+                "\"handoffOverFloor\": %.4f, \"handoffConfinedOverFloor\": %.4f, "
                 "\"backToBack\": {\"jobs\": %d, "
                 "\"jobsPerSecond\": %.2f, \"medianMs\": %.4f, \"poolSize\": %zu}}\n",
                 floor, bwrap, bigm / eng, small_rss, big_rss, run / bwrap,
-                place > 0 ? (run - place) / bwrap : 0.0, run_daemon / bwrap, rate_jobs, rate,
-                b2b_median_ms, pool_size);
+                place > 0 ? (run - place) / bwrap : 0.0, run_daemon / bwrap, handoff_ms / floor,
+                confined_ms / floor, rate_jobs, rate, b2b_median_ms, pool_size);
   json += buf;
   if (!json_out.empty()) std::ofstream(json_out) << json;
 
@@ -599,9 +753,12 @@ void bench(const Args& args, const std::string& work) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc == 6 && std::string(argv[1]) == "--engine-host") {
+  if (argc == 3 && std::string(argv[1]) == "--handoff-host") {
+    return handoff_host(self_dir(), std::string(argv[2]) == "1");
+  }
+  if (argc == 7 && std::string(argv[1]) == "--engine-host") {
     return engine_host(self_dir(), argv[2], argv[3], std::strtoul(argv[4], nullptr, 10),
-                       std::string(argv[5]) == "1");
+                       std::string(argv[5]) == "1", argv[6]);
   }
   Args args;
   for (int i = 1; i < argc; ++i) {
@@ -616,12 +773,14 @@ int main(int argc, char** argv) {
       args.big_mib = std::strtoul(argv[++i], nullptr, 10);
     } else if (a == "--json" && i + 1 < argc) {
       args.json_out = argv[++i];
+    } else if (a == "--compare-init" && i + 1 < argc) {
+      args.compare_init = argv[++i];
     } else if (a == "--compare-pool") {
       // Kept for the pool branch's callers: the comparison runs whenever the engine has a pool.
     } else {
       std::fprintf(stderr,
                    "usage: spawn_bench [--runs N] [--spacing-ms MS] [--rate-jobs N] "
-                   "[--big-mib MIB] [--json FILE]\n");
+                   "[--big-mib MIB] [--json FILE] [--compare-init PATH]\n");
       return 2;
     }
   }
