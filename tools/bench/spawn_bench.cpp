@@ -7,7 +7,7 @@
 // placement alone. Then the sustained back-to-back rate of the small engine.
 //
 //   build/spawn_bench [--runs N] [--spacing-ms MS] [--rate-jobs N] [--big-mib MIB] [--json FILE]
-//                     [--compare-init PATH]   (one more engine variant with that cordon-init)
+//                     [--compare-host PATH]   (one more engine variant: another build's)
 //
 // With a warm pool in the engine (EngineOptions::warm_pool), every engine variant runs with
 // the pool on, and an engine with it off runs interleaved too (what --compare-pool did).
@@ -237,7 +237,7 @@ bool engine_has_pool() {
 // back to back and answers "total_ms median_ms"; EOF ends it.
 
 int engine_host(const std::string& dir, const std::string& state, const std::string& policy,
-                size_t resident_mib, bool pool, const std::string& init_path) {
+                size_t resident_mib, bool pool) {
   if (resident_mib > 0) {
     // Touched, private, anonymous memory: what a big engine (caches, sessions) holds.
     size_t bytes = resident_mib << 20;
@@ -249,7 +249,7 @@ int engine_host(const std::string& dir, const std::string& state, const std::str
   eo.state_dir = state;
   eo.policy_path = policy;
   eo.spawner_path = dir + "/cordon-spawner";
-  eo.init_path = init_path.empty() ? dir + "/cordon-init" : init_path;
+  eo.init_path = dir + "/cordon-init";
   eo.default_seccomp_profile = dir + "/seccomp/default.json";
   configure_pool(eo, pool);
   auto engine = cordon::Engine::open(eo);
@@ -296,9 +296,8 @@ struct EngineHost {
   Child child;
   LineConn conn;
   EngineHost(const std::string& self, const std::string& state, const std::string& policy,
-             size_t mib, bool pool = true, const std::string& init_path = "")
-      : child(spawn({self, "--engine-host", state, policy, std::to_string(mib), pool ? "1" : "0",
-                     init_path},
+             size_t mib, bool pool = true)
+      : child(spawn({self, "--engine-host", state, policy, std::to_string(mib), pool ? "1" : "0"},
                     true, true)),
         conn(child.to, child.from) {
     if (conn.read_line() != "ready") die("engine host did not start");
@@ -516,7 +515,7 @@ struct Args {
   int rate_jobs = 200;
   size_t big_mib = 1024;
   std::string json_out;
-  std::string compare_init;  // another cordon-init, run as one more engine variant (A/B)
+  std::string compare_host;  // another build's spawn_bench: its engine as one more variant (A/B)
 };
 
 void bench(const Args& args, const std::string& work) {
@@ -541,10 +540,11 @@ void bench(const Args& args, const std::string& work) {
   if (engine_has_pool()) {
     unpooled.emplace(self, work + "/engine-nopool", policy, 0, false);
   }
-  // A/B of a change to the sandbox's init: the small engine again, with that init instead.
-  std::optional<EngineHost> other_init;
-  if (!args.compare_init.empty()) {
-    other_init.emplace(self, work + "/engine-other-init", policy, 0, true, args.compare_init);
+  // A/B of a change: the small engine of another build (its spawn_bench as the host, with the
+  // engine, cordon-spawner and cordon-init next to it), interleaved with this one's.
+  std::optional<EngineHost> other_build;
+  if (!args.compare_host.empty()) {
+    other_build.emplace(args.compare_host, work + "/engine-other-build", policy, 0);
   }
   long small_rss = rss_kib(small.child.pid), big_rss = rss_kib(big.child.pid);
   HandoffHost handoff(self, false), handoff_confined(self, true);
@@ -651,8 +651,8 @@ void bench(const Args& args, const std::string& work) {
   if (unpooled) {
     variants["engine library, warm pool off"] = [&unpooled] { return unpooled->run(); };
   }
-  if (other_init) {
-    variants["engine library, --compare-init"] = [&other_init] { return other_init->run(); };
+  if (other_build) {
+    variants["engine library, --compare-host"] = [&other_build] { return other_build->run(); };
   }
 
   std::vector<std::string> names;
@@ -756,9 +756,9 @@ int main(int argc, char** argv) {
   if (argc == 3 && std::string(argv[1]) == "--handoff-host") {
     return handoff_host(self_dir(), std::string(argv[2]) == "1");
   }
-  if (argc == 7 && std::string(argv[1]) == "--engine-host") {
+  if (argc == 6 && std::string(argv[1]) == "--engine-host") {
     return engine_host(self_dir(), argv[2], argv[3], std::strtoul(argv[4], nullptr, 10),
-                       std::string(argv[5]) == "1", argv[6]);
+                       std::string(argv[5]) == "1");
   }
   Args args;
   for (int i = 1; i < argc; ++i) {
@@ -773,14 +773,14 @@ int main(int argc, char** argv) {
       args.big_mib = std::strtoul(argv[++i], nullptr, 10);
     } else if (a == "--json" && i + 1 < argc) {
       args.json_out = argv[++i];
-    } else if (a == "--compare-init" && i + 1 < argc) {
-      args.compare_init = argv[++i];
+    } else if (a == "--compare-host" && i + 1 < argc) {
+      args.compare_host = argv[++i];
     } else if (a == "--compare-pool") {
       // Kept for the pool branch's callers: the comparison runs whenever the engine has a pool.
     } else {
       std::fprintf(stderr,
                    "usage: spawn_bench [--runs N] [--spacing-ms MS] [--rate-jobs N] "
-                   "[--big-mib MIB] [--json FILE] [--compare-init PATH]\n");
+                   "[--big-mib MIB] [--json FILE] [--compare-host PATH]\n");
       return 2;
     }
   }
