@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "helpers/engine_fixture.hpp"
+#include "helpers/engine_host.hpp"
 
 // start() returns before the sandbox exists: starter threads spawn it without the engine's
 // lock (docs/engine.md, "Starting"). What that must not change: every job still runs with its
@@ -169,6 +170,66 @@ BOOST_AUTO_TEST_CASE(a_spawn_that_fails_after_start_returned_settles_failed_with
   BOOST_REQUIRE(a.has_value());
   BOOST_TEST(a->state == "exited", a->state << " " << a->error);
   BOOST_TEST(read_all_bytes(*e, "s", again->task_id, "stdout") == "now\n");
+}
+
+// A settled job's cgroups, record and host id are given back by the releaser thread right
+// after the settle (docs/engine.md, "Settling"). A start that finds every id taken waits for
+// those teardowns: with as many host ids as jobs, jobs started the moment the previous ones
+// settled (a batch killed together, so the releaser has a queue) each get one.
+BOOST_AUTO_TEST_CASE(starts_right_after_settles_get_the_host_ids_those_jobs_gave_back) {
+  constexpr int kJobs = 8;
+  EngineEnv env(nlohmann::json{{"concurrency", {{"perSession", kJobs}, {"total", kJobs}}}});
+  env.host_id_count = kJobs;
+  EngineOptions o = env.options();
+  o.warm_pool = false;  // parked sandboxes would hold ids too
+  auto opened = Engine::open(o);
+  BOOST_REQUIRE_MESSAGE(opened.has_value(), describe(opened));
+  auto& e = *opened;
+  for (int round = 0; round < 3; ++round) {
+    std::vector<std::string> ids;
+    for (int i = 0; i < kJobs; ++i) {
+      auto s = e->start("s", {.argv = {"/bin/sleep", "1000"}});
+      BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+      ids.push_back(s->task_id);
+    }
+    BOOST_REQUIRE(eventually([&] { return env.sandbox_pids().size() >= 2 * kJobs; }));
+    BOOST_REQUIRE(e->kill_many("s", ids, SIGKILL).has_value());
+    auto w = e->wait("s", ids, 30s, true);
+    BOOST_REQUIRE_MESSAGE(w.has_value(), describe(w));
+    for (const auto& st : *w) {
+      BOOST_REQUIRE_MESSAGE(st.state == "killed", st.state << " " << st.error);
+    }
+  }
+  // And the last batch's ids, at once, to jobs that run to their end.
+  std::vector<std::string> ids;
+  for (int i = 0; i < kJobs; ++i) {
+    auto s = e->start("s", {.argv = {"/bin/echo", std::to_string(i)}});
+    BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+    ids.push_back(s->task_id);
+  }
+  auto w = e->wait("s", ids, 30s, true);
+  BOOST_REQUIRE_MESSAGE(w.has_value(), describe(w));
+  for (const auto& st : *w) {
+    BOOST_TEST(st.state == "exited", st.state << " " << st.error);
+  }
+}
+
+// Closing the engine right after a settle finishes that job's teardown first: no cgroup and
+// no record of it is left behind.
+BOOST_AUTO_TEST_CASE(closing_right_after_a_settle_leaves_no_cgroup_or_record) {
+  EngineEnv env;
+  EngineOptions o = env.options();
+  o.warm_pool = false;  // cgroups named after the job
+  auto opened = Engine::open(o);
+  BOOST_REQUIRE_MESSAGE(opened.has_value(), describe(opened));
+  auto s = (*opened)->start("s", {.argv = {"/bin/true"}});
+  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+  auto st = (*opened)->status("s", s->task_id, 30s);
+  BOOST_REQUIRE_MESSAGE(st.has_value(), describe(st));
+  BOOST_TEST(st->state == "exited");
+  opened->reset();
+  BOOST_TEST(existing_job_cgroups(s->task_id).empty());
+  BOOST_TEST(!std::filesystem::exists(env.state_dir + "/cgroups/" + s->task_id + ".cgroups"));
 }
 
 // Closing the engine right after many starts: spawns in flight finish and are killed with

@@ -375,8 +375,10 @@ BOOST_AUTO_TEST_CASE(a_command_that_exits_leaving_a_daemon_settles_and_leaves_no
   BOOST_TEST(st->exit_code.value_or(-1) == 3);
   BOOST_TEST(st->duration_ms < 5000u);
   BOOST_TEST(env.sandbox_pids().empty());
-  BOOST_TEST(existing_job_cgroups(s->task_id).empty());
-  BOOST_TEST(!fs::exists(env.state_dir + "/cgroups/" + s->task_id + ".cgroups"));
+  // The releaser removes the cgroups, then their record, right after the settle.
+  BOOST_TEST(eventually([&] { return existing_job_cgroups(s->task_id).empty(); }));
+  BOOST_TEST(eventually(
+      [&] { return !fs::exists(env.state_dir + "/cgroups/" + s->task_id + ".cgroups"); }));
 }
 
 namespace {

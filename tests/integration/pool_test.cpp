@@ -510,10 +510,11 @@ BOOST_AUTO_TEST_CASE(engine_jobs_take_pool_entries_with_their_own_limits) {
   auto st = e->status("s", id, std::chrono::seconds(20));
   BOOST_REQUIRE_MESSAGE(st.has_value(), describe(st));
   BOOST_TEST(st->state == "killed");
+  // The releaser removes the cgroups, then their record, right after the settle.
   for (const auto& p : paths) {
-    BOOST_TEST(!fs::exists(p), p);
+    BOOST_TEST(eventually([&] { return !fs::exists(p); }), p);
   }
-  BOOST_TEST(!records_in(records).contains(id));
+  BOOST_TEST(eventually([&] { return !records_in(records).contains(id); }));
   BOOST_TEST(eventually([&] { return pool_entries() == size; }));
 
   // More jobs than the pool holds, each once the pool refilled: each in a parked sandbox of
