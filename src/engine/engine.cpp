@@ -495,8 +495,8 @@ class Engine::Impl {
   sandbox::CgroupLayout layout;
   std::optional<sandbox::CgroupRecords> records;
   // Leases of jobs whose cgroups could not be destroyed: their sandboxes may still run as those
-  // host uids, so the ids stay taken for this engine's life (as WarmPool::held_). The
-  // releaser's own (tear_down()).
+  // host uids, so the ids stay taken for this engine's life (as WarmPool::held_). Under
+  // release_mu (tear_down()).
   std::vector<sandbox::HostIdLease> held_leases;
   std::optional<sandbox::WarmPool> pool;  // declared after what it borrows: destroyed first
   UniqueFd lock_fd, epfd, timerfd, wakefd;
@@ -522,8 +522,8 @@ class Engine::Impl {
     sandbox::RecordLock record;
   };
   std::vector<Teardown> to_tear_down;
-  size_t teardowns_pending = 0;         // queued or being torn down
-  std::condition_variable teardown_cv;  // teardowns_pending reached 0
+  uint64_t teardowns_queued = 0, teardowns_done = 0;  // counts since open
+  std::condition_variable teardown_cv;                // teardowns_done grew
   bool release_stop = false;
   std::thread releaser;
 
@@ -707,20 +707,25 @@ class Engine::Impl {
   void tear_down_later(Teardown t) {
     {
       std::lock_guard<std::mutex> lock(release_mu);
-      to_tear_down.push_back(std::move(t));
-      ++teardowns_pending;
+      if (!release_stop) {
+        to_tear_down.push_back(std::move(t));
+        ++teardowns_queued;
+        release_cv.notify_one();
+        return;
+      }
     }
-    release_cv.notify_one();
+    tear_down(t);  // the releaser is stopping (the engine closes): here, now
   }
 
-  // Waits, at most `limit`, until every teardown queued so far is done: a start that found
-  // every host id taken may get the id of a job that settled a moment ago. Without mu.
+  // Waits, at most `limit`, until every teardown queued before the call is done: a start that
+  // found every host id taken may get the id of a job that settled a moment ago. Without mu.
   void wait_teardowns(std::chrono::milliseconds limit) {
     std::unique_lock<std::mutex> lock(release_mu);
-    teardown_cv.wait_for(lock, limit, [this] { return teardowns_pending == 0; });
+    const uint64_t target = teardowns_queued;
+    teardown_cv.wait_for(lock, limit, [&] { return teardowns_done >= target; });
   }
 
-  // On the releaser.
+  // On the releaser, or on the closing engine's thread once the releaser stops.
   void tear_down(Teardown& t) {
     bool destroyed = !t.cgroup || t.cgroup->destroy().has_value();
     t.cgroup.reset();
@@ -730,45 +735,51 @@ class Engine::Impl {
       // Left for the sweep: the record names the cgroups, and its lock goes with this.
       t.record = sandbox::RecordLock();
       if (t.lease) {
+        std::lock_guard<std::mutex> lock(release_mu);
         held_leases.push_back(std::move(*t.lease));  // its sandbox may still run as that id
       }
     }
     t.lease.reset();
   }
 
+  // Teardowns first, each batch as it comes: they give host ids back, which starts may be
+  // waiting for. The mount namespaces are dropped one at a time in between (each drop waits
+  // for an RCU grace period; a kill-all queues a thousand).
   void release_loop() {
     std::unique_lock<std::mutex> lock(release_mu);
     for (;;) {
       release_cv.wait(
           lock, [this] { return !to_release.empty() || !to_tear_down.empty() || release_stop; });
-      if (to_release.empty() && to_tear_down.empty()) {
-        return;  // stopping, and nothing left
-      }
-      std::vector<Teardown> teardowns;
-      teardowns.swap(to_tear_down);
-      std::vector<UniqueFd> batch;
-      batch.swap(to_release);
-      lock.unlock();
-      for (Teardown& t : teardowns) {
-        tear_down(t);
-      }
-      if (!teardowns.empty() && pool) {
-        // Once the jobs' own work is done and their host ids are free: a sandbox build takes
-        // a core and the spawner.
-        pool->refill_later();
-      }
-      if (!teardowns.empty()) {
+      if (!to_tear_down.empty()) {
+        std::vector<Teardown> teardowns;
+        teardowns.swap(to_tear_down);
+        lock.unlock();
+        for (Teardown& t : teardowns) {
+          tear_down(t);
+        }
         const size_t done = teardowns.size();
         teardowns.clear();
         lock.lock();
-        teardowns_pending -= done;
-        if (teardowns_pending == 0) {
-          teardown_cv.notify_all();
+        teardowns_done += done;
+        teardown_cv.notify_all();
+        if (pool && !release_stop) {
+          // The jobs' own work is done and their ids are free (a waiting start was told
+          // first): a sandbox build takes a core and the spawner. Not while closing.
+          lock.unlock();
+          pool->refill_later();
+          lock.lock();
         }
-        lock.unlock();
+        continue;
       }
-      batch.clear();  // the closes: each unmounts a tree nothing else holds
-      lock.lock();
+      if (!to_release.empty()) {
+        UniqueFd fd = std::move(to_release.back());
+        to_release.pop_back();
+        lock.unlock();
+        fd.reset();  // unmounts a tree nothing else holds
+        lock.lock();
+        continue;
+      }
+      return;  // stopping, and nothing left
     }
   }
 
@@ -1671,6 +1682,12 @@ class Engine::Impl {
     j.io_failed = false;
     j.state = "running";  // settle() computes the final state
     j.error = error;
+    if (j.cgroup) {
+      // No init's exit stands behind this settle: a sandbox cloned before its spawn failed
+      // may still be dying. Its cgroups are emptied and removed before the end is told (the
+      // releaser then finds nothing left to do, or tries again).
+      (void)j.cgroup->destroy();
+    }
     std::string id = j.id;
     settle(j, false);
     Job* s = find(id);

@@ -173,9 +173,9 @@ BOOST_AUTO_TEST_CASE(a_spawn_that_fails_after_start_returned_settles_failed_with
 }
 
 // A settled job's cgroups, record and host id are given back by the releaser thread right
-// after the settle (docs/engine.md, "Settling"). A start that finds every id taken waits for
-// those teardowns: with as many host ids as jobs, jobs started the moment the previous ones
-// settled (a batch killed together, so the releaser has a queue) each get one.
+// after the settle (docs/engine.md, "Settling and teardown"). A start that finds every id taken
+// waits for those teardowns: with as many host ids as jobs, jobs started the moment the previous
+// ones settled (a batch killed together, so the releaser has a queue) each get one.
 BOOST_AUTO_TEST_CASE(starts_right_after_settles_get_the_host_ids_those_jobs_gave_back) {
   constexpr int kJobs = 8;
   EngineEnv env(nlohmann::json{{"concurrency", {{"perSession", kJobs}, {"total", kJobs}}}});
@@ -214,22 +214,32 @@ BOOST_AUTO_TEST_CASE(starts_right_after_settles_get_the_host_ids_those_jobs_gave
   }
 }
 
-// Closing the engine right after a settle finishes that job's teardown first: no cgroup and
-// no record of it is left behind.
-BOOST_AUTO_TEST_CASE(closing_right_after_a_settle_leaves_no_cgroup_or_record) {
-  EngineEnv env;
+// Closing the engine right after a batch settled finishes their teardowns first (the
+// releaser has a queue: eight cgroup sets and mount namespaces): no cgroup and no record of
+// any of them is left behind, and their host ids are free.
+BOOST_AUTO_TEST_CASE(closing_right_after_a_killed_batch_settled_leaves_no_cgroup_or_record) {
+  constexpr int kJobs = 8;
+  EngineEnv env(nlohmann::json{{"concurrency", {{"perSession", kJobs}, {"total", kJobs}}}});
   EngineOptions o = env.options();
-  o.warm_pool = false;  // cgroups named after the job
+  o.warm_pool = false;  // cgroups named after the jobs
   auto opened = Engine::open(o);
   BOOST_REQUIRE_MESSAGE(opened.has_value(), describe(opened));
-  auto s = (*opened)->start("s", {.argv = {"/bin/true"}});
-  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
-  auto st = (*opened)->status("s", s->task_id, 30s);
-  BOOST_REQUIRE_MESSAGE(st.has_value(), describe(st));
-  BOOST_TEST(st->state == "exited");
+  std::vector<std::string> ids;
+  for (int i = 0; i < kJobs; ++i) {
+    auto s = (*opened)->start("s", {.argv = {"/bin/sleep", "1000"}});
+    BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+    ids.push_back(s->task_id);
+  }
+  BOOST_REQUIRE(eventually([&] { return env.sandbox_pids().size() >= 2 * kJobs; }));
+  BOOST_REQUIRE((*opened)->kill_many("s", ids, SIGKILL).has_value());
+  auto w = (*opened)->wait("s", ids, 30s, true);
+  BOOST_REQUIRE_MESSAGE(w.has_value(), describe(w));
   opened->reset();
-  BOOST_TEST(existing_job_cgroups(s->task_id).empty());
-  BOOST_TEST(!std::filesystem::exists(env.state_dir + "/cgroups/" + s->task_id + ".cgroups"));
+  for (const auto& id : ids) {
+    BOOST_TEST(existing_job_cgroups(id).empty(), id);
+    BOOST_TEST(!std::filesystem::exists(env.state_dir + "/cgroups/" + id + ".cgroups"), id);
+  }
+  BOOST_TEST(env.sandbox_pids().empty());
 }
 
 // Closing the engine right after many starts: spawns in flight finish and are killed with

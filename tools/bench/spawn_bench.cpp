@@ -407,8 +407,8 @@ int handoff_host(const std::string& dir, bool confine) {
       ::_exit(127);
     }
     int st = 0;
-    ::waitpid(pid, &st, 0);
-    char ok = WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 'y' : 'n';
+    bool reaped = ::waitpid(pid, &st, 0) == pid;
+    char ok = reaped && WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 'y' : 'n';
     if (::write(1, &ok, 1) != 1) die("handoff host: write failed");
   }
   return 0;
