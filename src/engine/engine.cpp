@@ -1446,10 +1446,10 @@ class Engine::Impl {
         "retrieve_context {{\"artifactId\": \"{}\"}} pages all {} bytes (units chars, bytes, "
         "lines)",
         a.artifact_id, a.size_bytes);
-    json meta = {{"artifactId", a.artifact_id}, {"kind", a.kind},
-                 {"taskId", a.task_id},         {"stream", stream},
-                 {"sizeBytes", a.size_bytes},   {"sha256", a.sha256}};
-    (void)write_meta(artifacts_dir(), a.artifact_id + ".json", meta.dump());
+    // The artifact's record is its ref in the job's meta.json (id, size, sha256), as
+    // DESIGN.md has it. A separate <artifactId>.json, which nothing read, cost every settle two
+    // more files on a filesystem where each new one costs tens of µs (docs/performance.md,
+    // "Warm pool"); `remove` still deletes one an older engine wrote.
     return a;
   }
 

@@ -164,6 +164,10 @@ BOOST_AUTO_TEST_CASE(remove_deletes_logs_and_artifacts_and_is_refused_while_runn
   std::string err_art = env.artifact_path(st->stderr_artifact->artifact_id);
   BOOST_TEST(fs::exists(out_art));
   BOOST_TEST(fs::exists(err_art));
+  // The artifact's record is its ref in meta.json; engines before session 7 also wrote an
+  // <artifactId>.json next to the link, which `remove` still deletes.
+  BOOST_TEST(!fs::exists(out_art + ".json"));
+  std::ofstream(out_art + ".json") << "{}";
   // A second, unread job shows the finished counter drop on remove.
   auto t = e->start("s", {.argv = {"/bin/true"}});
   BOOST_REQUIRE(t.has_value());
