@@ -532,6 +532,17 @@ Result<void> PreparedSandbox::prepare_mounts(const SandboxSpec& spec, uid_t host
   return {};
 }
 
+uint64_t landlock_handled_access(int abi) {
+  return abi >= 5   ? (1ULL << 16) - 1
+         : abi >= 3 ? (1ULL << 15) - 1
+         : abi >= 2 ? (1ULL << 14) - 1
+                    : (1ULL << 13) - 1;
+}
+
+uint64_t landlock_scopes(int abi) {
+  return abi >= 6 ? sys::kLandlockScopeAbstractUnixSocket | sys::kLandlockScopeSignal : 0;
+}
+
 Result<void> PreparedSandbox::prepare_landlock(const SandboxSpec& spec) {
   int abi = sys::landlock_abi();
   if (abi < 1) {
@@ -540,10 +551,7 @@ Result<void> PreparedSandbox::prepare_landlock(const SandboxSpec& spec) {
         "refuses to run without its second wall",
         errno_name(errno));
   }
-  uint64_t handled = abi >= 5   ? (1ULL << 16) - 1
-                     : abi >= 3 ? (1ULL << 15) - 1
-                     : abi >= 2 ? (1ULL << 14) - 1
-                                : (1ULL << 13) - 1;
+  const uint64_t handled = landlock_handled_access(abi);
   const uint64_t kRead =
       LANDLOCK_ACCESS_FS_EXECUTE | LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_READ_DIR;
   const uint64_t kDev = LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_WRITE_FILE |
@@ -574,8 +582,7 @@ Result<void> PreparedSandbox::prepare_landlock(const SandboxSpec& spec) {
       {"/proc", LANDLOCK_ACCESS_FS_WRITE_FILE | sys::kLandlockAccessFsTruncate});
   plan_.landlock_abi = abi;
   plan_.landlock_handled = handled;
-  plan_.landlock_scoped =
-      abi >= 6 ? sys::kLandlockScopeAbstractUnixSocket | sys::kLandlockScopeSignal : 0;
+  plan_.landlock_scoped = landlock_scopes(abi);
   plan_.landlock_rules = landlock_rules_.data();
   plan_.n_landlock_rules = landlock_rules_.size();
   applied_.landlock_abi = abi;

@@ -28,6 +28,12 @@ inline constexpr int kBulkPipeBytes = 1 << 20;
 /// Failure (e.g. above /proc/sys/fs/pipe-max-size when unprivileged) is harmless: it stays.
 void grow_output_pipe(int fd, size_t n, bool& grown);
 
+/// The Landlock filesystem rights a sandbox handles (refused unless a rule grants them) and
+/// the scopes it sets, at Landlock ABI `abi`: everything that ABI knows. Also what
+/// spawn_bench's floor confines its child with.
+uint64_t landlock_handled_access(int abi);
+uint64_t landlock_scopes(int abi);
+
 /// Which guarantees were applied to a run (for --json-status and doctor); never silent.
 struct AppliedFeatures {
   bool user_namespace = true;

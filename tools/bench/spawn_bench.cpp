@@ -49,6 +49,7 @@
 #include "cordon/engine.hpp"
 #include "policy/seccomp_profile.hpp"
 #include "sandbox/cgroup.hpp"
+#include "sandbox/prepare.hpp"
 #include "sandbox/seccomp.hpp"
 #include "sys/syscalls.hpp"
 
@@ -111,6 +112,14 @@ Child spawn(const std::vector<std::string>& argv, bool pipes, bool keep_stderr =
     c.from = out[0];
   }
   return c;
+}
+
+// Ends a helper driven over its stdin: EOF there, then reap it.
+void end_host(Child& c) {
+  ::close(c.to);
+  int st;
+  ::waitpid(c.pid, &st, 0);
+  ::close(c.from);
 }
 
 double run_argv(const std::vector<std::string>& argv) {
@@ -313,12 +322,7 @@ struct EngineHost {
     std::sscanf(r.c_str(), "%lf %lf", &total, &median);
     return {total, median};
   }
-  ~EngineHost() {
-    ::close(child.to);
-    int st;
-    ::waitpid(child.pid, &st, 0);
-    ::close(child.from);
-  }
+  ~EngineHost() { end_host(child); }
 };
 
 // ---- the parked hand-off: this binary with --handoff-host, driven over stdin/stdout ----
@@ -342,19 +346,14 @@ int handoff_host(const std::string& dir, bool confine) {
     if (!filters) die("handoff host: " + filters.error().message());
     profile = filters->profile.insns;
     fixed = filters->fixed.insns;
-    // The handled rights and scopes of prepare.cpp, with its rules' shape: read and execute
-    // everywhere, everything in /tmp, the device's rights on /dev/null.
+    // The handled rights and scopes of a sandbox (prepare.cpp), with its rules' shape: read
+    // and execute everywhere, everything in /tmp, the device's rights on /dev/null.
     int abi = cordon::sys::landlock_abi();
     if (abi < 1) die("handoff host: Landlock is not available");
-    uint64_t handled = abi >= 5   ? (1ULL << 16) - 1
-                       : abi >= 3 ? (1ULL << 15) - 1
-                       : abi >= 2 ? (1ULL << 14) - 1
-                                  : (1ULL << 13) - 1;
+    const uint64_t handled = cordon::sandbox::landlock_handled_access(abi);
     cordon::sys::LandlockRulesetAttr attr{};
     attr.handled_access_fs = handled;
-    attr.scoped =
-        abi >= 6 ? cordon::sys::kLandlockScopeAbstractUnixSocket | cordon::sys::kLandlockScopeSignal
-                 : 0;
+    attr.scoped = cordon::sandbox::landlock_scopes(abi);
     ruleset =
         cordon::sys::landlock_create_ruleset(&attr, abi >= 6 ? sizeof attr : sizeof(uint64_t), 0);
     if (ruleset < 0) die("handoff host: landlock_create_ruleset failed");
@@ -431,12 +430,7 @@ struct HandoffHost {
     if (c != 'y') die("handoff host: /bin/true did not exit 0");
     return ms;
   }
-  ~HandoffHost() {
-    ::close(child.to);
-    int st;
-    ::waitpid(child.pid, &st, 0);
-    ::close(child.from);
-  }
+  ~HandoffHost() { end_host(child); }
 };
 
 long rss_kib(pid_t pid) {
@@ -740,11 +734,9 @@ void bench(const Args& args, const std::string& work) {
   json += buf;
   if (!json_out.empty()) std::ofstream(json_out) << json;
 
-  ::close(mcp.to);
-  int st;
-  ::waitpid(mcp.pid, &st, 0);
-  ::close(mcp.from);
+  end_host(mcp);
   ::close(sock);
+  int st;
   ::kill(daemon.pid, SIGTERM);
   ::waitpid(daemon.pid, &st, 0);
   g_cleanup = nullptr;
