@@ -199,7 +199,15 @@ size_t WarmPool::available() const {
 }
 
 Result<void> WarmPool::refill() {
-  for (;;) {
+  // As many entries as are missing now, no more: a take() while this builds leaves its entry
+  // for the next refill (a settle), so a build never competes with the start that just took
+  // one, and a pool seen full from outside stays full until a take.
+  size_t missing = 0;
+  {
+    std::lock_guard lock(mu_);
+    missing = options_.size - std::min(entries_.size(), options_.size);
+  }
+  for (; missing > 0; --missing) {
     SpawnerClient::Request shape;
     CgroupLimits limits;
     uint64_t generation = 0;
@@ -221,6 +229,7 @@ Result<void> WarmPool::refill() {
     }
     entries_.push_back(std::move(e));
   }
+  return {};
 }
 
 Result<WarmPool::Entry> WarmPool::make_entry(const SpawnerClient::Request& shape,

@@ -85,8 +85,9 @@ class WarmPool {
   /// Asks the refill thread to top the pool up (no-op without start()). Call when a job's own
   /// cgroup work is done.
   void refill_later();
-  /// Adds entries of the current shape until `size` are ready, on the calling thread. Stops
-  /// at the first error and returns it (what was added stays). Nothing without a shape.
+  /// Adds as many entries of the current shape as are missing from `size` when it is called,
+  /// on the calling thread (an entry taken meanwhile waits for the next refill). Stops at the
+  /// first error and returns it (what was added stays). Nothing without a shape.
   [[nodiscard]] Result<void> refill();
   /// Destroys every unused entry: its cgroups (which kills its sandbox), then its record and
   /// lease. Returns the first error; the others are still attempted.

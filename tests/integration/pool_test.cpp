@@ -28,6 +28,7 @@
 #include "helpers/engine_host.hpp"
 #include "helpers/spawner_fixture.hpp"
 #include "sandbox/cgroup.hpp"
+#include "sandbox/pool.hpp"
 #include "sandbox/spawner.hpp"
 #include "sandbox/status.hpp"
 #include "sandbox/userns.hpp"
@@ -451,6 +452,55 @@ BOOST_AUTO_TEST_CASE(a_closed_engine_socket_ends_its_parked_sandboxes) {
   BOOST_REQUIRE_MESSAGE(stopped.has_value(), msg(stopped));
   BOOST_TEST(*stopped == 0);
   BOOST_TEST(readable(fd.get(), 0));
+  auto destroyed = cg.destroy();
+  BOOST_TEST(destroyed.has_value(), msg(destroyed));
+}
+
+// A refill builds what was missing when it began. An entry taken while it builds is left
+// for the next refill (in the engine: the next settle), so no build competes with the start
+// that just took one, and a pool seen full stays full until a take. (A refill that kept
+// going until full made a fifth record under a loaded CI run.)
+BOOST_AUTO_TEST_CASE(an_entry_taken_during_a_refill_waits_for_the_next_refill) {
+  Fixture fx;
+  auto client = start_spawner();
+  auto records = CgroupRecords::open(fx.state + "/cgroups");
+  BOOST_REQUIRE_MESSAGE(records.has_value(), msg(records));
+  auto cg = fx.cgroup();  // only for the request's shape: a take never uses its cgroups
+  const auto req = fx.request(cg, {"/bin/true"});
+  WarmPool pool(fx.layout, *records, client, WarmPoolOptions{});
+  const size_t size = pool.options().size;
+  std::vector<WarmPool::Entry> taken;
+  auto take = [&] {
+    auto e = pool.take(req, {});
+    BOOST_REQUIRE(e.has_value());
+    taken.push_back(std::move(*e));
+  };
+  BOOST_TEST(!pool.take(req, {}).has_value());  // names the shape
+  auto filled = pool.refill();
+  BOOST_REQUIRE_MESSAGE(filled.has_value(), msg(filled));
+  BOOST_REQUIRE(pool.available() == size);
+  take();
+  take();
+  // Two missing: this refill builds two. One is taken as soon as the first is in.
+  Result<void> refilled;
+  std::thread refiller([&] { refilled = pool.refill(); });
+  auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(kWaitMs);
+  while (pool.available() < size - 1 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::yield();
+  }
+  take();
+  refiller.join();
+  BOOST_REQUIRE_MESSAGE(refilled.has_value(), msg(refilled));
+  BOOST_TEST(pool.available() == size - 1);
+  // The next refill tops it up.
+  filled = pool.refill();
+  BOOST_REQUIRE_MESSAGE(filled.has_value(), msg(filled));
+  BOOST_TEST(pool.available() == size);
+  for (auto& e : taken) {
+    auto destroyed = e.cgroup.destroy();
+    BOOST_TEST(destroyed.has_value(), msg(destroyed));
+    BOOST_TEST(e.record.remove().has_value());
+  }
   auto destroyed = cg.destroy();
   BOOST_TEST(destroyed.has_value(), msg(destroyed));
 }
