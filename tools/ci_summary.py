@@ -33,6 +33,16 @@ def record_skip(label, reason, security):
         notes.append(f"SKIPPED {label}: {reason}")
 
 
+def details(case, limit=3, width=700):
+    """What a failed case reported (its first `limit` failures, each cut to `width` chars),
+    indented under its FAILED line: CI keeps only the end of the output, where this is."""
+    out = []
+    for f in [*case.iter("failure"), *case.iter("error")][:limit]:
+        text = " ".join(((f.text or "") + " " + (f.get("message") or "")).split())
+        out.append("\n        " + (text[:width] + " ..." if len(text) > width else text))
+    return "".join(out)
+
+
 def count(build, prefix):
     """Adds one build dir's run to the totals."""
     global passed, failed
@@ -65,7 +75,7 @@ def count(build, prefix):
                 cname = f"{label}/{c.get('name')}"
                 if c.find("failure") is not None or c.find("error") is not None:
                     failed += 1
-                    notes.append(f"FAILED  {cname}")
+                    notes.append(f"FAILED  {cname}" + details(c))
                 elif c.find("skipped") is not None:
                     record_skip(cname, (c.find("skipped").get("message") or "").strip(), security)
                 else:

@@ -1,9 +1,11 @@
 #define BOOST_TEST_MODULE daemon_faults
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -187,22 +189,38 @@ BOOST_AUTO_TEST_CASE(a_hundred_clients_at_once_are_all_served) {
     BOOST_REQUIRE_MESSAGE(clients.back()->fd() >= 0, "connect " << i);
   }
   std::atomic<int> ok{0};
+  std::mutex failures_mu;
+  std::vector<std::string> failures;  // what a client that was not served got instead
   std::vector<std::thread> threads;
   for (int i = 0; i < kClients; ++i) {
     threads.emplace_back([&, i] {
       LineClient& c = *clients[static_cast<size_t>(i)];
-      if (!c.handshake("crowd" + std::to_string(i % 10)) || !c.initialize()) return;
+      auto fail = [&](const std::string& why) {
+        std::lock_guard<std::mutex> lock(failures_mu);
+        failures.push_back("client " + std::to_string(i) + ": " + why);
+      };
+      if (!c.handshake("crowd" + std::to_string(i % 10)) || !c.initialize()) {
+        fail("no handshake");
+        return;
+      }
       std::string word = "client" + std::to_string(i);
       json r = c.call("run_command", {{"argv", {"/bin/echo", word}}}, 60s);
       if (r.contains("result") &&
           r["result"]["structuredContent"]["output"]["stdout"]["content"] == word + "\n") {
         ++ok;
+      } else {
+        fail(r.dump().substr(0, 2000));
       }
     });
   }
   auto t = served(d, "bystander");
   for (auto& th : threads) th.join();
   BOOST_TEST(ok.load() == kClients);
+  std::string first;  // the first three, enough to tell why
+  for (size_t i = 0; i < std::min<size_t>(failures.size(), 3); ++i) {
+    first += "\n" + failures[i];
+  }
+  BOOST_TEST(failures.empty(), failures.size() << " not served:" << first);
   BOOST_TEST(t.has_value());
   if (t) BOOST_TEST_MESSAGE("bystander served in " << t->count() << " ms among 100 clients");
   BOOST_TEST(d.alive());
