@@ -1040,13 +1040,22 @@ class Server {
   std::thread watcher_;
 };
 
+// The process's one "mcp" logger, made on first use. The daemon serves each connection on a
+// thread of its own, and spdlog throws when a second logger takes a name: two connections that
+// looked it up at once and both made it ended the daemon (std::terminate). A function-local
+// static is made exactly once, whichever thread comes first.
+std::shared_ptr<spdlog::logger> mcp_logger() {
+  static const std::shared_ptr<spdlog::logger> log = [] {
+    auto existing = spdlog::get("mcp");
+    return existing ? existing : spdlog::stderr_logger_mt("mcp");
+  }();
+  return log;
+}
+
 }  // namespace
 
 int run_mcp_server(const McpOptions& options) {
-  auto log = spdlog::get("mcp");
-  if (!log) {
-    log = spdlog::stderr_logger_mt("mcp");
-  }
+  auto log = mcp_logger();
   // Anything else that logs through spdlog goes to stderr too: stdout is the protocol's.
   spdlog::set_default_logger(log);
   auto engine = Engine::open(options.engine);
@@ -1063,10 +1072,7 @@ int run_mcp_server(const McpOptions& options) {
 int serve_mcp_connection(std::shared_ptr<Engine> engine, const std::string& session, int in_fd,
                          int out_fd, const ConnectionLimits& limits,
                          const std::string& first_line) {
-  auto log = spdlog::get("mcp");
-  if (!log) {
-    log = spdlog::stderr_logger_mt("mcp");
-  }
+  auto log = mcp_logger();
   McpOptions o;
   o.session = session;
   o.in_fd = in_fd;

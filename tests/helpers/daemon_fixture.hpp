@@ -249,6 +249,22 @@ class DaemonProcess {
     return ::poll(&p, 1, 0) == 0;
   }
 
+  // For a failed alive() check: how the daemon ended (reaped here) and the end of its log
+  // (stderr), where a sanitizer report or a fatal error would be.
+  std::string death() {
+    std::string out = "the daemon is gone";
+    if (pid_ > 0) {
+      int st = 0;
+      if (::waitpid(pid_, &st, WNOHANG) == pid_) {
+        pid_ = -1;
+        out += WIFSIGNALED(st) ? ", killed by signal " + std::to_string(WTERMSIG(st))
+                               : ", exit status " + std::to_string(WEXITSTATUS(st));
+      }
+    }
+    std::string log = log_text();
+    return out + "; its log ends:\n" + log.substr(log.size() > 4000 ? log.size() - 4000 : 0);
+  }
+
   // A new connection to the daemon's socket (the caller owns it), or -1 with errno.
   int connect_fd() const { return connect_unix(sock_); }
 

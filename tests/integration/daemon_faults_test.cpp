@@ -57,7 +57,7 @@ std::optional<std::chrono::milliseconds> served(const DaemonProcess& d, const st
 // SIGPIPE), and keeps serving; the command itself ran to its end.
 BOOST_AUTO_TEST_CASE(a_client_that_disconnects_mid_call_does_not_disturb_others) {
   DaemonProcess d(faults_policy());
-  BOOST_REQUIRE(d.alive());
+  BOOST_REQUIRE_MESSAGE(d.alive(), d.death());
   std::string task;
   {
     LineClient a(d);
@@ -87,7 +87,7 @@ BOOST_AUTO_TEST_CASE(a_client_that_disconnects_mid_call_does_not_disturb_others)
   BOOST_TEST(ids.size() >= 1u);
   json all = again.call("command_wait", {{"taskIds", ids}, {"mode", "all"}, {"timeoutMs", 15000}});
   BOOST_REQUIRE(all.contains("result"));
-  BOOST_TEST(d.alive());
+  BOOST_TEST(d.alive(), d.death());
   BOOST_TEST(served(d, "after").has_value());
 }
 
@@ -106,7 +106,7 @@ BOOST_AUTO_TEST_CASE(half_a_line_then_a_stall_blocks_only_that_connection) {
     BOOST_TEST(t.has_value());
     if (t) BOOST_TEST(t->count() < 10000, t->count() << " ms");
   }
-  BOOST_TEST(d.alive());
+  BOOST_TEST(d.alive(), d.death());
   // Both stalled connections are closed when their time runs out: the half request line after
   // daemon.stallTimeoutMs, the half handshake after the handshake timeout (10 s).
   BOOST_TEST(stalled.closed_within(std::chrono::milliseconds(kStallMs) + 10s),
@@ -145,7 +145,7 @@ BOOST_AUTO_TEST_CASE(a_hundred_megabyte_line_is_refused_and_others_are_served) {
   auto t = served(d, "meanwhile");
   BOOST_TEST(t.has_value());
   sender.join();
-  BOOST_TEST(d.alive());
+  BOOST_TEST(d.alive(), d.death());
   if (sent_all) {
     // Answered in band: an Invalid Request error naming the limit (with id null: the id was
     // in the discarded line), or the connection closed; a kept session goes on working.
@@ -223,5 +223,5 @@ BOOST_AUTO_TEST_CASE(a_hundred_clients_at_once_are_all_served) {
   BOOST_TEST(failures.empty(), failures.size() << " not served:" << first);
   BOOST_TEST(t.has_value());
   if (t) BOOST_TEST_MESSAGE("bystander served in " << t->count() << " ms among 100 clients");
-  BOOST_TEST(d.alive());
+  BOOST_TEST(d.alive(), d.death());
 }
