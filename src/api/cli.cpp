@@ -322,7 +322,7 @@ class StatusFile {
   }
   void write(const json& j) const {
     if (fd_) {
-      std::string text = j.dump(2) + "\n";
+      std::string text = json_fields::dump(j, 2) + "\n";
       (void)::ftruncate(fd_.get(), 0);
       (void)::pwrite(fd_.get(), text.data(), text.size(), 0);
     }

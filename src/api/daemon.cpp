@@ -95,7 +95,7 @@ std::optional<std::string> read_line(int fd, size_t max, int timeout_ms) {
 }
 
 bool send_line(int fd, const json& j) {
-  std::string s = j.dump() + "\n";
+  std::string s = json_fields::dump(j) + "\n";
   size_t off = 0;
   while (off < s.size()) {
     ssize_t n = ::send(fd, s.data() + off, s.size() - off, MSG_NOSIGNAL);

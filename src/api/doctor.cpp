@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "base/json_fields.hpp"
 #include "policy/seccomp_profile.hpp"
 #include "sandbox/cgroup.hpp"
 #include "sandbox/seccomp.hpp"
@@ -79,7 +80,8 @@ int doctor_main(const std::string& state_dir, const std::string& seccomp_profile
                    {"detail", c.detail},
                    {"guarantee", c.guarantee}});
     }
-    std::printf("%s\n", nlohmann::json{{"ok", all_required}, {"checks", j}}.dump(2).c_str());
+    std::printf("%s\n",
+                json_fields::dump(nlohmann::json{{"ok", all_required}, {"checks", j}}, 2).c_str());
   } else {
     for (const auto& c : checks) {
       const char* mark = c.ok ? "ok  " : (c.required ? "FAIL" : "warn");

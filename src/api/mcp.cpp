@@ -23,6 +23,7 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "base/json_fields.hpp"
 #include "api/jsonrpc.hpp"
 #include "api/schema.hpp"
 #include "api/tools.hpp"
@@ -59,7 +60,7 @@ bool task_tool(const std::string& name) {
   return name == "run_command" || name == "run_command_bg";
 }
 
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string dump(const json& j) { return json_fields::dump(j); }
 
 std::string tail_chars(const std::string& s, size_t n) {
   if (s.size() <= n) {

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "base/json_fields.hpp"
 #include "policy/json_pointer.hpp"
 
 namespace cordon::api {
@@ -54,7 +55,7 @@ bool has_type(const json& v, const std::string& t) {
 }
 
 std::string short_dump(const json& v) {
-  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
+  std::string s = json_fields::dump(v);
   if (s.size() > 60) {
     s = s.substr(0, 57) + "...";
   }

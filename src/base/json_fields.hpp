@@ -54,4 +54,12 @@ inline const nlohmann::json& array(const nlohmann::json& o, std::string_view key
   return v != nullptr && v->is_array() ? *v : kEmpty;
 }
 
+/// JSON text of `j` that never throws. nlohmann's dump() throws type_error on a string that is
+/// not UTF-8, and strings from outside reach cordon's JSON: a C++ caller's argv or cwd, a path
+/// a symlink resolved to, an error that names one. Each invalid byte becomes U+FFFD in the
+/// text (the command's own output is never JSON-encoded here: it stays bytes in its log).
+inline std::string dump(const nlohmann::json& j, int indent = -1) {
+  return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 }  // namespace cordon::json_fields

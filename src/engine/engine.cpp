@@ -1053,7 +1053,7 @@ class Engine::Impl {
         --c.finished;
       }
       // Best effort: the mark only stops `finished` counting the job again after a restart.
-      (void)write_meta(j.dir, "meta.json", meta_json(j).dump(), /*use_reserve=*/false);
+      (void)write_meta(j.dir, "meta.json", json_fields::dump(meta_json(j)), /*use_reserve=*/false);
     }
   }
 
@@ -1567,7 +1567,7 @@ class Engine::Impl {
     j.deadline.reset();
     j.kill_deadline.reset();
     j.drain_deadline.reset();
-    (void)write_meta(j.dir, "meta.json", meta_json(j).dump());
+    (void)write_meta(j.dir, "meta.json", json_fields::dump(meta_json(j)));
 
     auto& c = counters[j.session];
     if (c.running > 0) {
@@ -1655,7 +1655,7 @@ class Engine::Impl {
     if (!meta_written) {
       j.start_tp = Clock::now();
       j.started_at = rfc3339_now();
-      (void)write_meta(j.dir, "meta.json", meta_json(j).dump());
+      (void)write_meta(j.dir, "meta.json", json_fields::dump(meta_json(j)));
     }
     // The logs exist before the command does: output goes to files as it arrives, and
     // `output` pages them from the start.
@@ -1697,7 +1697,7 @@ class Engine::Impl {
       if (signal != 0) {
         s->signal = signal_name(signal);
       }
-      (void)write_meta(s->dir, "meta.json", meta_json(*s).dump());
+      (void)write_meta(s->dir, "meta.json", json_fields::dump(meta_json(*s)));
       announce_settled(id);
     }
     return s;
@@ -1839,7 +1839,7 @@ class Engine::Impl {
     auto& reply = *d.reply;
     if (!reply.argv.empty() && reply.argv != j.argv) {
       j.argv = reply.argv;  // e.g. a script's interpreter
-      (void)write_meta(j.dir, "meta.json", meta_json(j).dump());
+      (void)write_meta(j.dir, "meta.json", json_fields::dump(meta_json(j)));
     }
     j.pidfd = std::move(reply.pidfd);
     // Held from now on, not only from a SIGKILL: when the command ends by itself its init's
@@ -2018,7 +2018,7 @@ class Engine::Impl {
     j.out_art = bank(j, j.out, j.pty ? "pty" : "stdout");
     j.err_art = bank(j, j.err, "stderr");
     j.ended_at = rfc3339_now();
-    return write_meta(j.dir, "meta.json", meta_json(j).dump());
+    return write_meta(j.dir, "meta.json", json_fields::dump(meta_json(j)));
   }
 
   Result<void> recover() {
@@ -2334,7 +2334,7 @@ Result<JobStatus> Engine::start(const std::string& session, const StartOptions& 
     j.state = "running";
   }
   // The job is on disk (meta first, then the session index) before anything runs.
-  CORDON_CHECK(m.write_meta(j.dir, "meta.json", meta_json(j).dump()));
+  CORDON_CHECK(m.write_meta(j.dir, "meta.json", json_fields::dump(meta_json(j))));
   {
     std::string idx = m.sessions_dir() + "/" + session + ".jobs";
     int fd = ::open(idx.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);

@@ -14,6 +14,7 @@
 #include <set>
 #include <utility>
 
+#include "base/json_fields.hpp"
 #include "policy/json_pointer.hpp"
 #include "base/sha256.hpp"
 #include "base/strings.hpp"
@@ -444,9 +445,7 @@ std::string join(const std::vector<std::string>& v, const char* sep) {
 }
 
 // A string as a JSON literal, for messages an agent will copy into its next request.
-std::string quoted(const std::string& s) {
-  return json(s).dump(-1, ' ', false, json::error_handler_t::replace);
-}
+std::string quoted(const std::string& s) { return json_fields::dump(json(s)); }
 
 std::string json_array(const std::vector<std::string>& v) {
   std::string out = "[";

@@ -328,3 +328,71 @@ BOOST_AUTO_TEST_CASE(another_session_cannot_retrieve_an_artifact_by_its_id) {
   BOOST_REQUIRE(!theirs.has_value());
   BOOST_TEST(theirs.error().message().find("unknown artifactId") != std::string::npos);
 }
+
+// Strings from outside that are not UTF-8 — a C++ caller's argv, the path a cwd's symlink
+// resolves to, a refusal that names such a path — are recorded in meta.json with U+FFFD for
+// each invalid byte; the command gets its bytes as given, and nothing throws. (nlohmann's
+// dump() throws on them by default: from start() that was an exception out of the API, and
+// on a starter thread, the end of the process.)
+BOOST_AUTO_TEST_CASE(bytes_that_are_not_utf8_reach_the_command_and_are_recorded_replaced) {
+  EngineEnv env(nlohmann::json{{"concurrency", {{"perSession", 1}, {"total", 4}}}});
+  auto e = open_or_fail(env);
+  const std::string replaced = "\xEF\xBF\xBD";  // U+FFFD
+  auto meta = [&](const std::string& id) {
+    auto m = nlohmann::json::parse(read_file(env.job_dir(id) + "/meta.json"), nullptr, false);
+    BOOST_REQUIRE(m.is_object());
+    return m;
+  };
+
+  // An argv byte that is not UTF-8.
+  auto echo = e->start("s", {.argv = {"/bin/echo", "caf\xE9"}});
+  BOOST_REQUIRE_MESSAGE(echo.has_value(), describe(echo));
+  auto done = e->status("s", echo->task_id, 20s);
+  BOOST_REQUIRE(done.has_value());
+  BOOST_TEST(done->state == "exited");
+  BOOST_TEST(read_file(env.artifact_path(done->stdout_artifact->artifact_id)) == "caf\xE9\n");
+  BOOST_TEST(meta(echo->task_id)["argv"][1] == "caf" + replaced);
+
+  // A cwd whose symlink leads to a directory named by a byte that is not UTF-8.
+  const std::string odd = env.box.root + "/\xFF";
+  BOOST_REQUIRE(::mkdir(odd.c_str(), 0755) == 0);
+  BOOST_REQUIRE(::symlink("\xFF", (env.box.root + "/x").c_str()) == 0);
+  auto pwd = e->start("s", {.argv = {"/bin/sh", "-c", "pwd -P"}, .cwd = env.box.root + "/x"});
+  BOOST_REQUIRE_MESSAGE(pwd.has_value(), describe(pwd));
+  done = e->status("s", pwd->task_id, 20s);
+  BOOST_REQUIRE(done.has_value());
+  BOOST_TEST(done->state == "exited", done->state << " " << done->error);
+  BOOST_TEST(read_file(env.artifact_path(done->stdout_artifact->artifact_id)) == odd + "\n");
+
+  // A queued job whose cwd became a symlink out of the root, to such a directory, before its
+  // starter thread spawned it: refused there, with the path in its error.
+  const std::string outside = env.box.base + "/out-\xFF";
+  const std::string d = env.box.root + "/d";
+  BOOST_REQUIRE(::mkdir(outside.c_str(), 0755) == 0);
+  BOOST_REQUIRE(::mkdir(d.c_str(), 0755) == 0);
+  auto holder = e->start("s", {.argv = {"/bin/cat"}, .stdin_mode = StdinMode::kPipe});
+  BOOST_REQUIRE_MESSAGE(holder.has_value(), describe(holder));
+  auto queued = e->start("s", {.argv = {"/bin/sh", "-c", "pwd -P"}, .cwd = d});
+  BOOST_REQUIRE_MESSAGE(queued.has_value(), describe(queued));
+  BOOST_REQUIRE(queued->state == "queued");
+  BOOST_REQUIRE(::rmdir(d.c_str()) == 0);
+  BOOST_REQUIRE(::symlink(outside.c_str(), d.c_str()) == 0);
+  BOOST_REQUIRE(e->write("s", holder->task_id, {.eof = true}).has_value());
+  done = e->status("s", queued->task_id, 20s);
+  BOOST_REQUIRE(done.has_value());
+  BOOST_TEST(done->state == "failed");
+  BOOST_TEST(done->error.find("leads outside the working root") != std::string::npos, done->error);
+  BOOST_TEST(done->error.find(outside) != std::string::npos, done->error);
+  BOOST_TEST(meta(queued->task_id).value("error", "").find("out-" + replaced) != std::string::npos);
+
+  // The engine serves on, and a restart reads every record.
+  auto after = e->start("s", {.argv = {"/bin/true"}});
+  BOOST_REQUIRE_MESSAGE(after.has_value(), describe(after));
+  BOOST_TEST(e->status("s", after->task_id, 20s)->state == "exited");
+  e.reset();
+  e = open_or_fail(env);
+  auto again = e->status("s", queued->task_id);
+  BOOST_REQUIRE(again.has_value());
+  BOOST_TEST(again->state == "failed");
+  BOOST_TEST(e->status("s", echo->task_id)->state == "exited");
+}

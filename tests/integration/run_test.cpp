@@ -59,6 +59,20 @@ BOOST_AUTO_TEST_CASE(signal_9_and_exit_137_are_never_confused) {
   BOOST_TEST(st2["waitStatus"] == 137 << 8);
 }
 
+// Arguments and paths need not be UTF-8: the command gets its bytes as given and the exit code
+// comes through; the status file, which is JSON, shows each invalid byte as U+FFFD. (Writing
+// it threw before, after the command had run: cordon died with SIGABRT and no status.)
+BOOST_AUTO_TEST_CASE(arguments_that_are_not_utf8_run_as_given) {
+  Sandbox s;
+  const std::string odd = s.root + "/\xFF";
+  BOOST_REQUIRE(::mkdir(odd.c_str(), 0755) == 0);
+  auto [r, st] = s.run_status({"--cwd", odd}, {"/bin/sh", "-c", "echo \"$0\"; pwd -P", "caf\xE9"});
+  BOOST_TEST(r.exit_code() == 0, r.err);
+  BOOST_TEST(r.out == "caf\xE9\n" + odd + "\n");
+  BOOST_TEST(st["state"] == "exited");
+  BOOST_TEST(st["argv"][3] == "caf\xEF\xBF\xBD");
+}
+
 BOOST_AUTO_TEST_CASE(streams_stdout_and_stderr_separately_byte_exact) {
   Sandbox s;
   auto r = s.run({}, {"/bin/sh", "-c", "head -c 3000000 /dev/zero | tr '\\0' a; echo err >&2"});
