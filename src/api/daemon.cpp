@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
+#include <system_error>
 #include <thread>
 
 #include <spdlog/sinks/stdout_sinks.h>
@@ -469,18 +470,31 @@ int run_daemon(const DaemonOptions& options) {
     conn->fd = std::move(cfd);
     Connection* raw = conn.get();
     uid_t uid = cred.uid;
-    conn->thread = std::thread([raw, uid, shared, limits, log, refused] {
-      if (!refused.empty()) {
-        // Read the client's first line before answering: closing a socket with unread input
-        // resets it, and the client would never see why.
-        (void)read_line(raw->fd.get(), kMaxHandshake, kHandshakeTimeoutMs);
-        send_line(raw->fd.get(), {{"ok", false}, {"error", refused}});
-        log->warn("refused a connection: {}", refused);
-      } else {
-        serve_connection(raw->fd.get(), uid, shared, limits, log);
-      }
-      raw->done = true;
-    });
+    // The connection's thread. One the system refuses (EAGAIN: RLIMIT_NPROC, the pids limit
+    // of the daemon's cgroup) turns the client away; std::thread's exception would end the
+    // daemon and every session with it.
+    try {
+      conn->thread = std::thread([raw, uid, shared, limits, log, refused] {
+        if (!refused.empty()) {
+          // Read the client's first line before answering: closing a socket with unread input
+          // resets it, and the client would never see why.
+          (void)read_line(raw->fd.get(), kMaxHandshake, kHandshakeTimeoutMs);
+          send_line(raw->fd.get(), {{"ok", false}, {"error", refused}});
+          log->warn("refused a connection: {}", refused);
+        } else {
+          serve_connection(raw->fd.get(), uid, shared, limits, log);
+        }
+        raw->done = true;
+      });
+    } catch (const std::system_error& e) {
+      log->warn("turned a connection away: no thread for it ({})", e.code().message());
+      send_line(conn->fd.get(),
+                {{"ok", false},
+                 {"error", fmt::format("the daemon cannot start a thread for this connection "
+                                       "({}); retry once others closed",
+                                       e.code().message())}});
+      continue;
+    }
     conns.push_back(std::move(conn));
   }
   reap(true);

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <list>
 #include <map>
 #include <memory>
@@ -17,6 +18,7 @@
 #include <optional>
 #include <set>
 #include <string_view>
+#include <system_error>
 #include <thread>
 
 #include <fmt/format.h>
@@ -100,7 +102,12 @@ class Server {
   ~Server() { unsubscribe(); }
 
   int serve(int in_fd, const ConnectionLimits& limits = {}, const std::string& first_line = {}) {
-    watcher_ = std::thread([this] { watch_loop(); });
+    try {
+      watcher_ = std::thread([this] { watch_loop(); });
+    } catch (const std::system_error& e) {  // EAGAIN: no thread to be had (run_on_own_thread)
+      log_->error("closing: no thread for the connection's watcher ({})", e.code().message());
+      return 1;
+    }
     rpc::LineSplitter lines;
     if (!first_line.empty()) {
       rpc_.handle_line(first_line);
@@ -500,14 +507,39 @@ class Server {
     if (!call) {
       return;
     }
-    call->thread = std::thread([this, call, tool, args, token, reply, as_task] {
+    run_on_own_thread(call, reply, [this, call, tool, args, token, reply, as_task] {
       if (as_task) {
         run_task_call(*call, *tool, args, reply);
       } else {
         run_call(*call, *tool, args, token, reply);
       }
-      call->done = true;
     });
+  }
+
+  // Runs a registered call's body on a thread of its own, then marks it done. A thread the
+  // system refuses (EAGAIN: RLIMIT_NPROC, the pids limit of the daemon's cgroup) ends the call
+  // with a busy error and frees its slot; std::thread's exception would end the process. An
+  // exception out of the body (nothing cordon calls throws; bad_alloc could) ends the call with
+  // an internal error rather than the daemon.
+  void run_on_own_thread(const std::shared_ptr<Call>& call, const rpc::Reply& reply,
+                         std::function<void()> body) {
+    try {
+      call->thread = std::thread([call, reply, body = std::move(body)] {
+        try {
+          body();
+        } catch (const std::exception& e) {
+          reply(rpc::make_error(call->id, rpc::kInternalError,
+                                fmt::format("internal error: {}", e.what())));
+        }
+        call->done = true;
+      });
+    } catch (const std::system_error& e) {
+      call->done = true;
+      reply(rpc::make_error(
+          call->id, rpc::kServerBusy,
+          fmt::format("no thread for this request ({}); retry once other requests finished",
+                      e.code().message())));
+    }
   }
 
   // A CallToolResult for this session's protocol version.
@@ -851,7 +883,7 @@ class Server {
       if (!call) {
         return;
       }
-      call->thread = std::thread([this, call, id = *id, reply] {
+      run_on_own_thread(call, reply, [this, call, id = *id, reply] {
         std::string tool = "run_command";  // a job not started as a task: the fuller answer
         {
           std::lock_guard<std::mutex> lock(mu_);
@@ -867,7 +899,6 @@ class Server {
           result["_meta"] = {{kRelatedTaskKey, {{"taskId", id}}}};
           reply(rpc::make_result(call->id, std::move(result)));
         }
-        call->done = true;
       });
     });
   }

@@ -2739,7 +2739,10 @@ void Engine::unsubscribe_settled(uint64_t id) {
 
 Counters Engine::counters(const std::string& session) {
   std::lock_guard<std::mutex> lock(impl_->mu);
-  return impl_->counters[session];
+  // Read only: every unnamed daemon connection is a session of its own, and an entry made
+  // here for each would stay for the engine's life.
+  auto it = impl_->counters.find(session);
+  return it == impl_->counters.end() ? Counters{} : it->second;
 }
 
 std::vector<std::string> Engine::known_ids(const std::string& session) {

@@ -1,15 +1,20 @@
 #define BOOST_TEST_MODULE daemon_faults
 #include <boost/test/unit_test.hpp>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "helpers/daemon_fixture.hpp"
@@ -224,4 +229,82 @@ BOOST_AUTO_TEST_CASE(a_hundred_clients_at_once_are_all_served) {
   BOOST_TEST(t.has_value());
   if (t) BOOST_TEST_MESSAGE("bystander served in " << t->count() << " ms among 100 clients");
   BOOST_TEST(d.alive(), d.death());
+}
+
+namespace {
+
+// A pids cgroup of this test's own (v1 pids hierarchy, or a cgroup2 root that delegates pids),
+// removed at the end; nullopt on a host with neither.
+struct OwnPidsCgroup {
+  std::string dir;
+  static std::optional<OwnPidsCgroup> make() {
+    std::string parent;
+    if (::access("/sys/fs/cgroup/pids/cgroup.procs", W_OK) == 0) {
+      parent = "/sys/fs/cgroup/pids";
+    } else if (read_text_file("/sys/fs/cgroup/cgroup.subtree_control").find("pids") !=
+               std::string::npos) {
+      parent = "/sys/fs/cgroup";
+    } else {
+      return std::nullopt;
+    }
+    OwnPidsCgroup c(parent + "/cordon-daemon-faults-" + std::to_string(::getpid()));
+    if (::mkdir(c.dir.c_str(), 0755) != 0) return std::nullopt;
+    return c;
+  }
+  // The kernel's answer: "" or the errno's name.
+  std::string write(const std::string& file, const std::string& text) const {
+    int fd = ::open((dir + "/" + file).c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return "open: " + std::string(strerrorname_np(errno));
+    ssize_t n = ::write(fd, text.data(), text.size());
+    int err = errno;
+    ::close(fd);
+    return n == static_cast<ssize_t>(text.size()) ? ""
+                                                  : "write: " + std::string(strerrorname_np(err));
+  }
+  explicit OwnPidsCgroup(std::string d) : dir(std::move(d)) {}
+  OwnPidsCgroup(OwnPidsCgroup&& o) noexcept : dir(std::exchange(o.dir, {})) {}
+  OwnPidsCgroup(const OwnPidsCgroup&) = delete;
+  ~OwnPidsCgroup() {
+    if (!dir.empty()) ::rmdir(dir.c_str());
+  }
+};
+
+size_t threads_of(pid_t pid) {
+  std::string status = read_text_file("/proc/" + std::to_string(pid) + "/status");
+  size_t at = status.find("Threads:");
+  return at == std::string::npos ? 0 : std::stoul(status.substr(at + 8));
+}
+
+}  // namespace
+
+// The daemon runs a thread per connection and per call. When the kernel refuses one (a pids
+// limit here; RLIMIT_NPROC or a service's TasksMax in life), the call or connection is turned
+// away with a message and the daemon serves on; std::thread's exception used to end it.
+BOOST_AUTO_TEST_CASE(a_refused_thread_turns_a_call_away_and_the_daemon_serves_on) {
+  auto cg = OwnPidsCgroup::make();
+  BOOST_REQUIRE_MESSAGE(cg.has_value(), "no pids cgroup to make on this host");
+  DaemonProcess d(faults_policy());
+  BOOST_REQUIRE(d.alive());
+  LineClient c(d);
+  BOOST_REQUIRE(c.handshake("threads") && c.initialize());
+  // The daemon and its threads (the spawner it started is a process of its own, elsewhere)
+  // go into a cgroup with no room for one more.
+  BOOST_REQUIRE_EQUAL(cg->write("cgroup.procs", std::to_string(d.pid())), "");
+  BOOST_REQUIRE_EQUAL(cg->write("pids.max", std::to_string(threads_of(d.pid()))), "");
+  json r = c.call("run_command", {{"argv", {"/bin/echo", "squeezed"}}});
+  BOOST_TEST(r["error"]["code"] == -32000, r.dump());
+  BOOST_TEST(r["error"]["message"].get<std::string>().find("no thread for this request") !=
+                 std::string::npos,
+             r.dump());
+  LineClient late(d);
+  BOOST_TEST(!late.handshake("late"));
+  BOOST_TEST(d.alive(), d.death());
+  // Room again: the same connection and a new one are served.
+  BOOST_REQUIRE_EQUAL(cg->write("pids.max", "max"), "");
+  r = c.call("run_command", {{"argv", {"/bin/echo", "roomy"}}});
+  BOOST_TEST(r["result"]["structuredContent"]["output"]["stdout"]["content"] == "roomy\n",
+             r.dump());
+  BOOST_TEST(served(d, "after").has_value());
+  BOOST_TEST(d.alive(), d.death());
+  d.stop();  // out of the cgroup before it is removed
 }
