@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include <algorithm>
+#include <limits>
 #include <mutex>
 #include <optional>
 
@@ -253,7 +254,17 @@ uint64_t get_u64(const json& args, const char* key, uint64_t fallback) {
   if (it == args.end() || !it->is_number()) {
     return fallback;
   }
-  return it->is_number_float() ? static_cast<uint64_t>(it->get<double>()) : it->get<uint64_t>();
+  if (!it->is_number_float()) {
+    return it->get<uint64_t>();
+  }
+  // JSON Schema counts 3.0 as an integer, and 1e300 too. A cast from a double past what a
+  // uint64 holds is undefined: such a number reads as the largest (2^64 is exactly a double).
+  double d = it->get<double>();
+  if (!(d >= 0)) {
+    return fallback;  // negative or NaN: the schema's minimum refused it before this
+  }
+  return d >= 18446744073709551616.0 ? std::numeric_limits<uint64_t>::max()
+                                     : static_cast<uint64_t>(d);
 }
 
 OutputUnit unit_of(const std::string& u) {

@@ -590,3 +590,20 @@ BOOST_AUTO_TEST_CASE(a_refused_start_is_a_failed_task_whose_result_is_the_refusa
   BOOST_TEST(list["result"]["tasks"].back()["taskId"] == id);
   BOOST_TEST(rpc(s, "tasks/cancel", {{"taskId", id}})["error"]["code"] == -32602);
 }
+
+// JSON Schema counts 1e300 as an integer, and `offset` has no maximum. A number past what a
+// uint64 holds reads as its maximum: an offset past the end, an empty page. (The cast from such
+// a double is undefined behaviour, which UBSan here turns into an abort.)
+BOOST_AUTO_TEST_CASE(an_offset_too_large_for_64_bits_reads_as_past_the_end) {
+  EngineEnv env;
+  Server s(env);
+  json done = s.sc("run_command", {{"argv", {"/bin/echo", "small"}}});
+  BOOST_REQUIRE(done["state"] == "exited");
+  std::string id = done["taskId"].get<std::string>();
+  for (const char* unit : {"chars", "bytes", "lines"}) {
+    json r = s.call("command_output", {{"taskId", id}, {"offset", 1e300}, {"unit", unit}});
+    BOOST_TEST(r["isError"] == false, r.dump());
+    BOOST_TEST(r["structuredContent"]["content"] == "", r.dump());
+  }
+  BOOST_TEST(s.sc("command_output", {{"taskId", id}, {"offset", 1.0}})["content"] == "mall\n");
+}
