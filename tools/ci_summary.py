@@ -52,8 +52,17 @@ def count(build, prefix):
         failed += 1
         notes.append(f"FAILED  {build}: no meson test log found: the suite did not run")
         return
+    runs = []
     with open(log) as f:
-        runs = [json.loads(line) for line in f if line.strip()]
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                runs.append(json.loads(line))
+            except json.JSONDecodeError:
+                # A torn log (another meson run wrote it meanwhile) still ends in the count line.
+                failed += 1
+                notes.append(f"FAILED  {build}: line {n} of testlog.json is not JSON")
 
     for run in runs:
         name = run["name"].split(" / ")[-1]

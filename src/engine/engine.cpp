@@ -2040,7 +2040,9 @@ class Engine::Impl {
         continue;
       }
       auto j = job_from_meta(dir, *text);
-      if (!j) {
+      if (!j || j->id != id || !valid_name(id)) {
+        // Not this directory's job (no id, another's, one with `/..`): left as it is, as find()
+        // leaves it. Abandoning it would name artifact paths after an id that is not there.
         continue;
       }
       ++jobs_on_disk;

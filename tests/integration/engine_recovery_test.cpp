@@ -266,3 +266,50 @@ BOOST_AUTO_TEST_CASE(records_with_fields_of_the_wrong_type_do_not_end_the_engine
   BOOST_TEST_MESSAGE("listed: " << describe(listed));
   BOOST_TEST(listed.has_value());
 }
+
+// A record that says `running` but names no id, or another directory's, is not this state
+// dir's job: recovery leaves it as it is and the engine opens. (With no id, abandoning it
+// sliced an empty string: std::out_of_range ended every Engine::open on that state dir. An id
+// with `/..` would have named artifact paths outside the job's.)
+BOOST_AUTO_TEST_CASE(a_running_record_naming_no_id_or_another_is_left_alone) {
+  EngineEnv env;
+  std::vector<std::string> ids;
+  {
+    auto e = open_engine(env);
+    for (int i = 0; i < 4; ++i) {
+      auto s = e->start("s", {.argv = {"/bin/echo", "kept"}});
+      BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+      ids.push_back(s->task_id);
+    }
+    auto w = e->wait("s", ids, 20s, true);
+    BOOST_REQUIRE_MESSAGE(w.has_value(), describe(w));
+  }
+  auto rewrite = [&](const std::string& id, const nlohmann::json& task_id) {
+    auto m = nlohmann::json::parse(read_file(env.job_dir(id) + "/meta.json"));
+    m["state"] = "running";
+    if (task_id.is_null()) {
+      m.erase("taskId");
+    } else {
+      m["taskId"] = task_id;
+    }
+    std::ofstream(env.job_dir(id) + "/meta.json") << m.dump();
+    return read_file(env.job_dir(id) + "/meta.json");
+  };
+  std::vector<std::string> planted = {rewrite(ids[0], nullptr), rewrite(ids[1], ""),
+                                      rewrite(ids[2], "../../escaped")};
+  auto e = open_engine(env);
+  for (size_t i = 0; i < planted.size(); ++i) {
+    BOOST_TEST(read_file(env.job_dir(ids[i]) + "/meta.json") == planted[i]);  // untouched
+    BOOST_TEST(!e->status("s", ids[i]).has_value());
+  }
+  BOOST_TEST(!fs::exists(env.box.base + "/escaped"));
+  auto control = e->status("s", ids[3]);
+  BOOST_REQUIRE_MESSAGE(control.has_value(), describe(control));
+  BOOST_TEST(control->state == "exited");
+  auto out = e->output("s", ids[3], {});
+  BOOST_REQUIRE_MESSAGE(out.has_value(), describe(out));
+  BOOST_TEST(out->content == "kept\n");
+  auto s = e->start("s", {.argv = {"/bin/echo", "after"}});
+  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+  BOOST_TEST(e->status("s", s->task_id, 20s)->state == "exited");
+}
