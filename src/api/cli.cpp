@@ -95,6 +95,10 @@ struct RunArgs {
   bool tty = false, allow_ptrace = false;
 };
 
+// A --timeout or --kill-grace in seconds whose milliseconds fit an int64 with room to spare
+// (a cast from a double past that is undefined). A billion seconds is 31 years.
+bool seconds_fit(const std::optional<double>& s) { return !s || *s <= 1e9; }
+
 int refuse(const std::string& msg, int code = kExitRefused) {
   std::fprintf(stderr, "cordon: %s\n", msg.c_str());
   return code;
@@ -479,6 +483,9 @@ int run_main(const RunArgs& a) {
   if (req.pids < 1 || req.cpus <= 0) {
     return refuse("--pids and --cpus must be positive");
   }
+  if (!seconds_fit(a.timeout_s) || !seconds_fit(a.grace_s)) {
+    return refuse("--timeout and --kill-grace must be at most 1000000000 seconds");
+  }
   req.timeout = std::chrono::milliseconds(static_cast<int64_t>(a.timeout_s.value_or(3600) * 1000));
   req.kill_grace = std::chrono::milliseconds(static_cast<int64_t>(a.grace_s.value_or(5) * 1000));
   if (req.timeout.count() <= 0) {
@@ -605,6 +612,9 @@ int run_via_daemon(const RunArgs& a) {
   }
   json args = {{"argv", a.argv}, {"cwd", cwd}};
   args["argv"][0] = *program;
+  if (!seconds_fit(a.timeout_s)) {
+    return refuse("--timeout must be at most 1000000000 seconds");
+  }
   if (a.timeout_s) {
     args["timeoutMs"] = static_cast<uint64_t>(std::max(1.0, *a.timeout_s * 1000));
   }

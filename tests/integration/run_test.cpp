@@ -73,6 +73,18 @@ BOOST_AUTO_TEST_CASE(arguments_that_are_not_utf8_run_as_given) {
   BOOST_TEST(st["argv"][3] == "caf\xEF\xBF\xBD");
 }
 
+// A timeout whose milliseconds an int64 cannot hold is refused with the bound (the cast from
+// that double was undefined; UBSan here aborted on it).
+BOOST_AUTO_TEST_CASE(a_timeout_too_large_is_refused_with_the_bound) {
+  Sandbox s;
+  for (const char* opt : {"--timeout", "--kill-grace"}) {
+    auto r = s.run({opt, "18446744073709551615"}, {"/bin/true"});
+    BOOST_TEST(r.exit_code() == 125, opt << ": " << r.err);
+    BOOST_TEST(r.err.find("at most 1000000000 seconds") != std::string::npos, r.err);
+  }
+  BOOST_TEST(s.run({"--timeout", "1000000000"}, {"/bin/true"}).exit_code() == 0);
+}
+
 BOOST_AUTO_TEST_CASE(streams_stdout_and_stderr_separately_byte_exact) {
   Sandbox s;
   auto r = s.run({}, {"/bin/sh", "-c", "head -c 3000000 /dev/zero | tr '\\0' a; echo err >&2"});
