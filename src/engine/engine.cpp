@@ -36,6 +36,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <system_error>
 #include <thread>
 #include <unordered_map>
 
@@ -2112,7 +2113,14 @@ Engine::~Engine() {
 }
 
 Result<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
-  auto impl = std::make_unique<Impl>();
+  // Threads the kernel refuses (EAGAIN: RLIMIT_NPROC, a pids limit) make std::thread throw:
+  // each start of one is caught and the open fails, naming it, instead of ending the process.
+  std::unique_ptr<Impl> impl;
+  try {
+    impl = std::make_unique<Impl>();  // its hash worker's thread
+  } catch (const std::system_error& e) {
+    return std::unexpected(Error::sys(e.code().value(), "start the engine's hash thread"));
+  }
   impl->opt = options;
   auto& o = impl->opt;
   if (o.state_dir.empty() || o.state_dir[0] != '/') {
@@ -2199,7 +2207,11 @@ Result<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
     impl->pool.emplace(impl->layout, *impl->records, *impl->spawners.front(), std::move(po));
     // Empty until the first job names the shape to build; then refilled by its own thread
     // as jobs settle. When refills fail, spawns go unpooled.
-    impl->pool->start();
+    try {
+      impl->pool->start();
+    } catch (const std::system_error& e) {
+      return std::unexpected(Error::sys(e.code().value(), "start the warm pool's thread"));
+    }
   }
 
   impl->epfd.reset(::epoll_create1(EPOLL_CLOEXEC));
@@ -2218,26 +2230,33 @@ Result<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
     }
   }
   Impl* raw = impl.get();
-  // Named for `top -H` and for capture_bench, which reports each thread's CPU per GiB.
-  impl->loop = std::thread([raw] {
-    ::pthread_setname_np(::pthread_self(), "cordon-loop");
-    raw->run_loop();
-  });
-  for (size_t i = 0; i < kStarters; ++i) {
-    impl->starters.emplace_back([raw, i] {
-      ::pthread_setname_np(::pthread_self(), "cordon-start");
-      raw->starter_loop(i);
+  // Threads the kernel refuses make std::thread throw; those started before are stopped by
+  // ~Engine, which joins what runs.
+  try {
+    // Named for `top -H` and for capture_bench, which reports each thread's CPU per GiB.
+    impl->loop = std::thread([raw] {
+      ::pthread_setname_np(::pthread_self(), "cordon-loop");
+      raw->run_loop();
     });
-  }
-  impl->releaser = std::thread([raw] {
-    ::pthread_setname_np(::pthread_self(), "cordon-release");
-    raw->release_loop();
-  });
-  if (!impl->strict_sync()) {
-    impl->flusher = std::thread([raw] {
-      ::pthread_setname_np(::pthread_self(), "cordon-flush");
-      raw->flush_loop();
+    for (size_t i = 0; i < kStarters; ++i) {
+      impl->starters.emplace_back([raw, i] {
+        ::pthread_setname_np(::pthread_self(), "cordon-start");
+        raw->starter_loop(i);
+      });
+    }
+    impl->releaser = std::thread([raw] {
+      ::pthread_setname_np(::pthread_self(), "cordon-release");
+      raw->release_loop();
     });
+    if (!impl->strict_sync()) {
+      impl->flusher = std::thread([raw] {
+        ::pthread_setname_np(::pthread_self(), "cordon-flush");
+        raw->flush_loop();
+      });
+    }
+  } catch (const std::system_error& e) {
+    Engine partial(std::move(impl));
+    return std::unexpected(Error::sys(e.code().value(), "start the engine's threads"));
   }
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }

@@ -1,12 +1,16 @@
 #define BOOST_TEST_MODULE daemon_faults
 #include <boost/test/unit_test.hpp>
 #include <fcntl.h>
+#include <poll.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -307,4 +311,52 @@ BOOST_AUTO_TEST_CASE(a_refused_thread_turns_a_call_away_and_the_daemon_serves_on
   BOOST_TEST(served(d, "after").has_value());
   BOOST_TEST(d.alive(), d.death());
   d.stop();  // out of the cgroup before it is removed
+}
+
+// An engine that cannot have its threads at all (a pids limit of one: the daemon's own task)
+// fails to open and the daemon exits 1 saying why. std::thread's exception used to end it
+// with SIGABRT from Engine::open.
+BOOST_AUTO_TEST_CASE(a_daemon_refused_every_thread_exits_saying_why) {
+  auto cg = OwnPidsCgroup::make();
+  BOOST_REQUIRE_MESSAGE(cg.has_value(), "no pids cgroup to make on this host");
+  BOOST_REQUIRE_EQUAL(cg->write("pids.max", "1"), "");
+  DaemonProcess d(faults_policy(), {}, /*start_now=*/false);
+  std::vector<std::string> args = {
+      cordon_bin(),  "daemon",      "--policy", d.box().base + "/policy.json",
+      "--state-dir", d.box().state, "--socket", d.sock()};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  // LeakSanitizer's exit check needs a thread of its own, which the limit refuses too.
+  std::string no_leak_check = "ASAN_OPTIONS=detect_leaks=0";
+  std::vector<char*> envp = {no_leak_check.data(), nullptr};
+  int logfd = ::open(d.log().c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  int go[2];
+  BOOST_REQUIRE(logfd >= 0 && ::pipe2(go, O_CLOEXEC) == 0);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    char c;
+    if (::read(go[0], &c, 1) != 1 || ::dup2(logfd, 2) < 0) ::_exit(98);
+    ::execve(argv[0], argv.data(), envp.data());
+    ::_exit(99);
+  }
+  ::close(go[0]);
+  ::close(logfd);
+  BOOST_REQUIRE(pid > 0);
+  std::string moved = cg->write("cgroup.procs", std::to_string(pid));
+  BOOST_REQUIRE(::write(go[1], "x", 1) == 1);
+  ::close(go[1]);
+  int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  struct pollfd p = {pidfd, POLLIN, 0};
+  bool ended = ::poll(&p, 1, 20000) == 1;
+  if (!ended) ::kill(pid, SIGKILL);
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  ::close(pidfd);
+  BOOST_REQUIRE_EQUAL(moved, "");
+  BOOST_TEST(ended);
+  std::string log = d.log_text();
+  BOOST_TEST((WIFEXITED(st) && WEXITSTATUS(st) == 1), "wait status " << st << "; log: " << log);
+  BOOST_TEST(log.find("cannot start") != std::string::npos, log);
+  BOOST_TEST(log.find("thread") != std::string::npos, log);
 }
