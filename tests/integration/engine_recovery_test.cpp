@@ -37,6 +37,30 @@ std::vector<std::string> record_paths(const EngineEnv& env, const std::string& i
   return out;
 }
 
+// `n` jobs that printed "kept\n", settled by an engine that is closed again: their ids.
+std::vector<std::string> settled_echoes(const EngineEnv& env, int n) {
+  std::vector<std::string> ids;
+  auto e = open_engine(env);
+  for (int i = 0; i < n; ++i) {
+    auto s = e->start("s", {.argv = {"/bin/echo", "kept"}});
+    BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+    ids.push_back(s->task_id);
+  }
+  auto w = e->wait("s", ids, 20s, true);
+  BOOST_REQUIRE_MESSAGE(w.has_value(), describe(w));
+  return ids;
+}
+
+// The job `id` of settled_echoes() reads as it settled: exited, "kept\n".
+void expect_kept(Engine& e, const std::string& id) {
+  auto control = e.status("s", id);
+  BOOST_REQUIRE_MESSAGE(control.has_value(), describe(control));
+  BOOST_TEST(control->state == "exited");
+  auto out = e.output("s", id, {});
+  BOOST_REQUIRE_MESSAGE(out.has_value(), describe(out));
+  BOOST_TEST(out->content == "kept\n");
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(restart_after_sigkill_of_the_engine_process_answers_for_every_job) {
@@ -225,17 +249,7 @@ BOOST_AUTO_TEST_CASE(a_full_disk_fails_the_writer_and_settling_still_works) {
 // nlohmann's value() threw type_error here and Engine::open died with it.
 BOOST_AUTO_TEST_CASE(records_with_fields_of_the_wrong_type_do_not_end_the_engine) {
   EngineEnv env;
-  std::vector<std::string> ids;
-  {
-    auto e = open_engine(env);
-    for (int i = 0; i < 3; ++i) {
-      auto s = e->start("s", {.argv = {"/bin/echo", "kept"}});
-      BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
-      ids.push_back(s->task_id);
-    }
-    auto w = e->wait("s", ids, 20s, true);
-    BOOST_REQUIRE_MESSAGE(w.has_value(), describe(w));
-  }
+  std::vector<std::string> ids = settled_echoes(env, 3);
   // Job 0: every field but its id and session of another type. Job 1: an id that is a number.
   // Job 2: untouched, the control.
   auto m = nlohmann::json::parse(read_file(env.job_dir(ids[0]) + "/meta.json"));
@@ -256,12 +270,7 @@ BOOST_AUTO_TEST_CASE(records_with_fields_of_the_wrong_type_do_not_end_the_engine
   BOOST_REQUIRE_MESSAGE(damaged.has_value(), describe(damaged));
   BOOST_TEST(damaged->task_id == ids[0]);
   BOOST_TEST(!damaged->exit_code.has_value());  // 2^40 is no exit code
-  auto control = e->status("s", ids[2]);
-  BOOST_REQUIRE_MESSAGE(control.has_value(), describe(control));
-  BOOST_TEST(control->state == "exited");
-  auto out = e->output("s", ids[2], {});
-  BOOST_REQUIRE_MESSAGE(out.has_value(), describe(out));
-  BOOST_TEST(out->content == "kept\n");
+  expect_kept(*e, ids[2]);                      // the control
   auto listed = e->list("s", {});
   BOOST_TEST_MESSAGE("listed: " << describe(listed));
   BOOST_TEST(listed.has_value());
@@ -273,17 +282,7 @@ BOOST_AUTO_TEST_CASE(records_with_fields_of_the_wrong_type_do_not_end_the_engine
 // with `/..` would have named artifact paths outside the job's.)
 BOOST_AUTO_TEST_CASE(a_running_record_naming_no_id_or_another_is_left_alone) {
   EngineEnv env;
-  std::vector<std::string> ids;
-  {
-    auto e = open_engine(env);
-    for (int i = 0; i < 4; ++i) {
-      auto s = e->start("s", {.argv = {"/bin/echo", "kept"}});
-      BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
-      ids.push_back(s->task_id);
-    }
-    auto w = e->wait("s", ids, 20s, true);
-    BOOST_REQUIRE_MESSAGE(w.has_value(), describe(w));
-  }
+  std::vector<std::string> ids = settled_echoes(env, 4);
   auto rewrite = [&](const std::string& id, const nlohmann::json& task_id) {
     auto m = nlohmann::json::parse(read_file(env.job_dir(id) + "/meta.json"));
     m["state"] = "running";
@@ -303,12 +302,7 @@ BOOST_AUTO_TEST_CASE(a_running_record_naming_no_id_or_another_is_left_alone) {
     BOOST_TEST(!e->status("s", ids[i]).has_value());
   }
   BOOST_TEST(!fs::exists(env.box.base + "/escaped"));
-  auto control = e->status("s", ids[3]);
-  BOOST_REQUIRE_MESSAGE(control.has_value(), describe(control));
-  BOOST_TEST(control->state == "exited");
-  auto out = e->output("s", ids[3], {});
-  BOOST_REQUIRE_MESSAGE(out.has_value(), describe(out));
-  BOOST_TEST(out->content == "kept\n");
+  expect_kept(*e, ids[3]);  // the control
   auto s = e->start("s", {.argv = {"/bin/echo", "after"}});
   BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
   BOOST_TEST(e->status("s", s->task_id, 20s)->state == "exited");
