@@ -639,6 +639,12 @@ class Engine::Impl {
     return atomic_write(dir, name, text, strict_sync());
   }
 
+  // The job's record, meta.json. Every write of it comes here, so each is encoded the one way
+  // that never throws (json_fields::dump: bytes that are not UTF-8 become U+FFFD).
+  Result<void> write_job_meta(const Job& j, bool use_reserve = true) {
+    return write_meta(j.dir, "meta.json", json_fields::dump(meta_json(j)), use_reserve);
+  }
+
   // Frees kReserveStep of the reserve (the last step removes the file). False when there is
   // no reserve left.
   bool take_reserve_step() {
@@ -1054,7 +1060,7 @@ class Engine::Impl {
         --c.finished;
       }
       // Best effort: the mark only stops `finished` counting the job again after a restart.
-      (void)write_meta(j.dir, "meta.json", json_fields::dump(meta_json(j)), /*use_reserve=*/false);
+      (void)write_job_meta(j, /*use_reserve=*/false);
     }
   }
 
@@ -1568,7 +1574,7 @@ class Engine::Impl {
     j.deadline.reset();
     j.kill_deadline.reset();
     j.drain_deadline.reset();
-    (void)write_meta(j.dir, "meta.json", json_fields::dump(meta_json(j)));
+    (void)write_job_meta(j);
 
     auto& c = counters[j.session];
     if (c.running > 0) {
@@ -1656,7 +1662,7 @@ class Engine::Impl {
     if (!meta_written) {
       j.start_tp = Clock::now();
       j.started_at = rfc3339_now();
-      (void)write_meta(j.dir, "meta.json", json_fields::dump(meta_json(j)));
+      (void)write_job_meta(j);
     }
     // The logs exist before the command does: output goes to files as it arrives, and
     // `output` pages them from the start.
@@ -1698,7 +1704,7 @@ class Engine::Impl {
       if (signal != 0) {
         s->signal = signal_name(signal);
       }
-      (void)write_meta(s->dir, "meta.json", json_fields::dump(meta_json(*s)));
+      (void)write_job_meta(*s);
       announce_settled(id);
     }
     return s;
@@ -1840,7 +1846,7 @@ class Engine::Impl {
     auto& reply = *d.reply;
     if (!reply.argv.empty() && reply.argv != j.argv) {
       j.argv = reply.argv;  // e.g. a script's interpreter
-      (void)write_meta(j.dir, "meta.json", json_fields::dump(meta_json(j)));
+      (void)write_job_meta(j);
     }
     j.pidfd = std::move(reply.pidfd);
     // Held from now on, not only from a SIGKILL: when the command ends by itself its init's
@@ -2019,7 +2025,7 @@ class Engine::Impl {
     j.out_art = bank(j, j.out, j.pty ? "pty" : "stdout");
     j.err_art = bank(j, j.err, "stderr");
     j.ended_at = rfc3339_now();
-    return write_meta(j.dir, "meta.json", json_fields::dump(meta_json(j)));
+    return write_job_meta(j);
   }
 
   Result<void> recover() {
@@ -2355,7 +2361,7 @@ Result<JobStatus> Engine::start(const std::string& session, const StartOptions& 
     j.state = "running";
   }
   // The job is on disk (meta first, then the session index) before anything runs.
-  CORDON_CHECK(m.write_meta(j.dir, "meta.json", json_fields::dump(meta_json(j))));
+  CORDON_CHECK(m.write_job_meta(j));
   {
     std::string idx = m.sessions_dir() + "/" + session + ".jobs";
     int fd = ::open(idx.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
