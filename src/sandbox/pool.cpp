@@ -142,6 +142,7 @@ std::optional<WarmPool::Entry> WarmPool::take(const SpawnerClient::Request& requ
     return std::nullopt;
   }
   std::optional<Entry> out;
+  bool work_for_thread = false;
   {
     std::lock_guard lock(mu_);
     if (shape_ && fits(*shape_, request) && same_limits(shape_limits_, limits)) {
@@ -164,8 +165,6 @@ std::optional<WarmPool::Entry> WarmPool::take(const SpawnerClient::Request& requ
         // The shape asked for more often than the pool's own becomes it (an agent works in
         // one root). Only what shapes the sandbox is kept: never a job's argv or environment,
         // nor the caller's descriptors.
-        // The shape asked for more often than the pool's own becomes it (an agent works in
-        // one root).
         shape_ = shape_of(request);
         shape_limits_ = limits;
         candidate_.reset();
@@ -177,8 +176,13 @@ std::optional<WarmPool::Entry> WarmPool::take(const SpawnerClient::Request& requ
         entries_.clear();
       }
     }
+    work_for_thread = wanted_ || !stale_.empty();
   }
-  cv_.notify_all();  // stale entries to destroy, if any
+  // Only when the pool's thread has something to do (stale entries to destroy, a dropped one
+  // to replace): a wake-up for nothing took a core from the start that is taking the entry.
+  if (work_for_thread) {
+    cv_.notify_all();
+  }
   return out;
 }
 
