@@ -1134,6 +1134,11 @@ int client_command(const std::string& cmd, int argc, char** argv) {
       args["taskId"] = positional[0];
     }
   }
+  // Refused before connecting, as a refusal (1), not as a daemon out of reach (3).
+  if (auto text = check_text_arguments(args); !text) {
+    std::fprintf(stderr, "cordon: %s\n", text.error().message().c_str());
+    return 1;
+  }
   auto call = [&](const std::string& name, const json& a) -> std::optional<json> {
     auto r = call_daemon_tool(socket, session, name, a);
     if (!r) {

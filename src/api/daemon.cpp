@@ -623,7 +623,21 @@ Result<json> DaemonClient::request(const std::string& method, const json& params
   }
 }
 
+Result<void> check_text_arguments(const json& arguments) {
+  if (auto bad = json_fields::first_non_utf8(arguments)) {
+    return refusal(
+        "{} is not UTF-8, and the daemon's JSON carries only text: it would reach the command "
+        "changed. Give it as UTF-8, or run the command with `cordon run` without --socket, "
+        "which passes bytes as given",
+        *bad);
+  }
+  return {};
+}
+
 Result<json> DaemonClient::call(const std::string& tool, const json& arguments) {
+  // Failure fixed: bytes that are not UTF-8 (a Latin-1 file name, say) went out as U+FFFD,
+  // so the daemon ran another argv than the one asked for. Refused here, before anything runs.
+  CORDON_CHECK(check_text_arguments(arguments));
   return request("tools/call", {{"name", tool}, {"arguments", arguments}});
 }
 

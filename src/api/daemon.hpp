@@ -60,6 +60,11 @@ class DaemonClient {
   int64_t next_id_ = 1;
 };
 
+/// Refuses arguments holding a string that is not UTF-8 (JSON would carry U+FFFD instead, and
+/// the daemon would run another argv than the one asked for), naming the field and byte.
+/// DaemonClient::call checks it before sending.
+[[nodiscard]] Result<void> check_text_arguments(const nlohmann::json& arguments);
+
 /// One tool call through a running daemon (the `cordon start|status|…` commands): connects,
 /// performs the handshake and MCP initialize, calls `tool`, returns the tools/call result.
 [[nodiscard]] Result<nlohmann::json> call_daemon_tool(const std::string& socket_path,

@@ -8,10 +8,14 @@
 // field, a field of another type and a non-object all give the fallback.
 
 #include <cstdint>
+#include <cstdio>
+#include <optional>
 #include <string>
 #include <string_view>
 
 #include <nlohmann/json.hpp>
+
+#include "base/utf8.hpp"
 
 namespace cordon::json_fields {
 
@@ -60,6 +64,41 @@ inline const nlohmann::json& array(const nlohmann::json& o, std::string_view key
 /// text (the command's own output is never JSON-encoded here: it stays bytes in its log).
 inline std::string dump(const nlohmann::json& j, int indent = -1) {
   return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+/// Where `j` holds a string or an object key that is not UTF-8, which JSON cannot carry
+/// (dump() would send U+FFFD in its place): the field's path and the first bad byte, e.g.
+/// "`argv[1]` (byte 0xe9 at offset 3)"; nullopt when all of it is text.
+inline std::optional<std::string> first_non_utf8(const nlohmann::json& j,
+                                                 const std::string& path = "") {
+  auto where = [](const std::string& at, const std::string& s, size_t off) {
+    char byte[8];
+    std::snprintf(byte, sizeof byte, "0x%02x", static_cast<unsigned char>(s[off]));
+    return "`" + at + "` (byte " + byte + " at offset " + std::to_string(off) + ")";
+  };
+  if (j.is_string()) {
+    const auto& s = j.get_ref<const std::string&>();
+    if (auto off = first_invalid_utf8(s)) {
+      return where(path, s, *off);
+    }
+  } else if (j.is_array()) {
+    for (size_t i = 0; i < j.size(); ++i) {
+      if (auto bad = first_non_utf8(j[i], path + "[" + std::to_string(i) + "]")) {
+        return bad;
+      }
+    }
+  } else if (j.is_object()) {
+    for (const auto& [key, value] : j.items()) {
+      std::string at = path.empty() ? key : path + "." + key;
+      if (auto off = first_invalid_utf8(key)) {
+        return where(at + " (a key)", key, *off);
+      }
+      if (auto bad = first_non_utf8(value, at)) {
+        return bad;
+      }
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace cordon::json_fields

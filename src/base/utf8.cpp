@@ -2,6 +2,19 @@
 
 namespace cordon {
 
+std::optional<size_t> first_invalid_utf8(std::string_view bytes) {
+  const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
+  size_t n = bytes.size();
+  for (size_t i = 0; i < n;) {
+    size_t len = utf8_unit_length(p + i, n - i, /*final=*/true);
+    if (utf8_unit_invalid(p + i, len)) {
+      return i;
+    }
+    i += len;
+  }
+  return std::nullopt;
+}
+
 void append_utf8_sanitized(std::string_view bytes, std::string& out) {
   const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
   size_t n = bytes.size();

@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -65,6 +66,10 @@ inline size_t utf8_unit_length(const uint8_t* p, size_t avail, bool final) {
 
 /// True when the unit of length `len` at p is an invalid byte (decoded as U+FFFD).
 inline bool utf8_unit_invalid(const uint8_t* p, size_t len) { return len == 1 && p[0] >= 0x80; }
+
+/// Offset of the first byte of `bytes` that is not part of well-formed UTF-8 (a truncated
+/// tail counts), or nullopt when all of it is.
+std::optional<size_t> first_invalid_utf8(std::string_view bytes);
 
 /// Decodes `bytes` as if they were the whole input (truncated tail = one U+FFFD per byte) and
 /// appends the result, every invalid byte replaced by U+FFFD, to `out`.

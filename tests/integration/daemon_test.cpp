@@ -407,6 +407,42 @@ BOOST_AUTO_TEST_CASE(run_through_the_daemon_behaves_like_the_standalone_run) {
   BOOST_TEST(no_daemon.err.find("is `cordon serve` running?") != std::string::npos, no_daemon.err);
 }
 
+// Failure fixed: JSON carries only text, and an argument that was not UTF-8 went to the daemon
+// as U+FFFD, so `cordon run --socket` and `cordon start` ran another argv than the one given
+// (the standalone run passes the bytes: run/arguments_that_are_not_utf8_run_as_given). Now the
+// CLI refuses before anything runs, naming the field and the byte.
+BOOST_AUTO_TEST_CASE(arguments_that_are_not_utf8_are_refused_before_the_daemon_runs_anything) {
+  DaemonProcess d(json{{"allowedExecutables", {"/bin/sh"}}});
+  const std::string root = d.box().root;
+  const std::string latin1 = "caf\xe9";
+  auto run = run_process({cordon_bin(), "run", "--socket", d.sock(), "--cwd", root, "--", "/bin/sh",
+                          "-c", "touch ran-by-run", "sh", latin1});
+  BOOST_TEST(run.exit_code() == 125, run.err);
+  BOOST_TEST(run.err.find("`argv[4]` (byte 0xe9 at offset 3) is not UTF-8") != std::string::npos,
+             run.err);
+  BOOST_TEST(run.err.find("without --socket") != std::string::npos, run.err);
+  auto env = run_process({cordon_bin(), "run", "--socket", d.sock(), "--cwd", root, "--env",
+                          "CORDON_X=\xff", "--", "/bin/sh", "-c", "touch ran-by-env"});
+  BOOST_TEST(env.exit_code() == 125, env.err);
+  BOOST_TEST(env.err.find("`env.CORDON_X` (byte 0xff at offset 0)") != std::string::npos, env.err);
+  auto start = run_process({cordon_bin(), "start", "--socket", d.sock(), "--session", "u8", "--cwd",
+                            root, "--", "/bin/sh", "-c", "touch ran-by-start", latin1});
+  BOOST_TEST(start.exit_code() == 1, start.err);
+  BOOST_TEST(start.err.find("`argv[3]` (byte 0xe9 at offset 3)") != std::string::npos, start.err);
+  // Nothing ran, and no job was recorded; text that is UTF-8 still runs.
+  for (const char* marker : {"ran-by-run", "ran-by-env", "ran-by-start"}) {
+    BOOST_TEST(::access((root + "/" + marker).c_str(), F_OK) != 0, marker);
+  }
+  auto listed =
+      run_process({cordon_bin(), "list", "--socket", d.sock(), "--session", "u8", "--json"});
+  BOOST_TEST(listed.exit_code() == 0, listed.err);
+  BOOST_TEST(listed.out.find("\"taskId\"") == std::string::npos, listed.out);
+  auto text = run_process({cordon_bin(), "run", "--socket", d.sock(), "--cwd", root, "--",
+                           "/bin/sh", "-c", "printf %s \"$1\"", "sh", "caf\xc3\xa9"});
+  BOOST_TEST(text.exit_code() == 0, text.err);
+  BOOST_TEST(text.out == "caf\xc3\xa9");
+}
+
 // The handshake reader takes exactly its line: a client that sends the handshake and its first
 // JSON-RPC request in one write gets both answered (nothing of the request is read away).
 BOOST_AUTO_TEST_CASE(a_handshake_and_a_request_in_one_write_are_both_answered) {

@@ -3,6 +3,7 @@
 
 #include "base/error.hpp"
 #include "base/strings.hpp"
+#include "base/utf8.hpp"
 
 using namespace cordon;
 
@@ -41,4 +42,16 @@ BOOST_AUTO_TEST_CASE(error_message_names_syscall_and_errno) {
   Error wrapped = std::move(e).wrap("create cgroup `{}`", "/x");
   BOOST_TEST(wrapped.message() == "create cgroup `/x`: mkdir `/x`: EACCES");
   BOOST_TEST(Error::refused("no").message() == "no");
+}
+
+// What the daemon client refuses to send (api/daemon.cpp, check_text_arguments).
+BOOST_AUTO_TEST_CASE(finds_the_first_byte_that_is_not_utf8) {
+  BOOST_TEST(!first_invalid_utf8("").has_value());
+  BOOST_TEST(!first_invalid_utf8("plain ascii").has_value());
+  BOOST_TEST(!first_invalid_utf8("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80").has_value());
+  BOOST_TEST(first_invalid_utf8("caf\xe9").value() == 3u);        // Latin-1
+  BOOST_TEST(first_invalid_utf8("ok\xc3").value() == 2u);         // truncated at the end
+  BOOST_TEST(first_invalid_utf8("a\xed\xa0\x80").value() == 1u);  // a surrogate
+  BOOST_TEST(first_invalid_utf8("\xc0\xaf").value() == 0u);       // an overlong '/'
+  BOOST_TEST(first_invalid_utf8("\xe2\x82\xac\xff").value() == 3u);
 }
