@@ -1,6 +1,7 @@
 #include "base/strings.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -84,8 +85,17 @@ std::optional<double> parse_decimal(std::string_view text) {
 }
 
 std::optional<std::string> read_small_file(const std::string& path) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  // O_NONBLOCK: opening a FIFO must not wait for a writer (no effect on a regular file).
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
   if (!fd) {
+    return std::nullopt;
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) {
+    return std::nullopt;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    errno = EINVAL;
     return std::nullopt;
   }
   std::string out;
@@ -100,6 +110,10 @@ std::optional<std::string> read_small_file(const std::string& path) {
     }
     if (n == 0) {
       break;
+    }
+    if (out.size() + static_cast<size_t>(n) > kSmallFileMax) {
+      errno = EFBIG;
+      return std::nullopt;
     }
     out.append(buf, static_cast<size_t>(n));
   }

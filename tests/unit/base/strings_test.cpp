@@ -1,4 +1,10 @@
 #define BOOST_TEST_MODULE base_strings
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
 #include <boost/test/unit_test.hpp>
 
 #include "base/error.hpp"
@@ -54,4 +60,36 @@ BOOST_AUTO_TEST_CASE(finds_the_first_byte_that_is_not_utf8) {
   BOOST_TEST(first_invalid_utf8("a\xed\xa0\x80").value() == 1u);  // a surrogate
   BOOST_TEST(first_invalid_utf8("\xc0\xaf").value() == 0u);       // an overlong '/'
   BOOST_TEST(first_invalid_utf8("\xe2\x82\xac\xff").value() == 3u);
+}
+
+// read_small_file reads records and kernel files: never a FIFO (its open waited for a writer,
+// so Engine::open hung on one named meta.json) and never more than kSmallFileMax.
+BOOST_AUTO_TEST_CASE(reads_small_regular_files_only) {
+  char dir[] = "/tmp/cordon-strings-XXXXXX";
+  BOOST_REQUIRE(::mkdtemp(dir) != nullptr);
+  const std::string base = dir;
+  auto status = read_small_file("/proc/self/status");  // size 0 in stat, read to its end
+  BOOST_TEST((status && status->find("Pid:") != std::string::npos));
+  const std::string fifo = base + "/fifo";
+  BOOST_REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  errno = 0;
+  BOOST_TEST(!read_small_file(fifo).has_value());
+  BOOST_TEST(errno == EINVAL);
+  errno = 0;
+  BOOST_TEST(!read_small_file(base).has_value());  // a directory
+  BOOST_TEST(errno == EINVAL);
+  const std::string big = base + "/big";
+  int fd = ::open(big.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+  BOOST_REQUIRE(fd >= 0);
+  BOOST_REQUIRE(::ftruncate(fd, static_cast<off_t>(kSmallFileMax)) == 0);  // sparse
+  auto at_max = read_small_file(big);
+  BOOST_TEST((at_max && at_max->size() == kSmallFileMax));
+  BOOST_REQUIRE(::ftruncate(fd, static_cast<off_t>(kSmallFileMax) + 1) == 0);
+  ::close(fd);
+  errno = 0;
+  BOOST_TEST(!read_small_file(big).has_value());
+  BOOST_TEST(errno == EFBIG);
+  ::unlink(big.c_str());
+  ::unlink(fifo.c_str());
+  ::rmdir(dir);
 }
