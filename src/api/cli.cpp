@@ -23,6 +23,7 @@
 #include "base/base64.hpp"
 #include "base/json_fields.hpp"
 #include "base/strings.hpp"
+#include "base/utf8.hpp"
 #include "engine/oneshot.hpp"
 #include "policy/host_paths.hpp"
 #include "sys/fs.hpp"
@@ -625,6 +626,16 @@ int run_via_daemon(const RunArgs& a) {
   }
   for (const auto& [k, v] : env) {
     args["env"][k] = v;
+  }
+  // Before connecting: what JSON cannot carry would reach the command changed.
+  if (!a.cwd && first_invalid_utf8(cwd)) {
+    return refuse(fmt::format(
+        "the current directory `{}` (the default --cwd) is not UTF-8, and the daemon's JSON "
+        "carries only text; run without --socket, which passes bytes as given",
+        cwd));
+  }
+  if (auto text = check_text_arguments(args); !text) {
+    return refuse(text.error().message());
   }
   auto status_file = StatusFile::open(a.json_status);
   if (!status_file) {

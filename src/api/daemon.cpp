@@ -626,9 +626,9 @@ Result<json> DaemonClient::request(const std::string& method, const json& params
 Result<void> check_text_arguments(const json& arguments) {
   if (auto bad = json_fields::first_non_utf8(arguments)) {
     return refusal(
-        "{} is not UTF-8, and the daemon's JSON carries only text: it would reach the command "
-        "changed. Give it as UTF-8, or run the command with `cordon run` without --socket, "
-        "which passes bytes as given",
+        "{} is not UTF-8, and the daemon's JSON carries only text: it would arrive changed "
+        "(U+FFFD). Give it as UTF-8; a command whose arguments must be such bytes runs with "
+        "`cordon run` without --socket, which passes them as given",
         *bad);
   }
   return {};

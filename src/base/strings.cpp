@@ -84,7 +84,7 @@ std::optional<double> parse_decimal(std::string_view text) {
   return value;
 }
 
-std::optional<std::string> read_small_file(const std::string& path) {
+std::optional<std::string> read_small_file(const std::string& path, size_t max_bytes) {
   // O_NONBLOCK: opening a FIFO must not wait for a writer (no effect on a regular file).
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
   if (!fd) {
@@ -111,7 +111,7 @@ std::optional<std::string> read_small_file(const std::string& path) {
     if (n == 0) {
       break;
     }
-    if (out.size() + static_cast<size_t>(n) > kSmallFileMax) {
+    if (static_cast<size_t>(n) > max_bytes - out.size()) {
       errno = EFBIG;
       return std::nullopt;
     }

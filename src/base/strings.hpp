@@ -14,12 +14,14 @@ std::optional<uint64_t> parse_size(std::string_view text);
 std::optional<uint64_t> parse_uint(std::string_view text);
 /// Parses a non-negative decimal number such as "1.5"; nullopt when malformed.
 std::optional<double> parse_decimal(std::string_view text);
-/// The most read_small_file() reads (a session's job index of a million jobs is 24 MB).
+/// The most read_small_file() reads unless told otherwise: records and kernel files are far
+/// smaller.
 inline constexpr size_t kSmallFileMax = 64u << 20;
 /// Reads a whole regular file (procfs, sysfs and cgroup files count: their size is 0); nullopt
 /// (errno set) on failure, for anything else (a FIFO, whose open would wait for a writer: EINVAL)
-/// and for a file over kSmallFileMax (EFBIG).
-std::optional<std::string> read_small_file(const std::string& path);
+/// and for a file over `max_bytes` (EFBIG).
+std::optional<std::string> read_small_file(const std::string& path,
+                                           size_t max_bytes = kSmallFileMax);
 /// Lexically normalises an absolute path: collapses "//", "." and "..". Empty when relative.
 std::string normalize_path(std::string_view path);
 /// True when `path` equals `dir` or lies beneath it (both normalised, absolute).

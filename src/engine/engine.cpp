@@ -32,6 +32,7 @@
 #include <ctime>
 #include <deque>
 #include <fstream>
+#include <limits>
 #include <list>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -826,17 +827,28 @@ class Engine::Impl {
     return cache.front().get();
   }
 
-  std::vector<std::string> session_ids(const std::string& session) {
+  // The session's index of job ids; nullopt (errno set) when it is there and could not be
+  // read (no index is no ids). The engine writes it and maxJobs bounds it: no size cap (30
+  // bytes a job, 64 MiB at 2.2 million).
+  std::optional<std::vector<std::string>> read_session_ids(const std::string& session) {
     std::vector<std::string> out;
-    auto text = read_small_file(sessions_dir() + "/" + session + ".jobs");
-    if (text) {
-      for (auto& line : split(*text, '\n')) {
-        if (!line.empty()) {
-          out.push_back(line);
-        }
+    auto text = read_small_file(sessions_dir() + "/" + session + ".jobs",
+                                std::numeric_limits<size_t>::max());
+    if (!text) {
+      if (errno == ENOENT) {
+        return out;
+      }
+      return std::nullopt;
+    }
+    for (auto& line : split(*text, '\n')) {
+      if (!line.empty()) {
+        out.push_back(line);
       }
     }
     return out;
+  }
+  std::vector<std::string> session_ids(const std::string& session) {
+    return read_session_ids(session).value_or(std::vector<std::string>{});
   }
 
   Result<Job*> owned(const std::string& session, const std::string& id) {
@@ -925,11 +937,19 @@ class Engine::Impl {
       --jobs_on_disk;
     }
     ensure_reserve();  // the space just freed may refill the reserve a full disk took
-    // Drop it from the session index.
-    auto ids = session_ids(session);
-    ids.erase(std::remove(ids.begin(), ids.end(), task_id), ids.end());
+    // Drop it from the session index. Failure fixed: an index that could not be read (EMFILE)
+    // was taken for an empty one and written back so, which dropped every other job of the
+    // session from it for good.
+    auto ids = read_session_ids(session);
+    if (!ids) {
+      return sys_error(
+          "task {} is removed, but the session index `{}` could not be read to drop it (it "
+          "still lists the id, which nothing shows)",
+          task_id, sessions_dir() + "/" + session + ".jobs");
+    }
+    ids->erase(std::remove(ids->begin(), ids->end(), task_id), ids->end());
     std::string text;
-    for (const auto& id : ids) {
+    for (const auto& id : *ids) {
       text += id + "\n";
     }
     return write_meta(sessions_dir(), session + ".jobs", text);

@@ -96,6 +96,12 @@ std::optional<Programs> decode_programs(std::string_view in) {
 Result<Programs> compiled_programs(const OneshotRequest& req) {
   auto text = read_small_file(req.seccomp_profile_path);
   if (!text) {
+    if (errno == EINVAL) {
+      return refusal(
+          "--seccomp `{}` is not a regular file (a pipe or a device); write the profile to a "
+          "file and give its path",
+          req.seccomp_profile_path);
+    }
     return sys_error("read seccomp profile `{}`", req.seccomp_profile_path);
   }
   const auto* v = seccomp_version();

@@ -429,6 +429,11 @@ BOOST_AUTO_TEST_CASE(arguments_that_are_not_utf8_are_refused_before_the_daemon_r
                             root, "--", "/bin/sh", "-c", "touch ran-by-start", latin1});
   BOOST_TEST(start.exit_code() == 1, start.err);
   BOOST_TEST(start.err.find("`argv[3]` (byte 0xe9 at offset 3)") != std::string::npos, start.err);
+  // Checked before connecting: with no daemon the answer is the same refusal.
+  auto no_daemon = run_process({cordon_bin(), "run", "--socket", d.box().base + "/none.sock",
+                                "--cwd", root, "--", "/bin/sh", "-c", "true", latin1});
+  BOOST_TEST(no_daemon.exit_code() == 125, no_daemon.err);
+  BOOST_TEST(no_daemon.err.find("is not UTF-8") != std::string::npos, no_daemon.err);
   // Nothing ran, and no job was recorded; text that is UTF-8 still runs.
   for (const char* marker : {"ran-by-run", "ran-by-env", "ran-by-start"}) {
     BOOST_TEST(::access((root + "/" + marker).c_str(), F_OK) != 0, marker);

@@ -336,3 +336,44 @@ BOOST_AUTO_TEST_CASE(a_record_that_is_no_regular_file_does_not_hang_the_open) {
   struct stat st {};
   BOOST_TEST((::lstat(fifo.c_str(), &st) == 0 && S_ISFIFO(st.st_mode)));  // left as it was
 }
+
+// A session's index is the engine's own file and grows 30 bytes a job: it is read whole, past
+// read_small_file's 64 MiB default. And a remove that cannot read the index fails, where it
+// took an unreadable index for an empty one and wrote that back, dropping every other job of
+// the session from it for good.
+BOOST_AUTO_TEST_CASE(a_session_index_past_64_mib_is_read_and_an_unreadable_one_is_not_rewritten) {
+  EngineEnv env;
+  std::vector<std::string> ids = settled_echoes(env, 3);
+  const std::string index = env.state_dir + "/sessions/s.jobs";
+  const std::string own = read_file(index);
+  BOOST_REQUIRE(own.find(ids[2]) != std::string::npos);
+  {
+    // Over 64 MiB before our ids: one line the engine finds no job for (as it skips the ids
+    // of jobs removed by hand), as long as 2.2 million ids.
+    std::ofstream out(index, std::ios::trunc);
+    const std::string block(1u << 20, 'x');
+    for (int i = 0; i < 65; ++i) out << block;
+    out << "\n" << own;
+  }
+  {
+    auto e = open_engine(env);
+    auto listed = e->list("s", {});
+    BOOST_REQUIRE_MESSAGE(listed.has_value(), describe(listed));
+    BOOST_TEST(listed->size() == 3u);
+    BOOST_REQUIRE(e->remove("s", ids[0]).has_value());
+    expect_kept(*e, ids[1]);
+    expect_kept(*e, ids[2]);
+  }
+  // Now an index that cannot be read (a directory in its place).
+  std::filesystem::remove(index);
+  BOOST_REQUIRE(::mkdir(index.c_str(), 0700) == 0);
+  auto e = open_engine(env);
+  auto removed = e->remove("s", ids[1]);
+  BOOST_TEST(!removed.has_value());
+  if (!removed) {
+    BOOST_TEST(removed.error().message().find("could not be read") != std::string::npos,
+               removed.error().message());
+  }
+  struct stat st {};
+  BOOST_TEST((::lstat(index.c_str(), &st) == 0 && S_ISDIR(st.st_mode)));  // not replaced
+}

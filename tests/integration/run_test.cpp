@@ -85,6 +85,15 @@ BOOST_AUTO_TEST_CASE(a_timeout_too_large_is_refused_with_the_bound) {
   BOOST_TEST(s.run({"--timeout", "1000000000"}, {"/bin/true"}).exit_code() == 0);
 }
 
+// A --seccomp that is no regular file (a FIFO would block the read until a writer came) is
+// refused with what to do instead, as the policy's own file is.
+BOOST_AUTO_TEST_CASE(a_seccomp_profile_that_is_no_regular_file_is_refused) {
+  Sandbox s;
+  auto r = s.run({"--seccomp", "/dev/null"}, {"/bin/true"});
+  BOOST_TEST(r.exit_code() == 125, r.err);
+  BOOST_TEST(r.err.find("--seccomp `/dev/null` is not a regular file") != std::string::npos, r.err);
+}
+
 BOOST_AUTO_TEST_CASE(streams_stdout_and_stderr_separately_byte_exact) {
   Sandbox s;
   auto r = s.run({}, {"/bin/sh", "-c", "head -c 3000000 /dev/zero | tr '\\0' a; echo err >&2"});

@@ -5,9 +5,11 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <filesystem>
 #include <boost/test/unit_test.hpp>
 
 #include "base/error.hpp"
+#include "base/scope_exit.hpp"
 #include "base/strings.hpp"
 #include "base/utf8.hpp"
 
@@ -68,7 +70,8 @@ BOOST_AUTO_TEST_CASE(reads_small_regular_files_only) {
   char dir[] = "/tmp/cordon-strings-XXXXXX";
   BOOST_REQUIRE(::mkdtemp(dir) != nullptr);
   const std::string base = dir;
-  auto status = read_small_file("/proc/self/status");  // size 0 in stat, read to its end
+  ScopeExit cleanup([&] { std::filesystem::remove_all(base); });  // also when a check fails
+  auto status = read_small_file("/proc/self/status");             // size 0 in stat, read to its end
   BOOST_TEST((status && status->find("Pid:") != std::string::npos));
   const std::string fifo = base + "/fifo";
   BOOST_REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
@@ -89,7 +92,4 @@ BOOST_AUTO_TEST_CASE(reads_small_regular_files_only) {
   errno = 0;
   BOOST_TEST(!read_small_file(big).has_value());
   BOOST_TEST(errno == EFBIG);
-  ::unlink(big.c_str());
-  ::unlink(fifo.c_str());
-  ::rmdir(dir);
 }
