@@ -181,14 +181,26 @@ BOOST_AUTO_TEST_CASE(answers_as_the_profile_and_fixed_filter_say) {
   Outcome sigsys{true, SIGSYS, 0};
   check(
       "x32 getpid", [] { return ::syscall(0x40000000L | SYS_getpid); }, sigsys);
-  check(
-      "i386 getpid",
-      [] {
-        long ret = 20;  // __NR_getpid on i386
-        asm volatile("int $0x80" : "+a"(ret) : : "memory");
-        return ret;
-      },
-      sigsys);
+  auto i386_getpid = [] {
+    // The default action for SIGSEGV, past a sanitizer's handler (a raw rt_sigaction), so a
+    // fault reads as one.
+    struct {
+      unsigned long handler, flags, restorer, mask;
+    } dfl{};
+    ::syscall(SYS_rt_sigaction, SIGSEGV, &dfl, nullptr, 8);
+    long ret = 20;  // __NR_getpid on i386
+    asm volatile("int $0x80" : "+a"(ret) : : "memory");
+    return ret;
+  };
+  // Control, no filter: where the host delivers int $0x80 (IA32 emulation), getpid runs.
+  // A host without an i386 entry (a PVM guest: no int $0x80 gate, the CPU faults before the
+  // kernel sees a syscall) refuses it itself; there the confined call must fault the same way
+  // (the filters' i386 answer is checked on their BPF in sandbox_seccomp's unit test).
+  Outcome control = run_confined({}, i386_getpid);
+  const bool host_runs_i386 = same(control, errno_is(0));
+  BOOST_TEST((host_runs_i386 || same(control, Outcome{true, SIGSEGV, 0})),
+             "i386 getpid without a filter: " << control);
+  check("i386 getpid", i386_getpid, host_runs_i386 ? sigsys : Outcome{true, SIGSEGV, 0});
 }
 
 BOOST_AUTO_TEST_CASE(refuses_setuid_bits_and_the_control_shows_the_filter_did_it) {

@@ -446,12 +446,25 @@ BOOST_AUTO_TEST_CASE(x32_syscall_is_killed_by_both_filters) {
 }
 
 BOOST_AUTO_TEST_CASE(int80_syscall_is_killed_by_both_filters) {
-  BOOST_TEST(probe(s, {"int80"}) == "signal SIGSYS");
-  BOOST_TEST(probe(s, {"int80"}, {"seccomp-profile"}) == "signal SIGSYS");
-  BOOST_TEST(probe(s, {"int80"}, {"seccomp-fixed"}) == "signal SIGSYS");
-  // Control: IA32 emulation is on; i386 getpid runs and returns a pid.
+  // Control first, both filters off. Where the host delivers int $0x80 to the kernel (IA32
+  // emulation), i386 getpid runs and returns a pid, and each filter alone must kill it.
+  // Some hosts have no i386 entry at all: in a PVM guest (this machine since session 9) the
+  // int $0x80 gate and the 32-bit user code segment are missing, so the CPU faults (SIGSEGV)
+  // before the kernel sees a syscall. There the attack fails without the filters, and every
+  // sandboxed attempt must fail the same way and never run; what the filters answer for an
+  // i386 syscall (KILL_PROCESS) is checked on their BPF in sandbox_seccomp's unit test.
   std::string c = probe(s, {"int80"}, {"seccomp-profile", "seccomp-fixed"});
-  BOOST_TEST(c.rfind("allowed ", 0) == 0, c);
+  const bool host_runs_i386 = c.rfind("allowed ", 0) == 0;
+  BOOST_TEST((host_runs_i386 || c == "signal SIGSEGV"), c);
+  const std::string want = host_runs_i386 ? "signal SIGSYS" : "signal SIGSEGV";
+  if (!host_runs_i386) {
+    BOOST_TEST_MESSAGE(
+        "this host has no i386 syscall entry (int $0x80 faults unconfined): "
+        "the sandboxed attempts must fault the same way");
+  }
+  BOOST_TEST(probe(s, {"int80"}) == want);
+  BOOST_TEST(probe(s, {"int80"}, {"seccomp-profile"}) == want);
+  BOOST_TEST(probe(s, {"int80"}, {"seccomp-fixed"}) == want);
 }
 
 // ---------------------------------------------------------------------------------------------
