@@ -985,6 +985,11 @@ int mcp_command(int argc, char** argv) {
     return *code;
   }
   if (a.connect) {
+    if (!a.session.empty() && !valid_session(a.session)) {
+      return refuse(
+          fmt::format("mcp: --session `{}` is no session name: {}", a.session, kSessionNameRule),
+          2);
+    }
     // A thin front for a running daemon: its jobs outlive this process and the agent's.
     return run_mcp_connect(*a.connect, a.session);
   }
@@ -1112,6 +1117,9 @@ int client_command(const std::string& cmd, int argc, char** argv) {
   }
   for (; i < argc; ++i) {
     positional.emplace_back(argv[i]);
+  }
+  if (!valid_session(session)) {
+    return usage(fmt::format("--session `{}` is no session name: {}", session, kSessionNameRule));
   }
   std::string tool;
   if (cmd == "start") {

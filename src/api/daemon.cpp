@@ -42,18 +42,6 @@ using json = nlohmann::json;
 constexpr size_t kMaxHandshake = 4096;
 constexpr int kHandshakeTimeoutMs = 10000;
 
-bool valid_session(const std::string& s) {
-  if (s.empty() || s.size() > 100 || s[0] == '.') {
-    return false;
-  }
-  for (char c : s) {
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.')) {
-      return false;
-    }
-  }
-  return true;
-}
-
 // One line, bounded in size and time: a client that stalls mid-handshake is dropped.
 std::optional<std::string> read_line(int fd, size_t max, int timeout_ms) {
   // Peeks, then takes exactly through the newline: what follows the line stays in the socket
@@ -621,6 +609,18 @@ Result<json> DaemonClient::request(const std::string& method, const json& params
       return json_fields::object(m, "result");
     }
   }
+}
+
+bool valid_session(const std::string& s) {
+  if (s.empty() || s.size() > 100 || s[0] == '.') {
+    return false;
+  }
+  for (char c : s) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.')) {
+      return false;
+    }
+  }
+  return true;
 }
 
 Result<void> check_text_arguments(const json& arguments) {

@@ -60,6 +60,11 @@ class DaemonClient {
   int64_t next_id_ = 1;
 };
 
+/// A daemon session name: 1-100 letters, digits, `-`, `_` or `.`, not starting with `.`.
+bool valid_session(const std::string& name);
+inline constexpr const char* kSessionNameRule =
+    "1-100 letters, digits, `-`, `_` or `.`, not starting with `.`";
+
 /// Refuses arguments holding a string that is not UTF-8 (JSON would carry U+FFFD instead, and
 /// the daemon would run another argv than the one asked for), naming the field and byte.
 /// DaemonClient::call checks it before sending.

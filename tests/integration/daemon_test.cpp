@@ -345,6 +345,19 @@ BOOST_AUTO_TEST_CASE(cli_says_when_no_daemon_listens) {
   auto r = run_process({cordon_bin(), "list", "--socket", s.base + "/none.sock"});
   BOOST_TEST(r.exit_code() == 3);
   BOOST_TEST(r.err.find("is `cordon serve` running?") != std::string::npos, r.err);
+  // A session name the daemon would refuse is a usage error, found before connecting (it was
+  // exit 3, "could not be reached", after the daemon refused the handshake).
+  for (std::vector<std::string> args :
+       {std::vector<std::string>{"list", "--session", "../x"},
+        std::vector<std::string>{"mcp", "--connect", s.base + "/none.sock", "--session", "a b"}}) {
+    args.insert(args.begin(), cordon_bin());
+    if (args[1] == "list") {
+      args.insert(args.end(), {"--socket", s.base + "/none.sock"});
+    }
+    auto bad = run_process(args);
+    BOOST_TEST(bad.exit_code() == 2, args[1] << ": " << bad.err);
+    BOOST_TEST(bad.err.find("is no session name: 1-100 letters") != std::string::npos, bad.err);
+  }
 }
 
 // `cordon run --socket`: the command runs in the daemon (its warm pool), and the CLI behaves as
