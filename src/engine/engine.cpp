@@ -586,6 +586,11 @@ class Engine::Impl {
   std::string jobs_dir() const { return opt.state_dir + "/jobs"; }
   std::string artifacts_dir() const { return opt.state_dir + "/artifacts"; }
   std::string sessions_dir() const { return opt.state_dir + "/sessions"; }
+  // A session's index of its job ids, one per line: <sessions_dir>/<session>.jobs.
+  static std::string session_index_name(const std::string& session) { return session + ".jobs"; }
+  std::string session_index_path(const std::string& session) const {
+    return sessions_dir() + "/" + session_index_name(session);
+  }
   std::string reserve_path() const { return opt.state_dir + "/reserve"; }
 
   // ---- disk-full reserve --------------------------------------------------------------------
@@ -832,8 +837,7 @@ class Engine::Impl {
   // bytes a job, 64 MiB at 2.2 million).
   std::optional<std::vector<std::string>> read_session_ids(const std::string& session) {
     std::vector<std::string> out;
-    auto text = read_small_file(sessions_dir() + "/" + session + ".jobs",
-                                std::numeric_limits<size_t>::max());
+    auto text = read_small_file(session_index_path(session), std::numeric_limits<size_t>::max());
     if (!text) {
       if (errno == ENOENT) {
         return out;
@@ -945,14 +949,14 @@ class Engine::Impl {
       return sys_error(
           "task {} is removed, but the session index `{}` could not be read to drop it (it "
           "still lists the id, which nothing shows)",
-          task_id, sessions_dir() + "/" + session + ".jobs");
+          task_id, session_index_path(session));
     }
     ids->erase(std::remove(ids->begin(), ids->end(), task_id), ids->end());
     std::string text;
     for (const auto& id : *ids) {
       text += id + "\n";
     }
-    return write_meta(sessions_dir(), session + ".jobs", text);
+    return write_meta(sessions_dir(), session_index_name(session), text);
   }
 
   bool retention_on() const {
@@ -2383,7 +2387,7 @@ Result<JobStatus> Engine::start(const std::string& session, const StartOptions& 
   // The job is on disk (meta first, then the session index) before anything runs.
   CORDON_CHECK(m.write_job_meta(j));
   {
-    std::string idx = m.sessions_dir() + "/" + session + ".jobs";
+    std::string idx = m.session_index_path(session);
     int fd = ::open(idx.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     if (fd < 0) {
       return sys_error("open `{}`", idx);
