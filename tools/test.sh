@@ -49,6 +49,10 @@ for dir in "${dirs[@]}"; do
     echo "test: the build in $dir failed"
     continue
   fi
-  meson test -C "$dir" --print-errorlogs --num-processes 2 "$@"
+  # Every test may run beside any other (bench_smoke alone): each makes its own state dir,
+  # cgroups and working roots and leases uids from the host's shared pool, as separate cordon
+  # processes on one host do. One process more than the CPUs: most tests wait on the kernel
+  # more than they compute.
+  meson test -C "$dir" --print-errorlogs --num-processes $(( $(nproc) + 1 )) "$@"
 done
 python3 tools/ci_summary.py "${dirs[@]}"

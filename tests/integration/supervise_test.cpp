@@ -559,8 +559,15 @@ BOOST_AUTO_TEST_CASE(caller_sigterm_is_forwarded) {
           }
         };
         sigaction(SIGTERM, &sa, nullptr);
-        pid_t pid = start_command(c, [ready_fd] {
+        // As the real init does, SIGTERM stays blocked until the command's pid is known: a
+        // forward that arrived before would find no pid and be lost (seen on a loaded host).
+        sigset_t term, old;
+        sigemptyset(&term);
+        sigaddset(&term, SIGTERM);
+        sigprocmask(SIG_BLOCK, &term, &old);
+        pid_t pid = start_command(c, [ready_fd, old] {
           signal(SIGTERM, SIG_DFL);  // the init's handler is not the command's
+          sigprocmask(SIG_SETMASK, &old, nullptr);
           char b;
           if (read(0, &b, 1) != 1 || write(ready_fd, "r", 1) != 1) {
             return 1;
@@ -571,6 +578,7 @@ BOOST_AUTO_TEST_CASE(caller_sigterm_is_forwarded) {
           return 0;
         });
         command_pid = pid;
+        sigprocmask(SIG_SETMASK, &old, nullptr);
         close(ready_fd);
         send_record(c.status, {RecordKind::kCommandStarted, SetupStep::kNone, 0, 0, pid, 0});
         int st = 0;

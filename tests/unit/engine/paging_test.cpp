@@ -152,7 +152,11 @@ RefModel ref_model(const std::string& s, bool complete) {
 std::string ref_text(const std::string& s, const RefModel& m, uint64_t from, uint64_t to) {
   std::string out;
   for (uint64_t u = from; u < to; ++u) {
-    out += m.units[u].valid ? s.substr(m.units[u].begin, m.units[u].len) : kFffd;
+    if (m.units[u].valid) {
+      out.append(s, m.units[u].begin, m.units[u].len);  // no temporary: lines here reach 1 MiB
+    } else {
+      out += kFffd;
+    }
   }
   return out;
 }
