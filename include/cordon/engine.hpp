@@ -179,8 +179,9 @@ class Engine {
                                             const std::string& artifact_id,
                                             const OutputRequest& request);
   [[nodiscard]] Counters counters(const std::string& session);
-  /// The task ids a session knows (for refusals that list them).
-  [[nodiscard]] std::vector<std::string> known_ids(const std::string& session);
+  /// The task ids a session knows (for refusals that list them); an error when the session's
+  /// job index cannot be read (never an empty list in its place).
+  [[nodiscard]] Result<std::vector<std::string>> known_ids(const std::string& session);
   /// The policy's git section, or nullopt when the git tools are not enabled.
   [[nodiscard]] std::optional<GitSettings> git_settings();
   /// Calls `callback` for every job of every session that settles from now on, on the thread

@@ -772,10 +772,11 @@ class Server {
 
   void task_not_found(const rpc::Request& r, const rpc::Reply& reply, const std::string& id) {
     auto known = engine_->known_ids(session_);
-    std::string which = known.empty()
-                            ? "this session has none; a tools/call of run_command or "
-                              "run_command_bg with `task` creates one"
-                            : fmt::format("this session's are {}", fmt::join(known, ", "));
+    std::string which =
+        !known ? fmt::format("this session's cannot be listed now: {}", known.error().message())
+        : known->empty() ? "this session has none; a tools/call of run_command or "
+                           "run_command_bg with `task` creates one"
+                         : fmt::format("this session's are {}", fmt::join(*known, ", "));
     invalid_params(r, reply, fmt::format("Failed to retrieve task: no task `{}`; {}", id, which));
   }
 

@@ -215,11 +215,13 @@ const char* code_name(ErrorCode c) {
 json error_with_ids(Engine& engine, const std::string& session, const Error& e) {
   json j = {{"error", error_json(e)}};
   if (e.code() == ErrorCode::kNotFound) {
-    auto ids = engine.known_ids(session);
-    if (ids.size() > 20) {
-      ids.erase(ids.begin(), ids.end() - 20);
+    // An index that cannot be read lists nothing (the message says why), never `[]`.
+    if (auto ids = engine.known_ids(session)) {
+      if (ids->size() > 20) {
+        ids->erase(ids->begin(), ids->end() - 20);
+      }
+      j["error"]["knownTaskIds"] = *ids;
     }
-    j["error"]["knownTaskIds"] = ids;
   }
   return j;
 }

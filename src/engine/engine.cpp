@@ -851,14 +851,65 @@ class Engine::Impl {
     }
     return out;
   }
-  std::vector<std::string> session_ids(const std::string& session) {
-    return read_session_ids(session).value_or(std::vector<std::string>{});
+  // The same, an unreadable index an error that names it (never an empty session).
+  Result<std::vector<std::string>> session_ids(const std::string& session) {
+    auto ids = read_session_ids(session);
+    if (!ids) {
+      return sys_error("read the session's job index `{}`", session_index_path(session));
+    }
+    return std::move(*ids);
+  }
+
+  // Appends a new job's id to its session's index. A failed or short write is undone (the
+  // index cut back to its size before), so no half id is left to merge with the next one.
+  Result<void> append_session_index(const std::string& session, const std::string& id) {
+    const std::string idx = session_index_path(session);
+    UniqueFd fd(::open(idx.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
+    if (!fd) {
+      return sys_error("open `{}`", idx);
+    }
+    struct stat st {};
+    if (::fstat(fd.get(), &st) != 0) {
+      return sys_error("fstat `{}`", idx);
+    }
+    const std::string line = id + "\n";
+    size_t done = 0;
+    while (done < line.size()) {
+      ssize_t n = ::write(fd.get(), line.data() + done, line.size() - done);
+      if (n > 0) {
+        done += static_cast<size_t>(n);
+      } else if (n == 0 || errno != EINTR) {
+        if (n == 0) {
+          errno = ENOSPC;
+        }
+        break;
+      }
+    }
+    if (done == line.size() && (!strict_sync() || ::fsync(fd.get()) == 0)) {
+      mark_dirty();
+      return {};
+    }
+    int err = errno;
+    const char* what = done == line.size() ? "fsync" : "write";
+    if (::ftruncate(fd.get(), st.st_size) != 0) {
+      return sys_error("{} `{}` failed ({}), and ftruncate could not take the partial line back",
+                       what, idx, errno_name(err));
+    }
+    errno = err;
+    return sys_error("{} `{}`", what, idx);
   }
 
   Result<Job*> owned(const std::string& session, const std::string& id) {
     Job* j = find(id);
     if (j == nullptr || j->session != session) {
-      auto ids = session_ids(session);
+      auto listed = session_ids(session);
+      if (!listed) {
+        return std::unexpected(
+            Error(ErrorCode::kNotFound, 0,
+                  fmt::format("unknown taskId `{}` (this session's tasks cannot be listed now: {})",
+                              id, listed.error().message())));
+      }
+      auto& ids = *listed;
       if (ids.empty()) {
         return std::unexpected(Error(ErrorCode::kNotFound, 0,
                                      fmt::format("unknown taskId `{}`: this session has started "
@@ -2385,20 +2436,21 @@ Result<JobStatus> Engine::start(const std::string& session, const StartOptions& 
     j.state = "running";
   }
   // The job is on disk (meta first, then the session index) before anything runs.
-  CORDON_CHECK(m.write_job_meta(j));
-  {
-    std::string idx = m.session_index_path(session);
-    int fd = ::open(idx.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-    if (fd < 0) {
-      return sys_error("open `{}`", idx);
-    }
-    std::string line = j.id + "\n";
-    (void)::write(fd, line.data(), line.size());
-    if (m.strict_sync()) {
-      ::fsync(fd);
-    }
-    m.mark_dirty();
-    ::close(fd);
+  // Failure fixed: the index append's write was unchecked, so a full disk left a job that
+  // ran but no list showed (or half an id that merged with the next job's). Either step
+  // failing now refuses the start with nothing of the job left on disk.
+  auto recorded = m.write_job_meta(j);
+  if (recorded) {
+    recorded = m.append_session_index(session, j.id);
+  }
+  if (!recorded) {
+    ::unlink((j.dir + "/meta.json").c_str());
+    ::unlink((j.dir + "/.meta.json.tmp").c_str());
+    ::rmdir(j.dir.c_str());
+    return std::unexpected(std::move(recorded.error())
+                               .wrap("the command was not started, its record could not be "
+                                     "written (free space in the state dir or remove settled "
+                                     "jobs, then start it again)"));
   }
   ++m.jobs_on_disk;
   ++m.counters[session].running;
@@ -2701,7 +2753,8 @@ Result<std::vector<JobStatus>> Engine::list(const std::string& session,
   auto& m = *impl_;
   std::unique_lock<std::mutex> lock(m.mu);
   std::vector<JobStatus> out;
-  for (const auto& id : m.session_ids(session)) {
+  CORDON_TRY(ids, m.session_ids(session));
+  for (const auto& id : ids) {
     Job* j = m.find(id);
     if (j == nullptr || j->session != session) {
       continue;
@@ -2796,7 +2849,7 @@ Counters Engine::counters(const std::string& session) {
   return it == impl_->counters.end() ? Counters{} : it->second;
 }
 
-std::vector<std::string> Engine::known_ids(const std::string& session) {
+Result<std::vector<std::string>> Engine::known_ids(const std::string& session) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   return impl_->session_ids(session);
 }

@@ -37,7 +37,7 @@ void expect_refusal(Engine& e, const EngineEnv& env, const StartOptions& o,
                "`" << p << "` not in: " << r.error().message());
   }
   BOOST_TEST(job_dirs(env) == 0u);
-  BOOST_TEST(e.known_ids("s").empty());
+  BOOST_TEST(e.known_ids("s").value().empty());
   BOOST_TEST(e.counters("s").running == 0u);
 }
 

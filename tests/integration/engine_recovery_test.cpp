@@ -2,11 +2,14 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <boost/test/unit_test.hpp>
 #include <filesystem>
+#include <fstream>
 #include <future>
 
 #include "helpers/engine_fixture.hpp"
@@ -60,6 +63,16 @@ void expect_kept(Engine& e, const std::string& id) {
   auto out = e.output("s", id, {});
   BOOST_REQUIRE_MESSAGE(out.has_value(), describe(out));
   BOOST_TEST(out->content == "kept\n");
+}
+
+// The names in a directory, sorted.
+std::vector<std::string> dir_entries(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    out.push_back(entry.path().filename());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 }  // namespace
@@ -376,4 +389,69 @@ BOOST_AUTO_TEST_CASE(a_session_index_past_64_mib_is_read_and_an_unreadable_one_i
   }
   struct stat st {};
   BOOST_TEST((::lstat(index.c_str(), &st) == 0 && S_ISDIR(st.st_mode)));  // not replaced
+  // Failure fixed: list and the unknown-task refusal read such an index as an empty session
+  // ("this session has started no commands yet"), and a start wrote its job with no index
+  // entry (the append was unchecked), so no list would ever show it.
+  auto listed = e->list("s", {});
+  BOOST_TEST(!listed.has_value());
+  if (!listed) {
+    BOOST_TEST(listed.error().message().find("read the session's job index") != std::string::npos,
+               listed.error().message());
+  }
+  auto unknown = e->status("s", "t0-000000");
+  BOOST_REQUIRE(!unknown.has_value());
+  BOOST_TEST(unknown.error().message().find("cannot be listed now") != std::string::npos,
+             unknown.error().message());
+  BOOST_TEST(!e->known_ids("s").has_value());
+  const auto jobs_before = dir_entries(env.state_dir + "/jobs");
+  auto started = e->start("s", {.argv = {"/bin/echo", "never"}});
+  BOOST_REQUIRE(!started.has_value());
+  BOOST_TEST(started.error().message().find("the command was not started") != std::string::npos,
+             started.error().message());
+  BOOST_TEST(dir_entries(env.state_dir + "/jobs") == jobs_before);  // nothing of it is left
+}
+
+// A start whose index append is cut short (the file size limit here; a full disk in life):
+// the start is refused, the index is cut back to what it was (no half id to merge with the
+// next), nothing of the job is left, and the next start, with room again, is listed.
+BOOST_AUTO_TEST_CASE(a_start_whose_index_append_fails_is_refused_and_leaves_the_index_whole) {
+  EngineEnv env;
+  std::vector<std::string> ids = settled_echoes(env, 2);
+  const std::string index = env.state_dir + "/sessions/s.jobs";
+  {
+    // A line no job has (as after ids removed by hand), so the index is far larger than a
+    // job's meta.json and a size limit can stop the index append alone.
+    std::ofstream out(index, std::ios::app);
+    out << std::string(256 * 1024, 'x') << "\n";
+  }
+  const std::string before = read_file(index);
+  auto e = open_engine(env);
+  const auto jobs_before = dir_entries(env.state_dir + "/jobs");
+  struct sigaction ignore {
+  }, old_action{};
+  ignore.sa_handler = SIG_IGN;
+  BOOST_REQUIRE(::sigaction(SIGXFSZ, &ignore, &old_action) == 0);
+  struct rlimit old_limit {};
+  BOOST_REQUIRE(::getrlimit(RLIMIT_FSIZE, &old_limit) == 0);
+  struct rlimit limit = old_limit;
+  limit.rlim_cur = before.size() + 5;  // 5 bytes of the id fit, the rest is EFBIG
+  BOOST_REQUIRE(::setrlimit(RLIMIT_FSIZE, &limit) == 0);
+  auto refused = e->start("s", {.argv = {"/bin/echo", "kept"}});
+  BOOST_REQUIRE(::setrlimit(RLIMIT_FSIZE, &old_limit) == 0);
+  BOOST_REQUIRE(::sigaction(SIGXFSZ, &old_action, nullptr) == 0);
+  BOOST_REQUIRE(!refused.has_value());
+  BOOST_TEST(refused.error().message().find("the command was not started") != std::string::npos,
+             refused.error().message());
+  BOOST_TEST(refused.error().message().find("EFBIG") != std::string::npos,
+             refused.error().message());
+  BOOST_TEST((read_file(index) == before));  // the 5 bytes were taken back
+  BOOST_TEST(dir_entries(env.state_dir + "/jobs") == jobs_before);
+  auto s = e->start("s", {.argv = {"/bin/echo", "kept"}});
+  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+  BOOST_REQUIRE(e->wait("s", {s->task_id}, 20s, true).has_value());
+  auto listed = e->list("s", {});
+  BOOST_REQUIRE_MESSAGE(listed.has_value(), describe(listed));
+  BOOST_TEST(listed->size() == 3u);
+  expect_kept(*e, ids[0]);
+  expect_kept(*e, s->task_id);
 }
