@@ -1,6 +1,7 @@
 #include "git/git.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <linux/openat2.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -26,6 +27,7 @@ constexpr const char* kEllipsis = "\xE2\x80\xA6";  // "…"
 // Slack over the git timeout for the engine to settle the job (kill grace, banking).
 constexpr milliseconds kSettleSlack{5000};
 constexpr milliseconds kWaitSlice{200};
+constexpr milliseconds kSettleAfterKill{2000};
 
 // A string as a JSON-ish literal for refusals: quotes and backslashes escaped, control
 // characters shown as \xNN, so a hostile value cannot forge the rest of the message.
@@ -170,10 +172,36 @@ std::string relative_to(const std::string& root, const std::string& abs) {
   return abs.size() == root.size() ? "." : abs.substr(root.size() + (root == "/" ? 0 : 1));
 }
 
+// `abs` (a path the textual checks put inside the root) must also resolve inside it: a
+// symlink on the way (`gitdir: inner` with inner -> /elsewhere, an objects -> /elsewhere
+// link) would lead out. Missing is fine (git reports that itself); out is a refusal.
+Result<void> resolves_beneath(const GitSettings& s, int rootfd, const std::string& abs,
+                              const char* what) {
+  auto fd = sys::openat2_fd(rootfd, relative_to(s.resolved_root, abs), O_PATH | O_CLOEXEC,
+                            RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS);
+  if (fd || fd.error().sys_errno() == ENOENT) {
+    return {};
+  }
+  if (fd.error().sys_errno() == EXDEV) {
+    return refusal(
+        "the repository's {} `{}` leads outside the repository root `{}` through a symbolic "
+        "link; only repoRoot is visible to the git tools: set git.repoRoot to the checkout "
+        "that holds the objects",
+        what, abs, s.repo_root);
+  }
+  return std::unexpected(std::move(fd.error()).wrap("check the repository's {}", what));
+}
+
 // The commondir and alternates of a git directory must stay inside the root too.
 Result<void> check_git_dir_links(const GitSettings& s, int rootfd, const std::string& git_dir) {
+  CORDON_CHECK(resolves_beneath(s, rootfd, git_dir, "git directory"));
   std::string common = git_dir;
-  if (auto text = read_beneath(rootfd, relative_to(s.resolved_root, git_dir) + "/commondir")) {
+  CORDON_CHECK(resolves_beneath(s, rootfd, git_dir + "/commondir", "commondir file"));
+  auto text = read_beneath(rootfd, relative_to(s.resolved_root, git_dir) + "/commondir");
+  if (!text && text.error().sys_errno() != ENOENT) {
+    return std::unexpected(std::move(text.error()).wrap("read the repository's commondir"));
+  }
+  if (text) {
     std::string target = trim(*text);
     common = inside_root(s.resolved_root, git_dir, target);
     if (common.empty()) {
@@ -184,9 +212,17 @@ Result<void> check_git_dir_links(const GitSettings& s, int rootfd, const std::st
           git_dir, quoted(target), s.repo_root);
     }
   }
+  CORDON_CHECK(resolves_beneath(s, rootfd, common, "common git directory"));
   std::string objects = common + "/objects";
+  CORDON_CHECK(resolves_beneath(s, rootfd, objects, "object directory"));
+  CORDON_CHECK(resolves_beneath(s, rootfd, objects + "/info/alternates", "alternates file"));
   auto alternates =
       read_beneath(rootfd, relative_to(s.resolved_root, objects) + "/info/alternates");
+  if (!alternates && alternates.error().sys_errno() != ENOENT) {
+    // Unreadable is not "none": git might still follow it where cordon could not look.
+    return std::unexpected(
+        std::move(alternates.error()).wrap("read the repository's objects/info/alternates"));
+  }
   if (alternates) {
     for (const auto& line : split(*alternates, '\n')) {
       std::string entry = trim(line);
@@ -252,6 +288,10 @@ const std::vector<std::string>& hardened_prefix() {
       "core.askPass=/bin/false",
       "credential.helper=",
       "core.alternateRefsCommand=/bin/false",
+      // diff.submodule=diff makes diff and show run `git diff` inside a changed submodule, a
+      // child that reads the submodule's own config and attributes (a diff driver command,
+      // textconv) without --no-ext-diff/--no-textconv; `short` prints the two commit ids.
+      "diff.submodule=short",
       // The repository may be owned by another uid (as the sandbox sees it): git would refuse
       // it as "dubious ownership". The sandbox, not ownership, is what contains it here.
       "safe.directory=*",
@@ -392,6 +432,13 @@ Runner::Runner(Engine& engine, std::string session, GitSettings settings,
       settings_(std::move(settings)),
       cancelled_(std::move(cancelled)) {}
 
+// A git job given up on: killed, and read once it settles (a bounded wait), so that it does
+// not count in the agent's `finished`, like every git job.
+void Runner::kill_and_read(const std::string& task_id) {
+  (void)engine_.kill(session_, task_id, SIGKILL);
+  (void)engine_.status(session_, task_id, kSettleAfterKill);
+}
+
 Result<JobStatus> Runner::run_job(const std::vector<std::string>& args) {
   if (git_dir_.empty()) {
     CORDON_TRY(dir, git_dir_for(settings_));
@@ -411,11 +458,11 @@ Result<JobStatus> Runner::run_job(const std::vector<std::string>& args) {
       std::chrono::steady_clock::now() + milliseconds(settings_.timeout_ms) + kSettleSlack;
   while (!st.settled()) {
     if (cancelled_ && cancelled_()) {
-      (void)engine_.kill(session_, st.task_id, 9);
+      kill_and_read(st.task_id);
       return refusal("the git call was cancelled (job {} killed)", st.task_id);
     }
     if (std::chrono::steady_clock::now() >= deadline) {
-      (void)engine_.kill(session_, st.task_id, 9);
+      kill_and_read(st.task_id);
       return std::unexpected(
           Error(ErrorCode::kInternal, 0,
                 fmt::format("git job {} did not settle within its timeout", st.task_id)));

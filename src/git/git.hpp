@@ -91,6 +91,7 @@ class Runner {
 
  private:
   [[nodiscard]] Result<JobStatus> run_job(const std::vector<std::string>& args);
+  void kill_and_read(const std::string& task_id);
 
   Engine& engine_;
   std::string session_;

@@ -4,9 +4,11 @@
 #include <unistd.h>
 
 #include <set>
+#include <thread>
 
 #include "api/schema.hpp"
 #include "api/tools.hpp"
+#include "git/git.hpp"
 #include "helpers/engine_fixture.hpp"
 #include "helpers/git_fixture.hpp"
 #include "helpers/mcp_client.hpp"
@@ -255,6 +257,22 @@ BOOST_AUTO_TEST_CASE(git_jobs_do_not_raise_the_finished_counter) {
   auto r = g.call("git_log", json::object());
   BOOST_TEST(r.structured["finished"] == 0);
   BOOST_TEST(r.structured["running"] == 0);
+}
+
+BOOST_AUTO_TEST_CASE(a_cancelled_git_call_does_not_raise_the_finished_counter) {
+  GitEnv g;
+  auto settings = g.engine->git_settings();
+  BOOST_REQUIRE(settings.has_value());
+  git::Runner runner(*g.engine, "s1", *settings, [] { return true; });
+  auto r = runner.run({"log", "--oneline"});
+  BOOST_REQUIRE(!r.has_value());
+  BOOST_TEST(contains(r.error().message(), "the git call was cancelled"), r.error().message());
+  // The killed job settles; nothing but the runner has read it.
+  for (int i = 0; i < 500 && g.engine->counters("s1").running > 0; ++i) {
+    std::this_thread::sleep_for(10ms);
+  }
+  BOOST_REQUIRE(g.engine->counters("s1").running == 0u);
+  BOOST_TEST(g.engine->counters("s1").finished == 0u);
 }
 
 BOOST_AUTO_TEST_CASE(without_a_git_section_the_tools_say_how_to_enable_them) {

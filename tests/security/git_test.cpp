@@ -6,9 +6,9 @@
 // The repository's config arms every config-driven execution path measured on git 2.39
 // (fsmonitor, textconv, a diff driver command, diff.external from an included file outside
 // the repository, clean/smudge filters, log.showSignature + gpg.program, a pager, an alias, a
-// hook). Each program is a script inside the repository (so it is visible, and executable,
-// inside the sandbox) that announces itself on stderr and appends to a marker file outside
-// the sandbox. The walls and their controls:
+// hook, a submodule's own diff driver that diff.submodule=diff reaches). Each program is a script
+// inside the repository (so it is visible, and executable, inside the sandbox) that announces
+// itself on stderr and appends to a marker file outside the sandbox. The walls and their controls:
 //   - the git tools: every tool answers, no program announces itself, no marker appears;
 //   - control 1: the same sandbox and policy, the same git commands WITHOUT cordon's hardened
 //     flags: the programs do run (so the flags, not the sandbox, stop them);
@@ -47,13 +47,14 @@ bool contains(const std::string& s, const std::string& part) {
 // The programs the hostile config names, each a script in <repo>/.git/hostile-bin.
 const std::vector<std::string> kPrograms = {"fsmonitor", "textconv", "drivercmd", "extdiff",
                                             "clean",     "smudge",   "gpg",       "pager",
-                                            "alias",     "hook"};
+                                            "alias",     "hook",     "subdiff"};
 
 struct HostileEnv {
   EngineEnv env;
   GitRepo repo;
   std::string bin, markers, outside_cfg;
   std::string third, signed_commit;
+  std::string sub_before, sub_after;  // branch withsub: a submodule added, then moved
   std::unique_ptr<Engine> engine;
 
   explicit HostileEnv(json policy_extra = json::object())
@@ -82,6 +83,18 @@ struct HostileEnv {
     std::string oid = repo.git({"hash-object", "-t", "commit", "-w", obj_file});
     signed_commit = oid.substr(0, oid.find('\n'));
     repo.git({"update-ref", "refs/heads/signed", signed_commit});
+    // A submodule (its gitdir in .git/modules/sub, inside the repository), moved between two
+    // commits of branch withsub; main stays as it was.
+    GitRepo sub_src(env.box.base + "/subsrc", env.box.base + "/home");
+    repo.git({"checkout", "-q", "-b", "withsub"});
+    repo.git({"-c", "protocol.file.allow=always", "submodule", "add", "-q", sub_src.dir, "sub"});
+    repo.git({"commit", "-q", "-m", "withsub: add the submodule"});
+    sub_before = repo.head();
+    repo.git({"-C", "sub", "checkout", "-q", sub_src.first});
+    repo.git({"add", "sub"});
+    repo.git({"commit", "-q", "-m", "withsub: move the submodule"});
+    sub_after = repo.head();
+    repo.git({"checkout", "-q", "main"});
     arm();
     env.policy["git"] = {{"repoRoot", repo.dir}};
     env.write_policy();
@@ -107,6 +120,7 @@ struct HostileEnv {
     script("pager", "cat");
     script("alias", "exit 0");
     script("hook", "exit 0");
+    script("subdiff", "exit 0");
     std::filesystem::create_directories(repo.dir + "/.git/hooks");
     std::filesystem::copy_file(bin + "/hook", repo.dir + "/.git/hooks/post-index-change",
                                std::filesystem::copy_options::overwrite_existing);
@@ -122,7 +136,16 @@ struct HostileEnv {
         << "[log]\n\tshowSignature = true\n"
         << "[gpg]\n\tprogram = " << bin << "/gpg\n"
         << "[alias]\n\thostile = !" << bin << "/alias\n"
-        << "[include]\n\tpath = " << outside_cfg << "\n";
+        << "[include]\n\tpath = " << outside_cfg
+        << "\n"
+        // A changed submodule's diff made by a `git diff` run inside it, which reads the
+        // submodule's own config and attributes: its diff driver runs a program.
+        << "[diff]\n\tsubmodule = diff\n";
+    std::string subgit = repo.dir + "/.git/modules/sub";
+    std::ofstream(subgit + "/config", std::ios::app)
+        << "[diff \"hostilesub\"]\n\tcommand = " << bin << "/subdiff\n";
+    std::filesystem::create_directories(subgit + "/info");
+    std::ofstream(subgit + "/info/attributes") << "* diff=hostilesub\n";
   }
 
   std::set<std::string> markers_present() const {
@@ -193,6 +216,9 @@ BOOST_AUTO_TEST_CASE(no_hostile_program_runs_through_any_git_tool) {
       {"git_blame", {{"path", "src/lib.c"}}},
       {"git_blame", {{"path", "README.md"}, {"ref", h.third}}},
       {"git_merge_base", {{"base", "main"}, {"head", "feature"}}},
+      {"git_diff", {{"base", h.sub_before}, {"head", h.sub_after}}},
+      {"git_show", {{"ref", h.sub_after}}},
+      {"git_log", {{"ref", "withsub"}, {"format", "stat"}}},
   };
   for (const auto& [tool, args] : calls) {
     auto r = h.call(tool, args);
@@ -211,6 +237,9 @@ BOOST_AUTO_TEST_CASE(no_hostile_program_runs_through_any_git_tool) {
   auto diff = h.call("git_diff", {{"base", h.repo.first}, {"head", h.third}});
   BOOST_TEST(contains(diff.structured["preview"], "+int three(void) { return 3; }"));
   BOOST_TEST(contains(diff.structured["preview"], "+# fixture, third"));
+  // The submodule's move is shown as its two commit ids.
+  auto moved = h.call("git_diff", {{"base", h.sub_before}, {"head", h.sub_after}});
+  BOOST_TEST(contains(moved.structured["preview"], "+Subproject commit "), moved.structured.dump());
   BOOST_TEST(h.markers_present().empty());
 }
 
@@ -225,6 +254,8 @@ BOOST_AUTO_TEST_CASE(control_the_same_sandbox_without_the_flags_runs_the_program
       {"clean", {"blame", "src/lib.c"}},
       {"gpg", {"log", "-1", "signed"}},
       {"alias", {"hostile"}},
+      // --no-ext-diff and --no-textconv do not reach the git run inside the submodule.
+      {"subdiff", {"diff", "--no-ext-diff", "--no-textconv", h.sub_before, h.sub_after}},
   };
   for (const auto& [program, args] : cases) {
     JobStatus s = h.git_job(args);
@@ -255,6 +286,7 @@ BOOST_AUTO_TEST_CASE(control_plain_git_outside_cordon_runs_every_program) {
   ran("clean", {"blame", "src/lib.c"});
   ran("gpg", {"log", "-1", "signed"});
   ran("alias", {"hostile"});
+  ran("subdiff", {"diff", "--no-ext-diff", "--no-textconv", h.sub_before, h.sub_after});
   // The hook: a stat-dirty index is refreshed and written, which runs post-index-change.
   struct timespec times[2] = {{0, UTIME_NOW}, {0, UTIME_NOW}};
   ::utimensat(AT_FDCWD, (h.repo.dir + "/src/lib.c").c_str(), times, 0);
@@ -333,6 +365,19 @@ BOOST_AUTO_TEST_CASE(a_git_file_or_alternates_leading_outside_the_root_are_refus
   auto inside = h.call("git_ls_files", json::object());
   BOOST_TEST(!inside.is_error, inside.text);
   BOOST_TEST(contains(inside.structured["preview"], "src/lib.c"), inside.structured.dump());
+  // A .git file naming a path inside the root that is a symlink to the other repository:
+  // refused by where it resolves, not by its text. Control: plain git follows it.
+  std::string inner = h.repo.dir + "/inner";
+  BOOST_REQUIRE(::symlink((other.dir + "/.git").c_str(), inner.c_str()) == 0);
+  std::ofstream(dotgit) << "gitdir: inner\n";
+  auto via = h.call("git_ls_files", json::object());
+  BOOST_TEST(via.is_error);
+  BOOST_TEST(contains(via.text, "git directory `" + inner + "` leads outside the repository root"),
+             via.text);
+  h.clear_markers();
+  h.repo.run({"ls-files"});
+  BOOST_TEST(h.markers_present().count("fsmonitor") == 1u);
+  ::unlink(inner.c_str());
   // A symlinked .git is refused.
   ::unlink(dotgit.c_str());
   BOOST_REQUIRE(::symlink(real.c_str(), dotgit.c_str()) == 0);
@@ -351,6 +396,20 @@ BOOST_AUTO_TEST_CASE(a_git_file_or_alternates_leading_outside_the_root_are_refus
   BOOST_TEST(h.repo.run({"cat-file", "-e", other_only}).exit_code() == 0);
   ::unlink(alternates.c_str());
   BOOST_TEST(h.repo.run({"cat-file", "-e", other_only}).exit_code() != 0);
+  BOOST_TEST(!h.call("git_log", json::object()).is_error);
+
+  // An objects directory that is a symlink to the other repository's: refused. Control: plain
+  // git reads the other repository's objects through it.
+  std::string objects = dotgit + "/objects", kept = dotgit + "/objects-kept";
+  BOOST_REQUIRE(::rename(objects.c_str(), kept.c_str()) == 0);
+  BOOST_REQUIRE(::symlink((other.dir + "/.git/objects").c_str(), objects.c_str()) == 0);
+  auto linked = h.call("git_log", json::object());
+  BOOST_TEST(linked.is_error);
+  BOOST_TEST(contains(linked.text, "object directory `" + objects + "` leads outside"),
+             linked.text);
+  BOOST_TEST(h.repo.run({"cat-file", "-e", other_only}).exit_code() == 0);
+  ::unlink(objects.c_str());
+  BOOST_REQUIRE(::rename(kept.c_str(), objects.c_str()) == 0);
   BOOST_TEST(!h.call("git_log", json::object()).is_error);
 }
 
