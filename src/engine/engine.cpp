@@ -61,6 +61,7 @@
 #include "sandbox/status.hpp"
 #include "sandbox/userns.hpp"
 #include "sys/fs.hpp"
+#include "sys/sigpipe.hpp"
 #include "sys/syscalls.hpp"
 
 namespace cordon {
@@ -82,6 +83,9 @@ constexpr size_t kHashChunks = 16;
 // Artifact indexes kept for artifacts that are not their job's log (Impl::artifact_index).
 constexpr size_t kArtifactIndexes = 16;
 constexpr size_t kTailChars = 2000;
+// Input a command has not read yet that the engine keeps for it; a write beyond it is refused
+// (one write may be larger: the bound is checked before it is queued).
+constexpr size_t kMaxPendingStdin = size_t{4} << 20;
 constexpr std::chrono::milliseconds kDrainAfterInit{2000};
 // How long a start that found every host id taken waits for settled jobs' teardowns.
 constexpr std::chrono::milliseconds kTeardownWait{5000};
@@ -364,7 +368,14 @@ struct Job {
   int wait_status = 0;
   sandbox::SetupStep setup_step = sandbox::SetupStep::kNone;
   int setup_errno = 0;
+  // Input not yet written to the command, from pending_off on (kept whole until written or
+  // refused: at most kMaxPendingStdin waits before another write is turned away).
   std::string pending_stdin;
+  size_t pending_off = 0;
+  uint64_t stdin_watch = 0;  // the pipe's EPOLLOUT watch while input waits, else 0
+  uint64_t pty_watch = 0;    // the pty master's watch (EPOLLIN, plus EPOLLOUT while input waits)
+  bool pty_out_armed = false;
+  std::string stdin_closed;  // why input can no longer be delivered (the command closed it)
   engine::ModeTracker modes;
   std::vector<uint64_t> watch_ids;  // keys into Impl::watches, dropped when the job settles
 
@@ -1140,7 +1151,7 @@ class Engine::Impl {
   }
 
   // ---- epoll --------------------------------------------------------------------------------
-  void watch(Job& j, int fd, WatchKind kind, uint32_t events) {
+  uint64_t watch(Job& j, int fd, WatchKind kind, uint32_t events) {
     uint64_t id = next_watch++;
     watches.emplace(id, Watch{&j, kind});
     j.watch_ids.push_back(id);
@@ -1148,6 +1159,7 @@ class Engine::Impl {
     ev.events = events;
     ev.data.u64 = id;
     ::epoll_ctl(epfd.get(), EPOLL_CTL_ADD, fd, &ev);
+    return id;
   }
   void drop_watches(Job& j) {
     for (uint64_t id : j.watch_ids) {
@@ -1364,26 +1376,85 @@ class Engine::Impl {
     }
   }
 
+  // Writes what input waits, as far as the command takes it now. Failure fixed (a review,
+  // session 11): the pipe's EPOLLOUT watch stayed armed after the input drained, so the loop
+  // spun at 100 % CPU until the job settled; a pty's waiting input was retried only when the
+  // command printed something, so a program reading a paste without echoing it hung; the
+  // input the command closed was dropped unreported. Now the loop watches for room exactly
+  // while input waits (on the pipe, or EPOLLOUT on the pty master) and a closed input is kept
+  // as a reason that the next write reports.
   void flush_stdin(Job& j) {
     int fd = j.pty ? j.pty_master.get() : j.stdin_w.get();
     if (fd < 0) {
       return;
     }
-    while (!j.pending_stdin.empty()) {
-      ssize_t n = ::write(fd, j.pending_stdin.data(), j.pending_stdin.size());
-      if (n < 0) {
-        if (errno == EAGAIN) {
-          return;
-        }
-        j.pending_stdin.clear();
+    // Failure fixed: a write to a stdin the command had closed raised SIGPIPE, which ends an
+    // embedding program that keeps the default action (the test process died of it).
+    sys::SigpipeBlock no_sigpipe;
+    while (j.pending_off < j.pending_stdin.size()) {
+      ssize_t n = ::write(fd, j.pending_stdin.data() + j.pending_off,
+                          j.pending_stdin.size() - j.pending_off);
+      if (n > 0) {
+        j.pending_off += static_cast<size_t>(n);
+        continue;
+      }
+      if (n < 0 && errno == EINTR) {
+        continue;
+      }
+      if (n < 0 && errno == EAGAIN) {
         break;
       }
-      j.pending_stdin.erase(0, static_cast<size_t>(n));
+      // EPIPE: the command closed its stdin; EIO: no process holds the terminal any more.
+      int err = n < 0 ? errno : EIO;
+      j.stdin_closed = fmt::format(
+          "the command closed its input (write: {}); {} bytes sent before were not delivered",
+          errno_name(err), j.pending_stdin.size() - j.pending_off);
+      std::string().swap(j.pending_stdin);
+      j.pending_off = 0;
+      if (!j.pty) {
+        close_stdin(j);
+      }
+      break;
     }
-    if (j.stdin_eof_pending && !j.pty && j.stdin_w) {
+    if (j.pending_off == j.pending_stdin.size()) {
+      j.pending_stdin.clear();
+      j.pending_off = 0;
+    } else if (j.pending_off >= 65536 && j.pending_off * 2 >= j.pending_stdin.size()) {
+      j.pending_stdin.erase(0, j.pending_off);  // amortised: each byte moves at most once more
+      j.pending_off = 0;
+    }
+    want_stdin_room(j, !j.pending_stdin.empty());
+    if (j.pending_stdin.empty() && j.stdin_eof_pending && !j.pty) {
+      close_stdin(j);
+    }
+  }
+
+  // Watches the command's input for room to write, or stops.
+  void want_stdin_room(Job& j, bool want) {
+    if (j.pty) {
+      if (j.pty_master && j.pty_watch != 0 && want != j.pty_out_armed) {
+        struct epoll_event ev {};
+        ev.events = EPOLLIN | (want ? EPOLLOUT : 0u);
+        ev.data.u64 = j.pty_watch;
+        if (::epoll_ctl(epfd.get(), EPOLL_CTL_MOD, j.pty_master.get(), &ev) == 0) {
+          j.pty_out_armed = want;
+        }
+      }
+      return;
+    }
+    if (want && j.stdin_watch == 0 && j.stdin_w) {
+      j.stdin_watch = watch(j, j.stdin_w.get(), WatchKind::kStdin, EPOLLOUT);
+    } else if (!want && j.stdin_watch != 0) {
       unwatch(j.stdin_w.get());
-      j.stdin_w.reset();
+      watches.erase(j.stdin_watch);
+      std::erase(j.watch_ids, j.stdin_watch);
+      j.stdin_watch = 0;
     }
+  }
+
+  void close_stdin(Job& j) {
+    want_stdin_room(j, false);
+    j.stdin_w.reset();
   }
 
   void read_status(Job& j) {
@@ -1461,7 +1532,7 @@ class Engine::Impl {
             ws.ws_col = j.cols;
             ws.ws_row = j.rows;
             ::ioctl(j.pty_master.get(), TIOCSWINSZ, &ws);
-            watch(j, j.pty_master.get(), WatchKind::kPty, EPOLLIN);
+            j.pty_watch = watch(j, j.pty_master.get(), WatchKind::kPty, EPOLLIN);
             flush_stdin(j);
           }
           break;
@@ -1585,6 +1656,9 @@ class Engine::Impl {
     j.pty_master.reset();
     j.stdin_w.reset();
     j.pidfd.reset();
+    j.stdin_watch = j.pty_watch = 0;
+    std::string().swap(j.pending_stdin);  // input nobody will read any more
+    j.pending_off = 0;
     release_later(std::move(j.mount_ns));
 
     if (j.io_failed) {
@@ -1944,9 +2018,6 @@ class Engine::Impl {
         set_nonblock(j.stdin_w.get());
         // What `write` queued while the sandbox was being made.
         flush_stdin(j);
-        if (!j.pending_stdin.empty() && j.stdin_w) {
-          watch(j, j.stdin_w.get(), WatchKind::kStdin, EPOLLOUT);
-        }
       } else {
         reply.stdin_write.reset();  // EOF for the command
       }
@@ -2059,7 +2130,12 @@ class Engine::Impl {
             read_stream(j, j.err, j.err.pipe.get(), "stderr");
             break;
           case WatchKind::kPty:
-            read_stream(j, j.out, j.pty_master.get(), "pty");
+            if ((events[i].events & EPOLLOUT) != 0) {
+              flush_stdin(j);
+            }
+            if ((events[i].events & ~static_cast<uint32_t>(EPOLLOUT)) != 0) {
+              read_stream(j, j.out, j.pty_master.get(), "pty");
+            }
             break;
           case WatchKind::kStdin:
             flush_stdin(j);
@@ -2690,6 +2766,9 @@ Result<void> Engine::write(const std::string& session, const std::string& task_i
     return refusal("task `{}` was started without stdin; start it with stdin \"pipe\" or pty",
                    task_id);
   }
+  if (!j->stdin_closed.empty()) {
+    return refusal("task `{}`: {}; nothing of this write was sent", task_id, j->stdin_closed);
+  }
   std::string bytes;
   if (j->pty) {
     engine::WriteRequest wr;
@@ -2705,26 +2784,34 @@ Result<void> Engine::write(const std::string& session, const std::string& task_i
       return refusal("keys, paste and submit need a pty job; for a pipe send `data` (and `eof`)");
     }
     // Until its sandbox exists (queued, or being spawned) the bytes wait in pending_stdin.
-    if (j->attached && !j->stdin_w) {
-      return refusal("task `{}`: stdin is already closed", task_id);
-    }
-    if (!j->attached && j->stdin_eof_pending) {
-      return refusal("task `{}`: stdin is already closed", task_id);
+    // Failure fixed (a review, session 11): after an eof whose bytes had not all been written
+    // yet, more data was accepted and sent before the close; now eof ends the input at once.
+    if (j->stdin_eof_pending || (j->attached && !j->stdin_w)) {
+      return refusal(
+          "task `{}`: its input is already closed (eof was sent); nothing more can be sent to "
+          "this command",
+          task_id);
     }
     bytes = input.data.value_or("");
-    if (input.eof) {
-      j->stdin_eof_pending = true;
-    }
     if (bytes.empty() && !input.eof) {
       return invalid("nothing to write: give data or eof");
     }
   }
-  bool was_empty = j->pending_stdin.empty();
+  size_t waiting = j->pending_stdin.size() - j->pending_off;
+  if (!bytes.empty() && waiting >= kMaxPendingStdin) {
+    return refusal(
+        "task `{}` has not read the {} bytes of input it was sent before (at most {} bytes wait "
+        "in the engine); nothing of this write was queued: send it again once the command has "
+        "read its input, or end its input with eof",
+        task_id, waiting, kMaxPendingStdin);
+  }
+  if (!j->pty && input.eof) {
+    j->stdin_eof_pending = true;
+  }
   j->pending_stdin += bytes;
   m.flush_stdin(*j);
-  int fd = j->pty ? j->pty_master.get() : j->stdin_w.get();
-  if (!j->pending_stdin.empty() && was_empty && fd >= 0 && !j->pty) {
-    m.watch(*j, fd, WatchKind::kStdin, EPOLLOUT);
+  if (!j->stdin_closed.empty()) {
+    return refusal("task `{}`: {}", task_id, j->stdin_closed);
   }
   return {};
 }

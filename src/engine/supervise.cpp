@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "sandbox/prepare.hpp"
+#include "sys/sigpipe.hpp"
 
 namespace cordon::engine {
 namespace {
@@ -92,11 +93,7 @@ class SignalMask {
     for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGWINCH, SIGPIPE}) {
       sigaddset(&set, sig);
     }
-    sigset_t pending;
-    if (sigpending(&pending) != 0) {
-      return sys_error("sigpending");
-    }
-    sigpipe_was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+    sigpipe_was_pending_ = sys::sigpipe_pending();
     int rc = pthread_sigmask(SIG_BLOCK, &set, &old_);
     if (rc != 0) {
       return errno_error(rc, "pthread_sigmask SIG_BLOCK");
@@ -109,16 +106,8 @@ class SignalMask {
       return;
     }
     // A SIGPIPE our own write raised is pending on this thread; unblocking would deliver it
-    // and kill cordon after the fact. Consume it, unless the caller had it blocked or pending.
-    sigset_t pending;
-    if (sigismember(&old_, SIGPIPE) == 0 && !sigpipe_was_pending_ && sigpending(&pending) == 0 &&
-        sigismember(&pending, SIGPIPE) == 1) {
-      sigset_t pipe_only;
-      sigemptyset(&pipe_only);
-      sigaddset(&pipe_only, SIGPIPE);
-      timespec zero{};
-      (void)sigtimedwait(&pipe_only, nullptr, &zero);  // best effort in a destructor
-    }
+    // and kill cordon after the fact.
+    sys::consume_raised_sigpipe(old_, sigpipe_was_pending_);
     (void)pthread_sigmask(SIG_SETMASK, &old_, nullptr);  // cannot fail with a valid set
   }
 

@@ -1,6 +1,8 @@
 #define BOOST_TEST_MODULE engine
 #include <boost/test/unit_test.hpp>
 
+#include <time.h>
+
 #include <map>
 
 #include <thread>
@@ -164,6 +166,147 @@ BOOST_AUTO_TEST_CASE(stdin_pipe_and_sessions_and_counters) {
   // Another session cannot see it.
   BOOST_TEST(!e->status("b", s->task_id).has_value());
   BOOST_TEST(e->counters("a").finished == 0u);  // read by wait/output
+}
+
+namespace {
+
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+// Waits until `stream` of the job holds `text` (at most 20 s); returns the content.
+std::string wait_for_output(Engine& e, const std::string& session, const std::string& id,
+                            const std::string& stream, const std::string& text) {
+  std::string content;
+  for (int i = 0; i < 2000; ++i) {
+    auto p = e.output(session, id, {.stream = stream});
+    if (p) {
+      content = p->content;
+      if (content.find(text) != std::string::npos) break;
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  return content;
+}
+
+double process_cpu_seconds() {
+  struct timespec ts {};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+}
+
+}  // namespace
+
+// Failure fixed (a review, session 11): once input larger than the pipe had drained, the
+// engine kept watching the pipe for room, which an empty pipe always has: its event loop spun
+// at 100 % CPU (2.9 s of CPU in 3 s) until the job settled.
+BOOST_AUTO_TEST_CASE(input_larger_than_the_pipe_is_delivered_and_the_engine_then_idles) {
+  EngineEnv env;
+  auto e = open_or_fail(env);
+  auto s = e->start("s", {.argv = {"/bin/sh", "-c", "head -c 300000 | wc -c; exec sleep 30"},
+                          .stdin_mode = StdinMode::kPipe});
+  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+  BOOST_REQUIRE(e->write("s", s->task_id, {.data = std::string(300000, 'x')}).has_value());
+  BOOST_TEST(wait_for_output(*e, "s", s->task_id, "stdout", "300000\n") == "300000\n");
+  // The command (sleep) holds its stdin open and reads nothing; the engine has nothing to do.
+  std::this_thread::sleep_for(200ms);
+  double cpu0 = process_cpu_seconds();
+  std::this_thread::sleep_for(1s);
+  double used = process_cpu_seconds() - cpu0;
+  BOOST_TEST(used < 0.25, "the engine used " << used << " s of CPU in 1 s with nothing to do");
+  // Another large write: 64 KiB fill the pipe, the rest waits, and still nothing spins.
+  BOOST_REQUIRE(e->write("s", s->task_id, {.data = std::string(200000, 'y')}).has_value());
+  std::this_thread::sleep_for(200ms);
+  cpu0 = process_cpu_seconds();
+  std::this_thread::sleep_for(1s);
+  used = process_cpu_seconds() - cpu0;
+  BOOST_TEST(used < 0.25, "the engine used " << used << " s of CPU in 1 s, input waiting");
+  BOOST_REQUIRE(e->kill("s", s->task_id, 9).has_value());
+  BOOST_REQUIRE(e->status("s", s->task_id, 20s).has_value());
+}
+
+// Failure fixed (a review, session 11): input that did not fit the terminal waited in the
+// engine until the program printed something, so a program reading a paste without echoing it
+// (raw mode, a password prompt, `cat > file`) hung for ever.
+BOOST_AUTO_TEST_CASE(a_pty_program_that_echoes_nothing_gets_all_its_input) {
+  EngineEnv env;
+  auto e = open_or_fail(env);
+  auto s = e->start(
+      "s", {.argv = {"/bin/sh", "-c", "stty raw -echo; echo ready; head -c 200000 | wc -c"},
+            .pty = true});
+  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+  BOOST_REQUIRE(contains(wait_for_output(*e, "s", s->task_id, "pty", "ready"), "ready"));
+  BOOST_REQUIRE(e->write("s", s->task_id, {.data = std::string(200000, 'x')}).has_value());
+  auto st = e->status("s", s->task_id, 30s);
+  BOOST_REQUIRE(st.has_value());
+  BOOST_TEST(st->state == "exited", "the program got only part of its input: " << st->state);
+  BOOST_TEST(contains(wait_for_output(*e, "s", s->task_id, "pty", "200000"), "200000"));
+  if (st->state == "running") {
+    (void)e->kill("s", s->task_id, 9);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(input_a_command_does_not_read_is_bounded_and_refused_with_a_reason) {
+  EngineEnv env;
+  auto e = open_or_fail(env);
+  auto s = e->start("s", {.argv = {"/bin/sleep", "30"}, .stdin_mode = StdinMode::kPipe});
+  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+  // One write larger than the bound is taken whole; the next waits for the command to read.
+  BOOST_REQUIRE(e->write("s", s->task_id, {.data = std::string(5 << 20, 'x')}).has_value());
+  auto more = e->write("s", s->task_id, {.data = "more"});
+  BOOST_REQUIRE(!more.has_value());
+  BOOST_TEST(contains(more.error().message(), "has not read the "), more.error().message());
+  BOOST_TEST(contains(more.error().message(), "nothing of this write was queued"));
+  // Ending the input adds nothing and is taken.
+  BOOST_TEST(e->write("s", s->task_id, {.eof = true}).has_value());
+  BOOST_REQUIRE(e->kill("s", s->task_id, 9).has_value());
+  BOOST_REQUIRE(e->status("s", s->task_id, 20s).has_value());
+}
+
+// Failure fixed (a review, session 11): after an eof whose input had not all been written, more
+// data was accepted (and sent before the close); with room in the pipe it was refused.
+BOOST_AUTO_TEST_CASE(nothing_is_accepted_after_eof_whether_or_not_the_input_has_drained) {
+  EngineEnv env;
+  auto e = open_or_fail(env);
+  auto s = e->start("s", {.argv = {"/bin/sh", "-c", "echo ready; sleep 1; wc -c"},
+                          .stdin_mode = StdinMode::kPipe});
+  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+  // Running, its pipe open and not read for a second: most of the input waits in the engine.
+  BOOST_REQUIRE(contains(wait_for_output(*e, "s", s->task_id, "stdout", "ready"), "ready"));
+  BOOST_REQUIRE(
+      e->write("s", s->task_id, {.data = std::string(200000, 'x'), .eof = true}).has_value());
+  auto after = e->write("s", s->task_id, {.data = "AFTER-EOF"});
+  BOOST_REQUIRE(!after.has_value());
+  BOOST_TEST(contains(after.error().message(), "its input is already closed"),
+             after.error().message());
+  auto st = e->status("s", s->task_id, 30s);
+  BOOST_REQUIRE(st.has_value());
+  BOOST_TEST(st->state == "exited");
+  auto out = e->output("s", s->task_id, {});
+  BOOST_REQUIRE(out.has_value());
+  BOOST_TEST(out->content == "ready\n200000\n");
+}
+
+// Failure fixed (a review, session 11): input to a command that had closed its stdin was
+// answered as accepted and dropped (EPIPE, ignored).
+BOOST_AUTO_TEST_CASE(a_write_to_a_command_that_closed_its_input_is_refused) {
+  EngineEnv env;
+  auto e = open_or_fail(env);
+  auto s = e->start("s", {.argv = {"/bin/sh", "-c", "exec 0<&-; echo closed; exec sleep 30"},
+                          .stdin_mode = StdinMode::kPipe});
+  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+  BOOST_REQUIRE(contains(wait_for_output(*e, "s", s->task_id, "stdout", "closed"), "closed"));
+  auto first = e->write("s", s->task_id, {.data = "abc"});
+  BOOST_REQUIRE(!first.has_value());
+  BOOST_TEST(contains(first.error().message(), "the command closed its input (write: EPIPE)"),
+             first.error().message());
+  BOOST_TEST(contains(first.error().message(), "3 bytes"), first.error().message());
+  auto second = e->write("s", s->task_id, {.data = "def"});
+  BOOST_REQUIRE(!second.has_value());
+  BOOST_TEST(contains(second.error().message(), "nothing of this write was sent"),
+             second.error().message());
+  BOOST_REQUIRE(e->kill("s", s->task_id, 9).has_value());
+  BOOST_REQUIRE(e->status("s", s->task_id, 20s).has_value());
 }
 
 BOOST_AUTO_TEST_CASE(restart_answers_for_every_job_and_marks_running_ones_abandoned) {
