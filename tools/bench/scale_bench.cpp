@@ -8,9 +8,9 @@
 //                     [--kill-each] [--direct-kill] [--hold-mntns] [--floor-only]
 //                     [--pids-out FILE] [--before-kill CMD] [--after-kill CMD]
 //
-// --no-floor skips the kernel's floor for the kill: the same number of processes, without
-// cordon, killed with cgroup.kill (plain sleeps; two sleeps in fresh namespaces per job);
-// --floor-only measures only that floor (a cgroup each).
+// --no-floor skips the kernel's floor for the start and the kill: the same number of processes,
+// without cordon, forked until all run, then killed with cgroup.kill (plain sleeps; two sleeps
+// in fresh namespaces per job); --floor-only measures only that floor (a cgroup each).
 // --state-parent DIR (default /var/tmp) holds the engine's state dir (records, logs, leases)
 // and the working root: the filesystem under it decides what a start's file creations cost
 // (docs/performance.md, Concurrency: ext4 without a journal skips recently freed inodes).
@@ -596,17 +596,22 @@ bool write_text(const std::string& path, const std::string& text) {
 // own children are never reaped by it): `n` sandboxes-without-cordon, each `tasks` sleeping
 // processes in fresh pid, net, mount, ipc and uts namespaces when `namespaces`, each in a v2
 // cgroup of its own (`per_job_cgroup`) or all in one; then one cgroup.kill per cgroup and the
-// time until every process is reaped. Returns the ms, or a negative number on failure.
-double kernel_floor_kill_ms(unsigned n, bool namespaces, bool per_job_cgroup,
-                            const std::string& pids_out = {}) {
+// time until every process is reaped. Also the time from the first fork until every sleep
+// runs: the kernel's floor for starting as many sandboxes (each child makes its own
+// namespaces, so both CPUs do). Negative numbers on failure.
+struct KernelFloor {
+  double start_ms = -1, kill_ms = -1;
+};
+KernelFloor kernel_floor(unsigned n, bool namespaces, bool per_job_cgroup,
+                         const std::string& pids_out = {}) {
   int rep[2];
-  if (::pipe2(rep, O_CLOEXEC) != 0) return -1;
+  if (::pipe2(rep, O_CLOEXEC) != 0) return {};
   std::fflush(nullptr);  // the child may exit through die(): nothing buffered twice
   pid_t helper = ::fork();
-  if (helper < 0) return -1;
+  if (helper < 0) return {};
   if (helper == 0) {
     ::close(rep[0]);
-    double result = -1;
+    KernelFloor result;
     std::string base = own_v2_dir();
     std::string top = base + "/cordon-scale-floor." + std::to_string(::getpid());
     std::vector<std::string> dirs;
@@ -617,6 +622,7 @@ double kernel_floor_kill_ms(unsigned n, bool namespaces, bool per_job_cgroup,
         if (::mkdir(dirs.back().c_str(), 0755) != 0) die("mkdir " + dirs.back());
       }
       size_t want = 0;
+      auto t_fork = Clock::now();
       for (unsigned i = 0; i < n; ++i) {
         pid_t c = ::fork();
         if (c < 0) die("fork");
@@ -658,6 +664,7 @@ double kernel_floor_kill_ms(unsigned n, bool namespaces, bool per_job_cgroup,
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
       }
+      result.start_ms = ms_since(t_fork);
       std::vector<std::string> pids;
       if (!pids_out.empty()) {
         for (const auto& d : dirs) {
@@ -671,7 +678,7 @@ double kernel_floor_kill_ms(unsigned n, bool namespaces, bool per_job_cgroup,
       for (const auto& d : dirs) write_text(d + "/cgroup.kill", "1");
       while (::waitpid(-1, nullptr, 0) > 0 || errno == EINTR) {
       }
-      result = ms_since(t1);
+      result.kill_ms = ms_since(t1);
       if (!pids_out.empty()) {
         std::ofstream out(pids_out);
         char bounds[96];
@@ -686,11 +693,11 @@ double kernel_floor_kill_ms(unsigned n, bool namespaces, bool per_job_cgroup,
     ::_exit(0);
   }
   ::close(rep[1]);
-  double ms = -1;
-  if (::read(rep[0], &ms, sizeof ms) != sizeof ms) ms = -1;
+  KernelFloor got;
+  if (::read(rep[0], &got, sizeof got) != sizeof got) got = {};
   ::close(rep[0]);
   ::waitpid(helper, nullptr, 0);
-  return ms;
+  return got;
 }
 
 }  // namespace
@@ -738,9 +745,11 @@ int main(int argc, char** argv) {
   }
   if (jobs < 1 || jobs > 1016) die("--jobs must be 1..1016 (the policy's perSession bound)");
   if (floor_only) {
+    KernelFloor f = kernel_floor(jobs, true, true, hooks.pids_out);
     std::printf(
-        "kernel floor, %u x 2 sleeps in own pid+net+mnt+ipc+uts ns, a cgroup each: %.0f ms\n", jobs,
-        kernel_floor_kill_ms(jobs, true, true, hooks.pids_out));
+        "kernel floor, %u x 2 sleeps in own pid+net+mnt+ipc+uts ns, a cgroup each: all running "
+        "after %.0f ms, all reaped %.0f ms after cgroup.kill\n",
+        jobs, f.start_ms, f.kill_ms);
     return 0;
   }
   struct rlimit nofile {};
@@ -842,17 +851,24 @@ int main(int argc, char** argv) {
   std::printf("  kill all: no sandboxed process left     %9.0f ms (reaped: /proc shows none)\n",
               first.reaped_ms);
   std::printf("  kill all: every job settled             %9.0f ms\n", first.settled_ms);
-  double floor_plain = -1, floor_ns = -1, floor_ns_own = -1;
+  KernelFloor plain, ns, ns_own;
   if (with_floor) {
-    floor_plain = kernel_floor_kill_ms(jobs, false, false);
-    floor_ns = kernel_floor_kill_ms(jobs, true, false);
-    floor_ns_own = kernel_floor_kill_ms(jobs, true, true);
-    std::printf("kernel floor, no cordon: %u x, killed with cgroup.kill, until all are reaped\n",
-                jobs);
-    std::printf("  1 sleep each, one cgroup                %9.0f ms\n", floor_plain);
-    std::printf("  2 sleeps in own pid+net+mnt+ipc+uts ns, one cgroup %5.0f ms\n", floor_ns);
-    std::printf("  the same, a cgroup each (%u cgroup.kill)  %9.0f ms\n", jobs, floor_ns_own);
+    plain = kernel_floor(jobs, false, false);
+    ns = kernel_floor(jobs, true, false);
+    ns_own = kernel_floor(jobs, true, true);
+    std::printf(
+        "kernel floor, no cordon: %u x, forked until all run, then killed with cgroup.kill until "
+        "all are reaped\n",
+        jobs);
+    std::printf("                                                all running   all reaped\n");
+    std::printf("  1 sleep each, one cgroup                     %9.0f ms %9.0f ms\n",
+                plain.start_ms, plain.kill_ms);
+    std::printf("  2 sleeps in own pid+net+mnt+ipc+uts ns, one cgroup %5.0f ms %9.0f ms\n",
+                ns.start_ms, ns.kill_ms);
+    std::printf("  the same, a cgroup each (%u cgroup.kill)    %9.0f ms %9.0f ms\n", jobs,
+                ns_own.start_ms, ns_own.kill_ms);
   }
+  double floor_plain = plain.kill_ms, floor_ns = ns.kill_ms, floor_ns_own = ns_own.kill_ms;
   if (!json_out.empty()) {
     std::string per_round;
     for (const auto& k : rounds) {
@@ -867,14 +883,15 @@ int main(int argc, char** argv) {
                   "\"superblocksPerSandbox\": %zu, \"killCallsMs\": %.1f, "
                   "\"killAllGoneMs\": %.1f, \"killAllReapedMs\": %.1f, \"killAllSettledMs\": %.1f, "
                   "\"floorKillPlainMs\": %.1f, \"floorKillNamespacesMs\": %.1f, "
-                  "\"floorKillNamespacesOwnCgroupMs\": %.1f, \"loadBefore\": \"%s\", "
+                  "\"floorKillNamespacesOwnCgroupMs\": %.1f, "
+                  "\"floorStartNamespacesOwnCgroupMs\": %.1f, \"loadBefore\": \"%s\", "
                   "\"stateParent\": %s, \"emptyMemcgKiB\": %.1f, "
                   "\"emptyMemcgKmalloc1kKiB\": %.1f}\n",
                   jobs, first.started_ms, first.all_running_ms, rss_after, first.spawner_rss_kib,
                   first.fds, per_job_kib, per_round.c_str(), first.back_kib(),
                   static_cast<double>(first.tasks) / jobs, first.superblocks, first.kill_calls_ms,
                   first.gone_ms, first.reaped_ms, first.settled_ms, floor_plain, floor_ns,
-                  floor_ns_own, first.load_before.c_str(),
+                  floor_ns_own, ns_own.start_ms, first.load_before.c_str(),
                   nlohmann::json(state_parent).dump().c_str(), memcg_kib, memcg_1k_kib);
     std::ofstream(json_out) << buf;
   }
