@@ -14,6 +14,16 @@ const char* const kSystemDirs[] = {
     "/run/user", "/mnt",       "/media",     "/srv",     "/opt",
 };
 
+// Refused beneath as well: the sandbox already sees what it needs of them read-only, with the
+// secrets of /etc masked. Failure fixed (a review, session 11): `--root /etc/cron.d`,
+// `/etc/systemd/system` or `/usr/local/bin` were accepted (and files the command wrote landed
+// owned by root there, through the idmapped root), and `--ro /etc/security` was bound over the
+// mask on /etc/security/opasswd, showing the host's file. The exceptions hold sources or
+// scratch space, never what the host runs.
+const char* const kSystemTrees[] = {"/etc",  "/boot", "/proc",  "/sys",   "/dev",    "/bin",
+                                    "/sbin", "/lib",  "/lib32", "/lib64", "/libx32", "/usr"};
+const char* const kProjectPlacesInSystemTrees[] = {"/usr/src", "/usr/local/src", "/dev/shm"};
+
 }  // namespace
 
 HostPathGuard HostPathGuard::from_system(std::vector<std::string> protected_paths,
@@ -50,6 +60,20 @@ Result<void> HostPathGuard::check(const std::string& resolved, const std::string
           "{} `{}` is a system directory; pass a project directory instead "
           "(a sandbox must never get all of `{}`)",
           what, p, dir);
+    }
+  }
+  bool project_place = false;
+  for (const char* place : kProjectPlacesInSystemTrees) {
+    project_place = project_place || path_within(p, place);
+  }
+  for (const char* tree : kSystemTrees) {
+    if (!project_place && path_within(p, tree)) {
+      return refusal(
+          "{} `{}` lies inside the host's system tree `{}`; the sandbox already sees what it "
+          "needs of it read-only (the secrets of /etc masked), and a path there would become "
+          "writable or uncover a masked file. Use a project directory elsewhere (/usr/src and "
+          "/usr/local/src are fine)",
+          what, p, tree);
     }
   }
   for (const auto& home : home_dirs) {

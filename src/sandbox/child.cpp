@@ -26,6 +26,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "sandbox/beneath.hpp"
 #include "sandbox/status.hpp"
 #include "sandbox/signals.hpp"
 #include "sys/syscalls.hpp"
@@ -57,52 +58,28 @@ bool wall_on(const ChildPlan& plan, Wall wall) {
 }
 
 // mkdir -p relative to the new root; existing components (also on read-only binds) are fine.
+// Through fds, no symlinks (sandbox/beneath.hpp: the paths may lead through the working root,
+// which a job sharing it can change while this runs).
 void mkdir_p(int root_fd, const char* rel, SetupStep step) {
-  char buf[4096];
-  size_t len = std::strlen(rel);
-  if (len >= sizeof buf) {
-    fail_errno(step, ENAMETOOLONG);
+  int fd = make_dirs_beneath(root_fd, rel);
+  if (fd < 0) {
+    fail_errno(step, -fd);
   }
-  std::memcpy(buf, rel, len + 1);
-  for (size_t i = 1; i <= len; ++i) {
-    if (buf[i] == '/' || buf[i] == '\0') {
-      char saved = buf[i];
-      buf[i] = '\0';
-      if (::mkdirat(root_fd, buf, 0755) != 0 && errno != EEXIST) {
-        fail(step);
-      }
-      buf[i] = saved;
-    }
-  }
+  ::close(fd);
 }
 
 void move_tree(int root_fd, const TreeMount& tree, SetupStep step) {
-  if (tree.is_file) {
-    // mkdir -p the parent, then an empty file to mount over.
-    char buf[4096];
-    size_t len = std::strlen(tree.path);
-    if (len >= sizeof buf) {
-      fail_errno(step, ENAMETOOLONG);
-    }
-    std::memcpy(buf, tree.path, len + 1);
-    char* slash = std::strrchr(buf, '/');
-    if (slash != nullptr) {
-      *slash = '\0';
-      mkdir_p(root_fd, buf, step);
-    }
-    int fd = ::openat(root_fd, tree.path, O_CREAT | O_WRONLY | O_CLOEXEC, 0444);
-    if (fd < 0 && errno != EEXIST && errno != EROFS) {
-      fail(step);
-    }
-    if (fd >= 0) {
-      ::close(fd);
-    }
-  } else {
-    mkdir_p(root_fd, tree.path, step);
+  // The mount point: a directory, or an empty file for a single file; mounted on by its fd.
+  int target =
+      tree.is_file ? make_file_beneath(root_fd, tree.path) : make_dirs_beneath(root_fd, tree.path);
+  if (target < 0) {
+    fail_errno(step, -target);
   }
-  if (sys::move_mount(tree.fd, "", root_fd, tree.path, MOVE_MOUNT_F_EMPTY_PATH) != 0) {
+  if (sys::move_mount(tree.fd, "", target, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) !=
+      0) {
     fail(step);
   }
+  ::close(target);
 }
 
 void remount_ro(const char* path, unsigned long keep, SetupStep step) {

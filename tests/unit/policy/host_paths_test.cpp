@@ -70,3 +70,26 @@ BOOST_AUTO_TEST_CASE(names_the_option_in_the_refusal) {
   BOOST_REQUIRE(!r.has_value());
   BOOST_TEST(r.error().message().rfind("--ro `/etc`", 0) == 0);
 }
+
+// Failure fixed (a review, session 11): paths beneath /etc and /usr were accepted, so a root
+// there became writable (files landed owned by root) and a --ro bind uncovered a masked file.
+BOOST_AUTO_TEST_CASE(refuses_paths_inside_system_trees_but_not_source_places) {
+  auto g = guard();
+  for (const char* p : {"/etc/cron.d", "/etc/systemd/system", "/etc/security", "/usr/local/bin",
+                        "/usr/lib/systemd/system", "/boot/grub", "/lib/modules", "/sys/fs/cgroup",
+                        "/proc/1", "/dev/disk"}) {
+    for (const char* what : {"--root", "--ro"}) {
+      auto r = g.check(p, what);
+      BOOST_TEST(!r.has_value(), what << " " << p);
+      if (!r) {
+        BOOST_TEST(
+            r.error().message().find("lies inside the host's system tree") != std::string::npos,
+            r.error().message());
+      }
+    }
+  }
+  for (const char* p : {"/usr/src/linux", "/usr/local/src/app", "/dev/shm/build", "/etcetera/x",
+                        "/usrdata/project"}) {
+    BOOST_TEST(g.check(p, "--root").has_value(), p);
+  }
+}
