@@ -664,3 +664,61 @@ BOOST_AUTO_TEST_CASE(cwd_swapped_for_a_symlink_never_leads_outside) {
   // No bound on `took`: it is reported above. A slower machine (51 s here in a sanitized
   // build in session 9) is not a security failure; meson's timeout catches a hang.
 }
+
+// Failure fixed (a review, session 11): the setup child made the mount point of a --ro path by
+// walking its path string while it still saw the host's tree, so a job sharing the working root
+// that swapped a component for an absolute symlink made the child create directories outside
+// (13 runs put one in the host's /dev/shm). Here the test is the job: it swaps `sub` (holding
+// the --ro directory `data`) with a symlink to a world-writable directory outside, as fast as
+// it can, while cordon runs. Nothing may ever appear in that directory.
+BOOST_AUTO_TEST_CASE(ro_path_swapped_for_a_symlink_during_setup_makes_nothing_outside) {
+  Sandbox s;
+  std::string sub = s.root + "/sub", lnk = s.root + "/lnk", outside = s.base + "/outside";
+  BOOST_TEST_REQUIRE(::mkdir(sub.c_str(), 0755) == 0);
+  BOOST_TEST_REQUIRE(::mkdir((sub + "/data").c_str(), 0755) == 0);
+  BOOST_TEST_REQUIRE(::mkdir(outside.c_str(), 0777) == 0);
+  BOOST_TEST_REQUIRE(::chmod(outside.c_str(), 01777) == 0);  // the sandbox's uid could write
+  BOOST_TEST_REQUIRE(::symlink(outside.c_str(), lnk.c_str()) == 0);
+
+  std::atomic<bool> stop{false};
+  std::atomic<long> swaps{0};
+  std::atomic<int> swap_errno{0};
+  std::thread swapper([&] {
+    while (!stop.load(std::memory_order_relaxed)) {
+      if (::renameat2(AT_FDCWD, sub.c_str(), AT_FDCWD, lnk.c_str(), RENAME_EXCHANGE) != 0) {
+        swap_errno = errno;
+        return;
+      }
+      swaps.fetch_add(1, std::memory_order_relaxed);
+    }
+  });
+  constexpr int kRuns = 200;
+  int ran = 0, refused = 0, setup_eloop = 0;
+  std::vector<std::string> bad, made;
+  for (int i = 0; i < kRuns && made.empty(); ++i) {
+    auto [r, st] = s.run_status({"--ro", sub + "/data"}, {"/bin/true"});
+    if (r.exit_code() == 0) {
+      ++ran;
+    } else if (r.exit_code() == 125 && !st.is_discarded() && st.contains("setup") &&
+               st["setup"].value("errno", "") == "ELOOP") {
+      ++setup_eloop;  // the child met the symlink and stopped
+    } else if (r.exit_code() == 125) {
+      ++refused;  // the parent's check met it (or found no `data` through it)
+    } else {
+      bad.push_back("exit " + std::to_string(r.exit_code()) + " err `" + r.err + "`");
+    }
+    for (const auto& e : std::filesystem::directory_iterator(outside)) {
+      made.push_back(e.path().string());
+    }
+  }
+  stop = true;
+  swapper.join();
+  BOOST_TEST_REQUIRE(swap_errno.load() == 0, "renameat2: " << std::strerror(swap_errno));
+  BOOST_TEST_MESSAGE("--ro race: " << swaps.load() << " swaps; ran " << ran << ", refused "
+                                   << refused << ", setup stopped at a symlink " << setup_eloop);
+  BOOST_TEST(made.empty(),
+             "the setup made `" << (made.empty() ? "" : made.front()) << "` outside the root");
+  BOOST_TEST(bad.empty(),
+             bad.size() << " runs failed otherwise; first: " << (bad.empty() ? "" : bad.front()));
+  BOOST_TEST(setup_eloop >= 1, "no run reached the child's walk while the symlink was there");
+}
