@@ -56,7 +56,16 @@ BOOST_AUTO_TEST_CASE(python_repl_takes_keys_paste_and_eof) {
   BOOST_REQUIRE_MESSAGE(
       eventually([&] { return pty_text(*e, id).find("\r\ntab\r\n") != std::string::npos; }),
       pty_text(*e, id));
-  // EOF on an empty line ends the REPL with status 0.
+  // EOF on an empty line ends the REPL with status 0. Sent once the next prompt is there: in a
+  // loaded sanitized suite (session 11) a ^D sent right after the output did not end the REPL
+  // within 20 s, not reproduced in 12 runs alone; most likely it arrived while readline had the
+  // terminal in cooked mode between two lines, where the line discipline takes ^D itself.
+  BOOST_REQUIRE_MESSAGE(eventually([&] {
+                          std::string t = pty_text(*e, id);
+                          size_t at = t.find("\r\ntab\r\n");
+                          return at != std::string::npos && t.find(">>> ", at) != std::string::npos;
+                        }),
+                        pty_text(*e, id));
   BOOST_REQUIRE(e->write("s", id, {.eof = true}).has_value());
   auto st = e->status("s", id, 20s);
   BOOST_REQUIRE(st.has_value());
