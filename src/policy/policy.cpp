@@ -664,6 +664,14 @@ Result<std::vector<std::string>> build_env(const Policy& p,
           "allowlist never approved; leave it out",
           name);
     }
+    // The same through glibc's iconv, which loads gconv modules (shared objects) from the
+    // directories GCONV_PATH names into any program that converts a charset (a review,
+    // session 11).
+    if (name == "GCONV_PATH") {
+      return refusal(
+          "env GCONV_PATH is refused: glibc loads charset converters (shared objects) from it "
+          "into the program, code the allowlist never approved; leave it out");
+    }
     if (p.env.set.count(name) != 0) {
       return refusal("env {} is fixed by the policy (env.set); leave it out of the request", name);
     }

@@ -396,6 +396,8 @@ BOOST_AUTO_TEST_CASE(env_is_checked_before_the_executable) {
   auto r = req({tr.tool});
   r.env = {{"LD_AUDIT", "x"}};
   BOOST_TEST(starts_with(refused(&p, r), "env LD_AUDIT"));
+  r.env = {{"GCONV_PATH", "/tmp/work"}};
+  BOOST_TEST(starts_with(refused(&p, r), "env GCONV_PATH is refused: glibc loads"));
 }
 
 // ---- parsing -----------------------------------------------------------------------------
