@@ -189,6 +189,21 @@ std::string wait_for_output(Engine& e, const std::string& session, const std::st
   return content;
 }
 
+// Starts `/bin/sh -c script` with a stdin pipe; waits until its stdout shows `ready` (if any).
+std::string start_reader(Engine& e, const std::string& script, const std::string& ready = {}) {
+  auto s = e.start("s", {.argv = {"/bin/sh", "-c", script}, .stdin_mode = StdinMode::kPipe});
+  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+  if (!ready.empty()) {
+    BOOST_REQUIRE(contains(wait_for_output(e, "s", s->task_id, "stdout", ready), ready));
+  }
+  return s->task_id;
+}
+
+void kill_and_settle(Engine& e, const std::string& id) {
+  BOOST_REQUIRE(e.kill("s", id, 9).has_value());
+  BOOST_REQUIRE(e.status("s", id, 20s).has_value());
+}
+
 double process_cpu_seconds() {
   struct timespec ts {};
   ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
@@ -203,11 +218,9 @@ double process_cpu_seconds() {
 BOOST_AUTO_TEST_CASE(input_larger_than_the_pipe_is_delivered_and_the_engine_then_idles) {
   EngineEnv env;
   auto e = open_or_fail(env);
-  auto s = e->start("s", {.argv = {"/bin/sh", "-c", "head -c 300000 | wc -c; exec sleep 30"},
-                          .stdin_mode = StdinMode::kPipe});
-  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
-  BOOST_REQUIRE(e->write("s", s->task_id, {.data = std::string(300000, 'x')}).has_value());
-  BOOST_TEST(wait_for_output(*e, "s", s->task_id, "stdout", "300000\n") == "300000\n");
+  std::string id = start_reader(*e, "head -c 300000 | wc -c; exec sleep 30");
+  BOOST_REQUIRE(e->write("s", id, {.data = std::string(300000, 'x')}).has_value());
+  BOOST_TEST(wait_for_output(*e, "s", id, "stdout", "300000\n") == "300000\n");
   // The command (sleep) holds its stdin open and reads nothing; the engine has nothing to do.
   std::this_thread::sleep_for(200ms);
   double cpu0 = process_cpu_seconds();
@@ -215,14 +228,13 @@ BOOST_AUTO_TEST_CASE(input_larger_than_the_pipe_is_delivered_and_the_engine_then
   double used = process_cpu_seconds() - cpu0;
   BOOST_TEST(used < 0.25, "the engine used " << used << " s of CPU in 1 s with nothing to do");
   // Another large write: 64 KiB fill the pipe, the rest waits, and still nothing spins.
-  BOOST_REQUIRE(e->write("s", s->task_id, {.data = std::string(200000, 'y')}).has_value());
+  BOOST_REQUIRE(e->write("s", id, {.data = std::string(200000, 'y')}).has_value());
   std::this_thread::sleep_for(200ms);
   cpu0 = process_cpu_seconds();
   std::this_thread::sleep_for(1s);
   used = process_cpu_seconds() - cpu0;
   BOOST_TEST(used < 0.25, "the engine used " << used << " s of CPU in 1 s, input waiting");
-  BOOST_REQUIRE(e->kill("s", s->task_id, 9).has_value());
-  BOOST_REQUIRE(e->status("s", s->task_id, 20s).has_value());
+  kill_and_settle(*e, id);
 }
 
 // Failure fixed (a review, session 11): input that did not fit the terminal waited in the
@@ -268,21 +280,17 @@ BOOST_AUTO_TEST_CASE(input_a_command_does_not_read_is_bounded_and_refused_with_a
 BOOST_AUTO_TEST_CASE(nothing_is_accepted_after_eof_whether_or_not_the_input_has_drained) {
   EngineEnv env;
   auto e = open_or_fail(env);
-  auto s = e->start("s", {.argv = {"/bin/sh", "-c", "echo ready; sleep 1; wc -c"},
-                          .stdin_mode = StdinMode::kPipe});
-  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
   // Running, its pipe open and not read for a second: most of the input waits in the engine.
-  BOOST_REQUIRE(contains(wait_for_output(*e, "s", s->task_id, "stdout", "ready"), "ready"));
-  BOOST_REQUIRE(
-      e->write("s", s->task_id, {.data = std::string(200000, 'x'), .eof = true}).has_value());
-  auto after = e->write("s", s->task_id, {.data = "AFTER-EOF"});
+  std::string id = start_reader(*e, "echo ready; sleep 1; wc -c", "ready");
+  BOOST_REQUIRE(e->write("s", id, {.data = std::string(200000, 'x'), .eof = true}).has_value());
+  auto after = e->write("s", id, {.data = "AFTER-EOF"});
   BOOST_REQUIRE(!after.has_value());
   BOOST_TEST(contains(after.error().message(), "its input is already closed"),
              after.error().message());
-  auto st = e->status("s", s->task_id, 30s);
+  auto st = e->status("s", id, 30s);
   BOOST_REQUIRE(st.has_value());
   BOOST_TEST(st->state == "exited");
-  auto out = e->output("s", s->task_id, {});
+  auto out = e->output("s", id, {});
   BOOST_REQUIRE(out.has_value());
   BOOST_TEST(out->content == "ready\n200000\n");
 }
@@ -292,21 +300,17 @@ BOOST_AUTO_TEST_CASE(nothing_is_accepted_after_eof_whether_or_not_the_input_has_
 BOOST_AUTO_TEST_CASE(a_write_to_a_command_that_closed_its_input_is_refused) {
   EngineEnv env;
   auto e = open_or_fail(env);
-  auto s = e->start("s", {.argv = {"/bin/sh", "-c", "exec 0<&-; echo closed; exec sleep 30"},
-                          .stdin_mode = StdinMode::kPipe});
-  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
-  BOOST_REQUIRE(contains(wait_for_output(*e, "s", s->task_id, "stdout", "closed"), "closed"));
-  auto first = e->write("s", s->task_id, {.data = "abc"});
+  std::string id = start_reader(*e, "exec 0<&-; echo closed; exec sleep 30", "closed");
+  auto first = e->write("s", id, {.data = "abc"});
   BOOST_REQUIRE(!first.has_value());
   BOOST_TEST(contains(first.error().message(), "the command closed its input (write: EPIPE)"),
              first.error().message());
   BOOST_TEST(contains(first.error().message(), "3 bytes"), first.error().message());
-  auto second = e->write("s", s->task_id, {.data = "def"});
+  auto second = e->write("s", id, {.data = "def"});
   BOOST_REQUIRE(!second.has_value());
   BOOST_TEST(contains(second.error().message(), "nothing of this write was sent"),
              second.error().message());
-  BOOST_REQUIRE(e->kill("s", s->task_id, 9).has_value());
-  BOOST_REQUIRE(e->status("s", s->task_id, 20s).has_value());
+  kill_and_settle(*e, id);
 }
 
 BOOST_AUTO_TEST_CASE(restart_answers_for_every_job_and_marks_running_ones_abandoned) {

@@ -602,6 +602,32 @@ BOOST_AUTO_TEST_CASE(file_capabilities_never_reach_the_host_disk) {
 // Each run must be refused by the parent's openat2(RESOLVE_BENEATH) check ("leads outside"),
 // fail in the child's re-check with ESTALE, or run in exactly the directory recorded before
 // the race. Fewer than 10 % refused-or-ESTALE runs means the test did not race: it fails.
+// Exchanges two paths (renameat2 RENAME_EXCHANGE) as fast as it can until finish(), as a job
+// sharing the working root could.
+struct Swapper {
+  std::atomic<bool> stop{false};
+  std::atomic<long> swaps{0};
+  std::atomic<int> error{0};
+  std::thread thread;
+  Swapper(const std::string& a, const std::string& b)
+      : thread([this, a, b] {
+          while (!stop.load(std::memory_order_relaxed)) {
+            if (::renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) != 0) {
+              error = errno;
+              return;
+            }
+            swaps.fetch_add(1, std::memory_order_relaxed);
+          }
+        }) {}
+  // Stops and joins; fails the test if an exchange failed. Returns how many were made.
+  long finish() {
+    stop = true;
+    thread.join();
+    BOOST_TEST_REQUIRE(error.load() == 0, "renameat2: " << std::strerror(error.load()));
+    return swaps.load();
+  }
+};
+
 BOOST_AUTO_TEST_CASE(cwd_swapped_for_a_symlink_never_leads_outside) {
   Sandbox s;
   std::string work = s.root + "/work";
@@ -613,18 +639,7 @@ BOOST_AUTO_TEST_CASE(cwd_swapped_for_a_symlink_never_leads_outside) {
   const std::string real_ident =
       "value " + std::to_string(real.st_dev) + " " + std::to_string(real.st_ino);
 
-  std::atomic<bool> stop{false};
-  std::atomic<long> swaps{0};
-  std::atomic<int> swap_errno{0};
-  std::thread swapper([&] {
-    while (!stop.load(std::memory_order_relaxed)) {
-      if (::renameat2(AT_FDCWD, work.c_str(), AT_FDCWD, swap.c_str(), RENAME_EXCHANGE) != 0) {
-        swap_errno = errno;
-        return;
-      }
-      swaps.fetch_add(1, std::memory_order_relaxed);
-    }
-  });
+  Swapper swapper(work, swap);
 
   constexpr int kRuns = 300;
   int refused = 0, estale = 0, inside = 0;
@@ -649,13 +664,11 @@ BOOST_AUTO_TEST_CASE(cwd_swapped_for_a_symlink_never_leads_outside) {
     }
   }
   auto took = std::chrono::steady_clock::now() - start;
-  stop = true;
-  swapper.join();
-  BOOST_TEST_REQUIRE(swap_errno.load() == 0, "renameat2: " << std::strerror(swap_errno));
+  long swaps = swapper.finish();
   BOOST_TEST_MESSAGE(
       "cwd race: " << kRuns << " runs in "
                    << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms, "
-                   << swaps.load() << " swaps; refused " << refused << ", ESTALE " << estale
+                   << swaps << " swaps; refused " << refused << ", ESTALE " << estale
                    << ", ran inside " << inside);
   BOOST_TEST(bad.empty(), bad.size() << " runs escaped or failed otherwise; first: "
                                      << (bad.empty() ? "" : bad.front()));
@@ -680,18 +693,7 @@ BOOST_AUTO_TEST_CASE(ro_path_swapped_for_a_symlink_during_setup_makes_nothing_ou
   BOOST_TEST_REQUIRE(::chmod(outside.c_str(), 01777) == 0);  // the sandbox's uid could write
   BOOST_TEST_REQUIRE(::symlink(outside.c_str(), lnk.c_str()) == 0);
 
-  std::atomic<bool> stop{false};
-  std::atomic<long> swaps{0};
-  std::atomic<int> swap_errno{0};
-  std::thread swapper([&] {
-    while (!stop.load(std::memory_order_relaxed)) {
-      if (::renameat2(AT_FDCWD, sub.c_str(), AT_FDCWD, lnk.c_str(), RENAME_EXCHANGE) != 0) {
-        swap_errno = errno;
-        return;
-      }
-      swaps.fetch_add(1, std::memory_order_relaxed);
-    }
-  });
+  Swapper swapper(sub, lnk);
   constexpr int kRuns = 200;
   int ran = 0, refused = 0, setup_eloop = 0;
   std::vector<std::string> bad, made;
@@ -711,11 +713,9 @@ BOOST_AUTO_TEST_CASE(ro_path_swapped_for_a_symlink_during_setup_makes_nothing_ou
       made.push_back(e.path().string());
     }
   }
-  stop = true;
-  swapper.join();
-  BOOST_TEST_REQUIRE(swap_errno.load() == 0, "renameat2: " << std::strerror(swap_errno));
-  BOOST_TEST_MESSAGE("--ro race: " << swaps.load() << " swaps; ran " << ran << ", refused "
-                                   << refused << ", setup stopped at a symlink " << setup_eloop);
+  long swaps = swapper.finish();
+  BOOST_TEST_MESSAGE("--ro race: " << swaps << " swaps; ran " << ran << ", refused " << refused
+                                   << ", setup stopped at a symlink " << setup_eloop);
   BOOST_TEST(made.empty(),
              "the setup made `" << (made.empty() ? "" : made.front()) << "` outside the root");
   BOOST_TEST(bad.empty(),
