@@ -1407,7 +1407,7 @@ class Engine::Impl {
       // EPIPE: the command closed its stdin; EIO: no process holds the terminal any more.
       int err = n < 0 ? errno : EIO;
       j.stdin_closed = fmt::format(
-          "the command closed its input (write: {}); {} bytes sent before were not delivered",
+          "the command closed its input (write: {}); {} bytes of input were not delivered",
           errno_name(err), j.pending_stdin.size() - j.pending_off);
       std::string().swap(j.pending_stdin);
       j.pending_off = 0;
