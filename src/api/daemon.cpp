@@ -31,6 +31,7 @@
 
 #include "api/mcp.hpp"
 #include "base/json_fields.hpp"
+#include "base/strings.hpp"
 #include "policy/policy.hpp"
 #include "base/unique_fd.hpp"
 
@@ -109,28 +110,98 @@ Result<sockaddr_un> socket_address(const std::string& path) {
   return addr;
 }
 
-// The socket's directory must be writable by cordon alone: then nobody can swap the path
-// between our checks and bind, or replace the socket later. Created 0755 when missing.
+// Whether a directory with this owner and mode can be changed only by root or cordon's uid.
+bool owned_by_us(const struct stat& st) { return st.st_uid == 0 || st.st_uid == ::geteuid(); }
+
+// The socket's directory must be writable by cordon alone, and so must every directory above
+// it: then nobody can swap the path between our checks and bind, or replace the socket (or
+// a directory on its way) later. Attack blocked: a symlink another uid owns in /tmp, pointing
+// at a root-owned directory, passed a check of the final directory alone; re-pointed later,
+// it sent clients (their argv and env) to a daemon of that uid. So the path is walked from /
+// one component at a time with O_NOFOLLOW (a symlink anywhere is refused, not resolved: the
+// path the daemon checks is the path clients use), and each directory must be owned by root
+// or cordon's uid and not writable by group or others — except that a sticky directory (/tmp)
+// may be, when the next component is ours (others cannot rename or remove it). The final
+// directory is created 0755 when missing.
 Result<UniqueFd> open_socket_dir(const std::string& dir) {
-  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
-    return sys_error("mkdir `{}` for the socket", dir);
+  constexpr const char* kWhat =
+      "put --socket in a directory only cordon's uid (or root) can write, on a path whose every "
+      "directory only they can change, e.g. /run/cordon";
+  if (dir.empty() || dir[0] != '/') {
+    return invalid("the socket's directory `{}` must be an absolute path", dir);
   }
-  UniqueFd dfd(::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
-  if (!dfd) {
-    return sys_error("open the socket's directory `{}`", dir);
+  std::vector<std::string> parts;
+  for (const auto& p : split(dir, '/')) {
+    if (p == "..") {
+      return invalid("the socket's directory `{}` must not contain `..`; {}", dir, kWhat);
+    }
+    if (!p.empty() && p != ".") {
+      parts.push_back(p);
+    }
   }
+  UniqueFd cur(::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!cur) {
+    return sys_error("open `/`");
+  }
+  std::string at = "/";
   struct stat st {};
-  if (::fstat(dfd.get(), &st) != 0) {
-    return sys_error("fstat `{}`", dir);
+  if (::fstat(cur.get(), &st) != 0) {
+    return sys_error("fstat `/`");
   }
-  if ((st.st_uid != ::geteuid() && st.st_uid != 0) || (st.st_mode & 022) != 0) {
-    return refusal(
-        "the socket's directory `{}` (owner uid {}, mode {:o}) can be written by others, who "
-        "could replace the socket; put --socket in a directory only cordon's uid (or root) can "
-        "write, e.g. /run/cordon",
-        dir, st.st_uid, st.st_mode & 07777);
+  for (size_t i = 0; i <= parts.size(); ++i) {
+    const bool last = i == parts.size();
+    // `cur` (at `at`) is a directory; whoever may write it can replace what comes next.
+    if (!owned_by_us(st)) {
+      return refusal(
+          "`{}` on the socket's path is owned by uid {}, who could replace the socket (or a "
+          "directory on its way); {}",
+          at, st.st_uid, kWhat);
+    }
+    if ((st.st_mode & 022) != 0) {
+      struct stat next {};
+      const bool sticky_ok = !last && (st.st_mode & S_ISVTX) != 0 &&
+                             ::fstatat(cur.get(), parts[i].c_str(), &next,
+                                       AT_SYMLINK_NOFOLLOW) == 0 &&
+                             (S_ISLNK(next.st_mode) || owned_by_us(next));  // a link: below
+      if (!sticky_ok) {
+        return refusal(
+            "{} `{}` (owner uid {}, mode {:o}) can be written by others, who could replace the "
+            "socket{}; {}",
+            last ? "the socket's directory" : "the directory", at, st.st_uid, st.st_mode & 07777,
+            last ? "" : " or a directory on its way (sticky, but the next component is not ours)",
+            kWhat);
+      }
+    }
+    if (last) {
+      break;
+    }
+    const std::string& name = parts[i];
+    const std::string next_at = at == "/" ? "/" + name : at + "/" + name;
+    if (i + 1 == parts.size()) {
+      // The socket's own directory may be missing: created with its final mode.
+      if (::mkdirat(cur.get(), name.c_str(), 0755) != 0 && errno != EEXIST) {
+        return sys_error("mkdir `{}` for the socket", next_at);
+      }
+    }
+    UniqueFd next(::openat(cur.get(), name.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!next) {
+      struct stat lst {};
+      if (::fstatat(cur.get(), name.c_str(), &lst, AT_SYMLINK_NOFOLLOW) == 0 &&
+          S_ISLNK(lst.st_mode)) {
+        return refusal(
+            "`{}` on the socket's path is a symlink (owner uid {}), which could be re-pointed "
+            "after the daemon starts; give the real path instead; {}",
+            next_at, lst.st_uid, kWhat);
+      }
+      return sys_error("open `{}` on the socket's path", next_at);
+    }
+    if (::fstat(next.get(), &st) != 0) {
+      return sys_error("fstat `{}`", next_at);
+    }
+    cur = std::move(next);
+    at = next_at;
   }
-  return dfd;
+  return cur;
 }
 
 // Created with its final mode (umask around bind), in a directory checked above and reached
@@ -139,7 +210,25 @@ Result<UniqueFd> open_socket_dir(const std::string& dir) {
 // temporary name and renamed into place once it listens, so the path never names a socket
 // that refuses connections (a client polling for it sees ENOENT, then a daemon), and a stale
 // socket from a killed daemon is replaced in one step.
-Result<UniqueFd> listen_on(const std::string& path, bool others) {
+struct Listening {
+  UniqueFd fd;
+  UniqueFd dir;      // the checked directory: the socket is removed through it, not the path
+  std::string name;  // the socket's name in `dir`
+  std::string dir_path;
+  dev_t dev = 0;  // the socket file bound, so a stop never removes another daemon's socket
+  ino_t ino = 0;
+
+  // At a stop: removes the socket, if the name still is the one this daemon bound.
+  void remove() const {
+    struct stat st {};
+    if (dir && ::fstatat(dir.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+        st.st_dev == dev && st.st_ino == ino) {
+      (void)::unlinkat(dir.get(), name.c_str(), 0);
+    }
+  }
+};
+
+Result<Listening> listen_on(const std::string& path, bool others) {
   auto slash = path.rfind('/');
   if (slash == std::string::npos || slash + 1 == path.size()) {
     return invalid("--socket `{}` must be an absolute path to a file", path);
@@ -182,7 +271,18 @@ Result<UniqueFd> listen_on(const std::string& path, bool others) {
     (void)::unlinkat(dfd.get(), tmp.c_str(), 0);
     return errno_error(err, "listen on `{}/{}` and rename it to `{}`", dir, tmp, path);
   }
-  return fd;
+  Listening l;
+  struct stat bound {};
+  if (::fstatat(dfd.get(), name.c_str(), &bound, AT_SYMLINK_NOFOLLOW) != 0) {
+    return sys_error("fstat the socket `{}`", path);
+  }
+  l.fd = std::move(fd);
+  l.dir = std::move(dfd);
+  l.name = name;
+  l.dir_path = dir;
+  l.dev = bound.st_dev;
+  l.ino = bound.st_ino;
+  return l;
 }
 
 // systemd socket activation (sd_listen_fds(3)): fd 3 when LISTEN_PID is this process.
@@ -369,6 +469,7 @@ int run_daemon(const DaemonOptions& options) {
   }
   bool own_socket = !activated->has_value();
   UniqueFd listener;
+  Listening own;
   if (own_socket) {
     if (!options.engine.state_dir.empty()) {
       ::mkdir(options.engine.state_dir.c_str(), 0700);  // the default socket lives in it
@@ -378,7 +479,8 @@ int run_daemon(const DaemonOptions& options) {
       log->error("cannot listen: {}", l.error().message());
       return 1;
     }
-    listener = std::move(*l);
+    own = std::move(*l);
+    listener = std::move(own.fd);
   } else {
     listener = std::move(**activated);
     path = "(socket activation)";
@@ -386,9 +488,7 @@ int run_daemon(const DaemonOptions& options) {
   auto engine = Engine::open(options.engine);
   if (!engine) {
     log->error("cannot start: {}", engine.error().message());
-    if (own_socket) {
-      ::unlink(path.c_str());
-    }
+    own.remove();
     return 1;
   }
   std::shared_ptr<Engine> shared(std::move(*engine));
@@ -487,9 +587,7 @@ int run_daemon(const DaemonOptions& options) {
   }
   reap(true);
   listener.reset();
-  if (own_socket) {
-    ::unlink(path.c_str());
-  }
+  own.remove();
   return 0;
 }
 
@@ -501,6 +599,22 @@ Result<UniqueFd> connect_session(const std::string& socket_path, const std::stri
   UniqueFd sock(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!sock || ::connect(sock.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
     return sys_error("connect `{}` (is `cordon serve` running?)", socket_path);
+  }
+  // Whoever could change the socket's path may have put a socket of their own there (a
+  // symlink in /tmp re-pointed, a directory renamed away): the handshake, then argv and env,
+  // go only to a daemon run by root or by this uid. The kernel's word, not the peer's.
+  struct ucred cred {};
+  socklen_t len = sizeof cred;
+  if (::getsockopt(sock.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+    return sys_error("getsockopt SO_PEERCRED on `{}`", socket_path);
+  }
+  if (cred.uid != 0 && cred.uid != ::geteuid()) {
+    return refusal(
+        "`{}` is served by uid {} (pid {}), neither root nor you (uid {}): not a daemon to "
+        "trust, so nothing was sent. Someone who can write a directory on that path may have "
+        "replaced the socket; use a daemon whose socket lies where only root or you can write "
+        "(e.g. /run/cordon/daemon.sock)",
+        socket_path, cred.uid, cred.pid, ::geteuid());
   }
   json hello = {{"cordon", "connect"}};
   if (!session.empty()) {

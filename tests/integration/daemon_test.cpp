@@ -265,6 +265,112 @@ BOOST_AUTO_TEST_CASE(refuses_a_socket_directory_others_can_write) {
   BOOST_TEST(!std::filesystem::exists(dir + "/d.sock"));
 }
 
+// Failure fixed: only the socket's final directory was checked, through a path open()
+// followed. A symlink another uid owns in a sticky world-writable directory, pointing at a
+// root-owned 0755 directory, was accepted; re-pointed later to that uid's own directory (with a
+// socket of its own), it took the next client's argv and env. Now every directory from / down
+// is walked without following symlinks and must be changeable only by root or cordon's uid.
+BOOST_AUTO_TEST_CASE(refuses_a_socket_path_through_a_symlink_another_uid_owns) {
+  DaemonProcess d(json::object(), {}, /*start_now=*/false);
+  const std::string sticky = d.box().base + "/sticky", target = d.box().base + "/target";
+  BOOST_REQUIRE(::mkdir(sticky.c_str(), 0777) == 0 && ::chmod(sticky.c_str(), 01777) == 0);
+  BOOST_REQUIRE(::mkdir(target.c_str(), 0755) == 0);
+  const std::string link = sticky + "/link";
+  BOOST_REQUIRE(::symlink(target.c_str(), link.c_str()) == 0);
+  BOOST_REQUIRE(::lchown(link.c_str(), 4242, 4242) == 0);
+  d.start({"--socket", link + "/d.sock"});
+  BOOST_TEST(d.pid() == -1);  // it exited
+  std::string log = d.log_text();
+  BOOST_TEST(log.find("`" + link + "` on the socket's path is a symlink (owner uid 4242)") !=
+                 std::string::npos,
+             log);
+  BOOST_TEST(log.find("/run/cordon") != std::string::npos, log);
+  BOOST_TEST(!std::filesystem::exists(target + "/d.sock"));
+  // A directory of root's in the same sticky directory is fine: others cannot rename it.
+  const std::string mine = sticky + "/mine";
+  BOOST_REQUIRE(::mkdir(mine.c_str(), 0755) == 0);
+  d.start({"--socket", mine + "/d.sock"});
+  BOOST_TEST_REQUIRE(d.pid() > 0, d.log_text());
+  LineClient c(connect_unix(mine + "/d.sock"));
+  BOOST_TEST(c.handshake("ok"));
+}
+
+// Failure fixed: `open/sub/d.sock` with `open` 0777 (not sticky) was accepted, and any uid
+// could rename `sub` away and put its own directory (and socket) in its place.
+BOOST_AUTO_TEST_CASE(refuses_a_socket_path_through_a_directory_others_can_write) {
+  DaemonProcess d(json::object(), {}, /*start_now=*/false);
+  const std::string open = d.box().base + "/open", sub = open + "/sub";
+  BOOST_REQUIRE(::mkdir(open.c_str(), 0777) == 0 && ::chmod(open.c_str(), 0777) == 0);
+  BOOST_REQUIRE(::mkdir(sub.c_str(), 0755) == 0);
+  d.start({"--socket", sub + "/d.sock"});
+  BOOST_TEST(d.pid() == -1);
+  std::string log = d.log_text();
+  BOOST_TEST(log.find("the directory `" + open +
+                      "` (owner uid 0, mode 777) can be written by "
+                      "others") != std::string::npos,
+             log);
+  BOOST_TEST(!std::filesystem::exists(sub + "/d.sock"));
+}
+
+// Failure fixed: a client sent its handshake, then argv and env, to whatever listened on the
+// path. Now it checks the peer's uid (SO_PEERCRED) first: a "daemon" run by a uid that is
+// neither root nor the client's own gets nothing.
+BOOST_AUTO_TEST_CASE(a_client_refuses_a_daemon_run_by_another_uid_and_sends_it_nothing) {
+  Sandbox box;
+  const std::string dir = box.base + "/fake", path = dir + "/d.sock";
+  BOOST_REQUIRE(::mkdir(dir.c_str(), 0755) == 0 && ::chown(dir.c_str(), 4242, 4242) == 0);
+  int ready[2], result[2];
+  BOOST_REQUIRE(::pipe2(ready, O_CLOEXEC) == 0 && ::pipe2(result, O_CLOEXEC) == 0);
+  pid_t fake = ::fork();
+  if (fake == 0) {
+    // A fake daemon of uid 4242: answers the handshake and every request, records all it got.
+    if (::setresgid(4242, 4242, 4242) != 0 || ::setresuid(4242, 4242, 4242) != 0) ::_exit(2);
+    int l = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strcpy(addr.sun_path, path.c_str());
+    if (::bind(l, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(l, 4) != 0) {
+      ::_exit(3);
+    }
+    (void)::write(ready[1], "r", 1);
+    LineClient c(::accept(l, nullptr, nullptr));
+    std::string got;
+    while (auto line = c.line(5s)) {
+      got += *line + "\n";
+      json m = json::parse(*line, nullptr, false);
+      if (m.is_object() && m.contains("cordon")) {
+        c.send({{"ok", true}, {"session", "u0.conn-fake"}});
+      } else if (m.is_object() && m.contains("id")) {
+        c.send({{"jsonrpc", "2.0"}, {"id", m["id"]}, {"result", json::object()}});
+      }
+    }
+    (void)::write(result[1], got.data(), got.size());
+    ::_exit(0);
+  }
+  ::close(ready[1]);
+  ::close(result[1]);
+  char r = 0;
+  BOOST_REQUIRE(::read(ready[0], &r, 1) == 1);
+  ProcessOptions env;
+  env.env = std::vector<std::string>{"SECRET=hunter2", "PATH=/usr/bin:/bin"};
+  auto run = run_process(
+      {cordon_bin(), "run", "--socket", path, "--pass-env", "SECRET", "--", "/bin/echo", "hi"},
+      env);
+  std::string got;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(result[0], buf, sizeof buf)) > 0) got.append(buf, static_cast<size_t>(n));
+  ::close(ready[0]);
+  ::close(result[0]);
+  int st = 0;
+  ::waitpid(fake, &st, 0);
+  BOOST_TEST(run.exit_code() == 125, run.err);
+  BOOST_TEST(run.err.find("is served by uid 4242") != std::string::npos, run.err);
+  BOOST_TEST(run.err.find("nothing was sent") != std::string::npos, run.err);
+  BOOST_TEST(got.empty(), got);
+  BOOST_TEST(got.find("hunter2") == std::string::npos);
+}
+
 BOOST_AUTO_TEST_CASE(serves_a_systemd_activated_socket) {
   DaemonProcess d(json::object(), {}, /*start_now=*/false);
   int l = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
