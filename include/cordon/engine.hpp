@@ -24,6 +24,9 @@ struct EngineOptions {
   std::string spawner_path;  // default: cordon-spawner next to the running binary
   std::string init_path;     // default: cordon-init next to the running binary
   std::string default_seccomp_profile;  // default: seccomp/default.json next to the binary
+  // Host directories no job may write (the daemon's socket directory): a policy whose cwdRoot
+  // contains or is one of them is refused at open.
+  std::vector<std::string> job_unwritable_paths;
   uint32_t host_id_base = 0x70000000;
   uint32_t host_id_count = 65536;
   size_t settled_cache = 256;  // settled jobs kept in memory; the rest are read from disk

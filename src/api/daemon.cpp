@@ -13,6 +13,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <climits>
+#include <cstddef>
 #include <fstream>
 #include <iterator>
 #include <cerrno>
@@ -34,6 +36,7 @@
 #include "base/strings.hpp"
 #include "policy/policy.hpp"
 #include "base/unique_fd.hpp"
+#include "sys/fs.hpp"
 
 namespace cordon::api {
 namespace {
@@ -318,6 +321,27 @@ Result<std::optional<UniqueFd>> activated_socket() {
   return std::optional<UniqueFd>(UniqueFd(3));
 }
 
+// The real directory of an activated socket's path, if it has one (not an abstract socket).
+std::optional<std::string> activated_socket_dir(int fd) {
+  sockaddr_un addr{};
+  socklen_t len = sizeof addr;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0 ||
+      len <= offsetof(sockaddr_un, sun_path) || addr.sun_path[0] == '\0') {
+    return std::nullopt;
+  }
+  std::string path(addr.sun_path, strnlen(addr.sun_path, sizeof addr.sun_path));
+  auto slash = path.rfind('/');
+  if (slash == std::string::npos) {
+    return std::nullopt;
+  }
+  char real[PATH_MAX];
+  std::string dir = slash == 0 ? "/" : path.substr(0, slash);
+  if (::realpath(dir.c_str(), real) == nullptr) {
+    return dir;
+  }
+  return std::string(real);
+}
+
 // What the first line of a connection asked for.
 struct Hello {
   std::optional<std::string> name;  // a named session; unset: one for this connection only
@@ -485,7 +509,16 @@ int run_daemon(const DaemonOptions& options) {
     listener = std::move(**activated);
     path = "(socket activation)";
   }
-  auto engine = Engine::open(options.engine);
+  // A socket in a directory jobs can write is one a job can replace (unlink, bind its own):
+  // the engine refuses a policy whose cwdRoot contains the socket's directory.
+  EngineOptions engine_options = options.engine;
+  if (own_socket) {
+    auto real = sys::fd_path(own.dir.get());
+    engine_options.job_unwritable_paths.push_back(real ? *real : own.dir_path);
+  } else if (auto dir = activated_socket_dir(listener.get())) {
+    engine_options.job_unwritable_paths.push_back(*dir);
+  }
+  auto engine = Engine::open(engine_options);
   if (!engine) {
     log->error("cannot start: {}", engine.error().message());
     own.remove();

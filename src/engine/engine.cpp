@@ -2320,6 +2320,7 @@ Result<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
   if (!o.policy_path.empty()) {
     auto guard = policy::HostPathGuard::from_system(
         {o.state_dir, o.spawner_path, o.init_path, o.default_seccomp_profile, bin_dir});
+    guard.job_unwritable = o.job_unwritable_paths;
     CORDON_TRY_CTX(p, policy::load_policy(o.policy_path, guard), "load policy `{}`", o.policy_path);
     impl->pol.emplace(std::move(p));
     if (impl->pol->git) {

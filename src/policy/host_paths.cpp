@@ -101,4 +101,20 @@ Result<void> HostPathGuard::check(const std::string& resolved, const std::string
   return {};
 }
 
+Result<void> HostPathGuard::check_writable(const std::string& resolved,
+                                           const std::string& what) const {
+  CORDON_CHECK(check(resolved, what));
+  std::string p = normalize_path(resolved);
+  for (const auto& dir : job_unwritable) {
+    if (path_within(normalize_path(dir), p)) {
+      return refusal(
+          "{} `{}` contains the daemon's socket directory `{}`: jobs can write there, so a job "
+          "could replace the socket and answer the next client in the daemon's place. Put "
+          "--socket outside every directory jobs can write, e.g. /run/cordon/daemon.sock",
+          what, p, dir);
+    }
+  }
+  return {};
+}
+
 }  // namespace cordon::policy

@@ -15,6 +15,10 @@ namespace cordon::policy {
 struct HostPathGuard {
   std::vector<std::string> protected_paths;  // cordon's own files and directories (resolved)
   std::vector<std::string> home_dirs;        // from the passwd database
+  // Must not lie in a directory jobs can write (the daemon's socket directory: a job there
+  // could unlink the socket and bind its own, and the next client would talk to the job);
+  // a working root inside one of them is fine.
+  std::vector<std::string> job_unwritable;
 
   /// Reads home directories from `passwd_path` (default /etc/passwd).
   static HostPathGuard from_system(std::vector<std::string> protected_paths,
@@ -23,6 +27,11 @@ struct HostPathGuard {
   /// `what` names the option in the refusal ("--root", "--ro"). `resolved` is absolute and
   /// symlink-free (the kernel's path of an opened fd).
   [[nodiscard]] Result<void> check(const std::string& resolved, const std::string& what) const;
+
+  /// check(), for a directory jobs can write (cwdRoot): also refuses one that contains or is
+  /// a `job_unwritable` path.
+  [[nodiscard]] Result<void> check_writable(const std::string& resolved,
+                                            const std::string& what) const;
 };
 
 }  // namespace cordon::policy

@@ -1000,7 +1000,7 @@ Result<void> bind_policy(Policy& p, const HostPathGuard& guard) {
                  sys::openat2_fd(AT_FDCWD, p.cwd_root, O_PATH | O_DIRECTORY, RESOLVE_NO_MAGICLINKS),
                  "policy: cwdRoot");
   CORDON_TRY(root, sys::fd_path(fd.get()));
-  CORDON_CHECK_CTX(guard.check(root, "cwdRoot"), "policy");
+  CORDON_CHECK_CTX(guard.check_writable(root, "cwdRoot"), "policy");
   std::vector<std::string> ro;
   for (const auto& path : p.read_only_paths) {
     CORDON_TRY_CTX(r, resolve_host_path(path, 0), "policy: readOnlyPaths");

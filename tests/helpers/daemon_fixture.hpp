@@ -249,6 +249,22 @@ class DaemonProcess {
     return ::poll(&p, 1, 0) == 0;
   }
 
+  // True once the daemon has exited (reaped here, pid() is then -1), waiting at most `deadline`
+  // on its pidfd: for a daemon that fails after its socket appeared (start() returned).
+  bool exited_within(std::chrono::milliseconds deadline) {
+    if (pid_ <= 0) {
+      return true;
+    }
+    struct pollfd p = {pidfd_, POLLIN, 0};
+    if (pidfd_ < 0 || ::poll(&p, 1, static_cast<int>(deadline.count())) != 1) {
+      return false;
+    }
+    int st = 0;
+    ::waitpid(pid_, &st, 0);
+    pid_ = -1;
+    return true;
+  }
+
   // For a failed alive() check: how the daemon ended (reaped here) and the end of its log
   // (stderr), where a sanitizer report or a fatal error would be.
   std::string death() {

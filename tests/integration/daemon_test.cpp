@@ -371,6 +371,25 @@ BOOST_AUTO_TEST_CASE(a_client_refuses_a_daemon_run_by_another_uid_and_sends_it_n
   BOOST_TEST(got.find("hunter2") == std::string::npos);
 }
 
+// Failure fixed: a socket in the policy's working root passed the directory check (the
+// idmapped sandbox is not "others"), and a job could unlink it and bind its own, so the next
+// client talked to the job. Refused at start-up, the socket removed again.
+BOOST_AUTO_TEST_CASE(refuses_a_socket_inside_the_working_root) {
+  DaemonProcess d(json::object(), {}, /*start_now=*/false);
+  const std::string root = d.box().root;
+  for (const std::string& sock : {root + "/d.sock", root + "/run/d.sock"}) {
+    d.start({"--socket", sock});
+    BOOST_TEST(d.exited_within(30s), sock);  // the socket may appear before the refusal
+    std::string log = d.log_text();
+    BOOST_TEST(log.find("cwdRoot `" + root + "` contains the daemon's socket directory") !=
+                   std::string::npos,
+               log);
+    BOOST_TEST(log.find("Put --socket outside every directory jobs can write") != std::string::npos,
+               log);
+    BOOST_TEST(!std::filesystem::exists(sock), sock);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(serves_a_systemd_activated_socket) {
   DaemonProcess d(json::object(), {}, /*start_now=*/false);
   int l = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
