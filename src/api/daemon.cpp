@@ -45,6 +45,11 @@ using json = nlohmann::json;
 
 constexpr size_t kMaxHandshake = 4096;
 constexpr int kHandshakeTimeoutMs = 10000;
+// Connections being refused (their first line read, the reason sent) at once, for each kind
+// of refusal; beyond this a connection to refuse is closed at once. Each waits this long at most
+// for the first line.
+constexpr size_t kMaxRefusing = 8;
+constexpr int kRefusalReadMs = 2000;
 
 // One line, bounded in size and time: a client that stalls mid-handshake is dropped.
 std::optional<std::string> read_line(int fd, size_t max, int timeout_ms) {
@@ -531,15 +536,21 @@ int run_daemon(const DaemonOptions& options) {
   size_t max_connections = std::min<size_t>(options.max_connections, settings->max_connections);
   log->info("listening on `{}`; state dir `{}`", path, options.engine.state_dir);
 
-  std::list<std::unique_ptr<Connection>> conns;
-  auto reap = [&conns](bool all) {
-    for (auto it = conns.begin(); it != conns.end();) {
+  // Served connections count against maxConnections; refusals (a uid not served, a daemon
+  // full) have a small bound of their own. Failure fixed: a refused uid's connection took a
+  // served slot (and a thread waiting 10 s for its first line), so eight of them filled a
+  // daemon of maxConnections 8 and every legitimate client was turned away.
+  // The two kinds of refusal are bounded apart, so refused uids cannot keep a full daemon from
+  // telling an allowed client why it is turned away.
+  std::list<std::unique_ptr<Connection>> conns, refused_uids, refused_full;
+  auto reap = [](std::list<std::unique_ptr<Connection>>& list, bool all) {
+    for (auto it = list.begin(); it != list.end();) {
       if (all || (*it)->done) {
         if (all) {
           ::shutdown((*it)->fd.get(), SHUT_RDWR);  // its reader sees EOF and ends
         }
         (*it)->thread.join();
-        it = conns.erase(it);
+        it = list.erase(it);
       } else {
         ++it;
       }
@@ -551,7 +562,9 @@ int run_daemon(const DaemonOptions& options) {
       log->error("poll: {}", errno_name(errno));
       break;
     }
-    reap(false);
+    reap(conns, false);
+    reap(refused_uids, false);
+    reap(refused_full, false);
     if (p[1].revents & POLLIN) {
       log->info("signal received: closing every connection and stopping");
       break;
@@ -574,17 +587,38 @@ int run_daemon(const DaemonOptions& options) {
     struct ucred cred {};
     socklen_t len = sizeof cred;
     std::string refused;
+    auto* refusals = &refused_uids;
     if (::getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
         allowed.count(cred.uid) == 0) {
       refused = fmt::format(
           "uid {} may not use this daemon; ask its operator to add {} to the policy's "
           "daemon.allowedUids",
           cred.uid, cred.uid);
+    } else if (conns.size() >= max_connections) {
+      refused =
+          fmt::format("the daemon serves {} connections already; retry later", max_connections);
+      refusals = &refused_full;
     }
-    if (conns.size() >= max_connections) {
-      send_line(c, {{"ok", false},
-                    {"error", fmt::format("the daemon serves {} connections already; retry later",
-                                          max_connections)}});
+    if (!refused.empty()) {
+      if (refusals->size() >= kMaxRefusing) {
+        continue;  // closed at once: refusals in flight are bounded, the served slots untouched
+      }
+      auto conn = std::make_unique<Connection>();
+      conn->fd = std::move(cfd);
+      Connection* raw = conn.get();
+      try {
+        conn->thread = std::thread([raw, log, refused] {
+          // Read the client's first line before answering: closing a socket with unread input
+          // resets it, and the client would never see why (it saw EPIPE at its handshake).
+          (void)read_line(raw->fd.get(), kMaxHandshake, kRefusalReadMs);
+          send_line(raw->fd.get(), {{"ok", false}, {"error", refused}});
+          log->warn("refused a connection: {}", refused);
+          raw->done = true;
+        });
+      } catch (const std::system_error&) {
+        continue;  // no thread: closed at once
+      }
+      refusals->push_back(std::move(conn));
       continue;
     }
     auto conn = std::make_unique<Connection>();
@@ -595,16 +629,8 @@ int run_daemon(const DaemonOptions& options) {
     // of the daemon's cgroup) turns the client away; std::thread's exception would end the
     // daemon and every session with it.
     try {
-      conn->thread = std::thread([raw, uid, shared, limits, log, refused] {
-        if (!refused.empty()) {
-          // Read the client's first line before answering: closing a socket with unread input
-          // resets it, and the client would never see why.
-          (void)read_line(raw->fd.get(), kMaxHandshake, kHandshakeTimeoutMs);
-          send_line(raw->fd.get(), {{"ok", false}, {"error", refused}});
-          log->warn("refused a connection: {}", refused);
-        } else {
-          serve_connection(raw->fd.get(), uid, shared, limits, log);
-        }
+      conn->thread = std::thread([raw, uid, shared, limits, log] {
+        serve_connection(raw->fd.get(), uid, shared, limits, log);
         raw->done = true;
       });
     } catch (const std::system_error& e) {
@@ -618,7 +644,9 @@ int run_daemon(const DaemonOptions& options) {
     }
     conns.push_back(std::move(conn));
   }
-  reap(true);
+  reap(conns, true);
+  reap(refused_uids, true);
+  reap(refused_full, true);
   listener.reset();
   own.remove();
   return 0;
@@ -653,12 +681,16 @@ Result<UniqueFd> connect_session(const std::string& socket_path, const std::stri
   if (!session.empty()) {
     hello["session"] = session;  // named: outlives the connection
   }
-  if (!send_line(sock.get(), hello)) {
-    return sys_error("send the handshake");
-  }
+  // A daemon that refuses (full, or not serving this uid) may have answered and closed before
+  // the handshake went out: its reason is still read, rather than reporting only EPIPE.
+  const bool sent = send_line(sock.get(), hello);
+  const int send_errno = errno;
   auto reply = read_line(sock.get(), kMaxHandshake, kHandshakeTimeoutMs);
   json r = reply ? json::parse(*reply, nullptr, false) : json();
   if (!json_fields::boolean(r, "ok")) {
+    if (!r.is_object() && !sent) {
+      return errno_error(send_errno, "send the handshake to `{}`", socket_path);
+    }
     return refusal("the daemon refused: {}",
                    r.is_object() ? json_fields::str(r, "error", "no reason") : "no answer");
   }

@@ -134,6 +134,54 @@ BOOST_AUTO_TEST_CASE(refuses_a_peer_uid_the_policy_does_not_list) {
   BOOST_TEST(got.find("daemon.allowedUids") != std::string::npos, got);
 }
 
+// Failure fixed: a connection of a uid the daemon refuses took one of daemon.maxConnections
+// (and a thread waiting 10 s for its first line), so a few of them turned every legitimate
+// client away; and a full daemon wrote "retry later" and closed without reading the
+// handshake, so clients usually saw EPIPE instead of the reason.
+BOOST_AUTO_TEST_CASE(refused_uids_take_no_slot_and_a_full_daemon_says_why) {
+  DaemonProcess d(json{{"daemon", {{"allowedUids", json::array({65533})}, {"maxConnections", 2}}}});
+  int ready[2], hold[2];
+  BOOST_REQUIRE(::pipe2(ready, O_CLOEXEC) == 0 && ::pipe2(hold, O_CLOEXEC) == 0);
+  pid_t refused = ::fork();
+  if (refused == 0) {
+    // Twenty connections of uid 65534 that never send a line, held until the test is done.
+    ::close(hold[1]);
+    if (::setresgid(65534, 65534, 65534) != 0 || ::setresuid(65534, 65534, 65534) != 0) {
+      ::_exit(2);
+    }
+    for (int i = 0; i < 20; ++i) {
+      if (d.connect_fd() < 0) ::_exit(3);
+    }
+    (void)::write(ready[1], "r", 1);
+    char c;
+    (void)::read(hold[0], &c, 1);  // EOF when the test closes its end
+    ::_exit(0);
+  }
+  ::close(ready[1]);
+  ::close(hold[0]);
+  char r = 0;
+  BOOST_REQUIRE(::read(ready[0], &r, 1) == 1);
+  ::close(ready[0]);
+  LineClient a(d.connect_fd()), b(d.connect_fd());
+  BOOST_TEST(a.handshake("a"));
+  BOOST_TEST(b.handshake("b"));
+  // Both slots are taken now: the next clients are told why, and exit with their codes.
+  for (int i = 0; i < 3; ++i) {
+    auto run = run_process({cordon_bin(), "run", "--socket", d.sock(), "--", "/bin/echo", "hi"});
+    BOOST_TEST(run.exit_code() == 125, run.err);
+    BOOST_TEST(
+        run.err.find("the daemon serves 2 connections already; retry later") != std::string::npos,
+        run.err);
+  }
+  auto list = run_process({cordon_bin(), "list", "--socket", d.sock(), "--session", "c"});
+  BOOST_TEST(list.exit_code() == 3, list.err);
+  BOOST_TEST(list.err.find("retry later") != std::string::npos, list.err);
+  ::close(hold[1]);
+  int st = 0;
+  ::waitpid(refused, &st, 0);
+  BOOST_TEST((WIFEXITED(st) && WEXITSTATUS(st) == 0));
+}
+
 BOOST_AUTO_TEST_CASE(sessions_are_per_uid_and_a_named_one_survives_a_reconnect) {
   DaemonProcess d(json{{"daemon", {{"allowedUids", json::array({65533})}}}});
   std::string id;
