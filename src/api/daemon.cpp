@@ -51,8 +51,11 @@ constexpr int kHandshakeTimeoutMs = 10000;
 constexpr size_t kMaxRefusing = 8;
 constexpr int kRefusalReadMs = 2000;
 
-// One line, bounded in size and time: a client that stalls mid-handshake is dropped.
+// One line, bounded in size and time: a client that stalls mid-handshake is dropped. The time
+// bounds the whole line. Failure fixed: it bounded each wait for more bytes, so a client
+// trickling one byte every few seconds held a connection (and its thread) for ever.
 std::optional<std::string> read_line(int fd, size_t max, int timeout_ms) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   // Peeks, then takes exactly through the newline: what follows the line stays in the socket
   // for whoever reads next (the MCP server after a handshake, a relay), and a line costs a few
   // syscalls rather than two per byte.
@@ -62,7 +65,9 @@ std::optional<std::string> read_line(int fd, size_t max, int timeout_ms) {
     struct pollfd p {
       fd, POLLIN, 0
     };
-    if (::poll(&p, 1, timeout_ms) <= 0) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        until - std::chrono::steady_clock::now());
+    if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) <= 0) {
       return std::nullopt;
     }
     // A line of `max` chars or more (before its newline) is refused, as it always was.

@@ -114,7 +114,11 @@ class Server {
     }
     char buf[65536];
     using Clock = std::chrono::steady_clock;
-    auto last_input = Clock::now();
+    // Both limits are per line, not per byte. Failure fixed: every read reset one clock, so a
+    // client trickling a byte every few seconds never stalled, and one sending a bare "\n"
+    // now and then was never idle. `line_began`: when the unfinished line's first byte came;
+    // `last_request`: when the last line with content ended (or a call was in flight).
+    auto line_began = Clock::now(), last_request = Clock::now();
     int code = 0;
     for (;;) {
       if (output_broken()) {
@@ -132,22 +136,25 @@ class Server {
           log_->error("poll: {}", errno_name(errno));
           break;
         }
+        reap_calls(false);
+        const auto now = Clock::now();
+        if (live_calls() > 0) {
+          last_request = now;  // a call in flight is not idleness
+        }
+        if (lines.pending() && limits.stall_timeout.count() > 0 &&
+            now - line_began >= limits.stall_timeout) {
+          log_->warn("closing: a request line stalled for {} ms unfinished",
+                     limits.stall_timeout.count());
+          code = 1;
+          break;
+        }
+        if (!lines.pending() && limits.idle_timeout.count() > 0 &&
+            now - last_request >= limits.idle_timeout) {
+          log_->info("closing: idle for {} ms", limits.idle_timeout.count());
+          code = 1;
+          break;
+        }
         if (r <= 0) {
-          reap_calls(false);
-          auto still = Clock::now() - last_input;
-          if (lines.pending() && limits.stall_timeout.count() > 0 &&
-              still >= limits.stall_timeout) {
-            log_->warn("closing: a request line stalled for {} ms unfinished",
-                       limits.stall_timeout.count());
-            code = 1;
-            break;
-          }
-          if (!lines.pending() && limits.idle_timeout.count() > 0 && still >= limits.idle_timeout &&
-              live_calls() == 0) {
-            log_->info("closing: idle for {} ms", limits.idle_timeout.count());
-            code = 1;
-            break;
-          }
           continue;
         }
       }
@@ -159,20 +166,30 @@ class Server {
         log_->error("read: {}", errno_name(errno));
         break;
       }
-      last_input = Clock::now();
       if (n == 0) {
         for (auto& l : lines.finish()) {
           rpc_.handle_line(l.text);
         }
         break;
       }
+      const bool was_pending = lines.pending();
+      const auto now = Clock::now();
+      bool ended = false;
       for (auto& l : lines.feed(std::string_view(buf, static_cast<size_t>(n)))) {
+        ended = true;
         if (l.overlong) {
+          last_request = now;
           log_->warn("discarded a line longer than {} bytes", rpc::kMaxLineBytes);
           rpc_.handle_overlong(rpc::kMaxLineBytes);
         } else {
+          if (l.text.find_first_not_of(" \t\r") != std::string::npos) {
+            last_request = now;
+          }
           rpc_.handle_line(l.text);
         }
+      }
+      if (lines.pending() && (!was_pending || ended)) {
+        line_began = now;  // a new line began in these bytes
       }
       reap_calls(false);
     }

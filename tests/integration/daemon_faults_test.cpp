@@ -59,7 +59,54 @@ std::optional<std::chrono::milliseconds> served(const DaemonProcess& d, const st
                                                                t0);
 }
 
+// Sends `bytes` one byte at a time, `every` apart (waiting on the socket meanwhile, so a close
+// is seen at once); returns how long until the daemon closed the connection, or nullopt when
+// it was still open after `limit`.
+std::optional<std::chrono::milliseconds> trickle_until_closed(LineClient& c,
+                                                              const std::string& bytes,
+                                                              std::chrono::milliseconds every,
+                                                              std::chrono::milliseconds limit) {
+  auto t0 = std::chrono::steady_clock::now();
+  for (size_t i = 0; std::chrono::steady_clock::now() - t0 < limit; ++i) {
+    if (!c.send_raw(bytes.substr(i % bytes.size(), 1)) || c.closed_within(every)) {
+      return std::chrono::duration_cast<std::chrono::milliseconds>(
+          std::chrono::steady_clock::now() - t0);
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
+
+// Failure fixed: the handshake's 10 s and daemon.stallTimeoutMs bounded each wait for more
+// bytes, not the line, and the idle limit was reset by any byte: a client sending one byte
+// at a time, or a bare newline now and then, held its connection (and a thread) for ever.
+BOOST_AUTO_TEST_CASE(a_trickled_handshake_a_trickled_line_and_bare_newlines_are_closed) {
+  DaemonProcess d(json{{"daemon", {{"stallTimeoutMs", 1000}, {"idleTimeoutMs", 1500}}}});
+  LineClient hs(d), line(d), blank(d);
+  BOOST_REQUIRE(line.handshake("line") && line.initialize());
+  BOOST_REQUIRE(blank.handshake("blank") && blank.initialize());
+  // Boost.Test's checks are not thread-safe: the threads only measure.
+  std::optional<std::chrono::milliseconds> t_line, t_blank;
+  std::thread t1([&] {
+    t_line =
+        trickle_until_closed(line, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"", 200ms, 15s);
+  });
+  std::thread t2([&] { t_blank = trickle_until_closed(blank, "\n", 200ms, 15s); });
+  // The handshake: 10 s for the whole line, however its bytes come.
+  auto t_hs =
+      trickle_until_closed(hs, "{\"cordon\":\"connect\",\"session\":\"a-long-name\"", 300ms, 25s);
+  t1.join();
+  t2.join();
+  BOOST_TEST(t_line.has_value(), "a line trickled byte by byte was never closed");
+  if (t_line) BOOST_TEST(t_line->count() < 6000, t_line->count() << " ms");
+  BOOST_TEST(t_blank.has_value(), "bare newlines kept an idle connection open");
+  if (t_blank) BOOST_TEST(t_blank->count() < 6000, t_blank->count() << " ms");
+  BOOST_TEST(t_hs.has_value(), "a handshake trickled byte by byte was never closed");
+  if (t_hs) BOOST_TEST(t_hs->count() < 15000, t_hs->count() << " ms");
+  BOOST_TEST(d.alive(), d.death());
+  BOOST_TEST(served(d, "after").has_value());
+}
 
 // A client starts a call that waits (run_command on a 3 s sleep) and hangs up. The daemon
 // serves others meanwhile, later finds the client gone when the reply is due (EPIPE, not
