@@ -5,6 +5,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -46,6 +47,31 @@ constexpr uint64_t kTaskPollMs = 500;
 constexpr size_t kTaskPage = 100;       // tasks/list page size
 constexpr size_t kRecentSettled = 256;  // settles remembered for a watch that comes late
 constexpr size_t kMaxRefusedTasks = 256;
+// Bounds on what a client makes the server keep. Failure fixed: resources/subscribe stored any
+// URI of any size, unchecked, without limit (40 URIs of 8 MiB took a daemon from 6 to 383 MB),
+// and each refused task kept its whole refusal, which echoes the argv (4 MiB × 256 records).
+constexpr size_t kMaxSubscriptions = 1024;  // per connection
+constexpr size_t kMaxUriBytes = 512;        // a job's URI is the prefix and a short id
+constexpr size_t kMaxKeptTextBytes = 4096;  // per string of a refused task's stored record
+
+// Cuts every string in `j` longer than `max` bytes (at a UTF-8 boundary) and marks the cut.
+void clip_strings(json& j, size_t max) {
+  if (j.is_string()) {
+    auto& s = j.get_ref<std::string&>();
+    if (s.size() > max) {
+      size_t cut = max;
+      while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) {
+        --cut;
+      }
+      s.resize(cut);
+      s += "\u2026";
+    }
+  } else if (j.is_structured()) {
+    for (auto& v : j) {
+      clip_strings(v, max);
+    }
+  }
+}
 
 // RFC 5424 severities as MCP names them, least severe first.
 const std::vector<std::string> kLogLevels = {"debug", "info",     "notice", "warning",
@@ -387,11 +413,34 @@ class Server {
                             {{"uri", r.params["uri"]}}));
     });
     rpc_.on("resources/subscribe", [this](const rpc::Request& r, rpc::Reply reply) {
-      if (job_of_uri(r, reply)) {
-        std::lock_guard<std::mutex> lock(mu_);
-        subscribed_.insert(r.params["uri"].get<std::string>());
-        reply(rpc::make_result(r.id, json::object()));
+      if (r.params.is_object() && r.params.contains("uri") && r.params["uri"].is_string() &&
+          r.params["uri"].get_ref<const std::string&>().size() > kMaxUriBytes) {
+        return invalid_params(
+            r, reply,
+            fmt::format("`/uri` is {} bytes; a job's URI ({}<taskId>) is at most {}",
+                        r.params["uri"].get_ref<const std::string&>().size(), kJobUriPrefix,
+                        kMaxUriBytes));
       }
+      auto id = job_of_uri(r, reply);
+      if (!id) {
+        return;
+      }
+      if (!in_session(*id)) {
+        return reply(
+            rpc::make_error(r.id, rpc::kResourceNotFound,
+                            fmt::format("Resource not found: no job `{}` in this session", *id),
+                            {{"uri", r.params["uri"]}}));
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      const std::string uri = r.params["uri"].get<std::string>();
+      if (!subscribed_.contains(uri) && subscribed_.size() >= kMaxSubscriptions) {
+        return invalid_params(r, reply,
+                              fmt::format("this connection holds {} subscriptions, the most it "
+                                          "may; unsubscribe from settled jobs first",
+                                          subscribed_.size()));
+      }
+      subscribed_.insert(uri);
+      reply(rpc::make_result(r.id, json::object()));
     });
     rpc_.on("resources/unsubscribe", [this](const rpc::Request& r, rpc::Reply reply) {
       if (job_of_uri(r, reply)) {
@@ -420,6 +469,13 @@ class Server {
         }
       }
     });
+  }
+
+  // Whether this session has the job (listed: looking is not reading it, `finished` stays).
+  bool in_session(const std::string& id) {
+    auto jobs = engine_->list(session_, std::nullopt);
+    return jobs && std::any_of(jobs->begin(), jobs->end(),
+                               [&](const JobStatus& s) { return s.task_id == id; });
   }
 
   std::optional<std::string> job_of_uri(const rpc::Request& r, const rpc::Reply& reply) {
@@ -658,7 +714,11 @@ class Server {
               {"createdAt", created},
               {"lastUpdatedAt", created},
               {"ttl", nullptr}};
-      refused_[id] = {task, std::move(refusal)};
+      // Kept for tasks/get and tasks/result: bounded, since the refusal echoes the argv.
+      json kept_task = task;
+      clip_strings(kept_task, kMaxKeptTextBytes);
+      clip_strings(refusal, kMaxKeptTextBytes);
+      refused_[id] = {std::move(kept_task), std::move(refusal)};
       refused_order_.push_back(id);
       if (refused_order_.size() > kMaxRefusedTasks) {
         refused_.erase(refused_order_.front());

@@ -591,6 +591,46 @@ BOOST_AUTO_TEST_CASE(a_refused_start_is_a_failed_task_whose_result_is_the_refusa
   BOOST_TEST(rpc(s, "tasks/cancel", {{"taskId", id}})["error"]["code"] == -32602);
 }
 
+// Failure fixed: a refused task's record kept the whole refusal, which echoes the argv (256
+// records of a 4 MiB argv each). The answer to the call is whole; what is kept is clipped.
+BOOST_AUTO_TEST_CASE(a_refused_task_keeps_a_bounded_refusal) {
+  EngineEnv env;
+  Server s(env);
+  const std::string big = "/usr/bin/" + std::string(256 * 1024, 'x');
+  json created = task_call(s, "run_command", {{"argv", {big}}}, json::object());
+  const json& task = created["result"]["task"];
+  BOOST_REQUIRE(task["status"] == "failed");
+  BOOST_TEST(task["statusMessage"].get<std::string>().size() > big.size(), "the answer is whole");
+  std::string id = task["taskId"];
+  std::string kept = rpc(s, "tasks/get", {{"taskId", id}})["result"]["statusMessage"];
+  BOOST_TEST(kept.size() <= 4096u + 3, kept.size());
+  BOOST_TEST(kept.ends_with("\u2026"));
+  json r = rpc(s, "tasks/result", {{"taskId", id}});
+  BOOST_TEST(r["result"].dump().size() < 64u * 1024, r["result"].dump().size());
+  BOOST_TEST(r["result"]["structuredContent"]["error"]["code"] == "refused");
+}
+
+// Failure fixed: resources/subscribe stored any URI, of any size, for a job or not (40 of
+// 8 MiB took a daemon from 6 to 383 MB). A URI past 512 bytes is invalid params; one naming no
+// job of the session is not found; the job's own URI is still subscribed.
+BOOST_AUTO_TEST_CASE(a_subscription_needs_a_job_of_the_session_and_a_short_uri) {
+  EngineEnv env;
+  Server s(env);
+  auto huge = s.proc.request("resources/subscribe",
+                             {{"uri", "cordon://jobs/" + std::string(1 << 20, 'x')}});
+  BOOST_REQUIRE(huge.has_value());
+  BOOST_TEST((*huge)["error"]["code"] == -32602, huge->dump().substr(0, 300));
+  BOOST_TEST((*huge)["error"]["message"].get<std::string>().find("at most 512") !=
+             std::string::npos);
+  auto unknown = s.proc.request("resources/subscribe", {{"uri", "cordon://jobs/t-none"}});
+  BOOST_REQUIRE(unknown.has_value());
+  BOOST_TEST((*unknown)["error"]["code"] == -32002, unknown->dump());
+  std::string id = s.sc("run_command", {{"argv", {"/bin/echo", "x"}}})["taskId"];
+  auto sub = s.proc.request("resources/subscribe", {{"uri", "cordon://jobs/" + id}});
+  BOOST_REQUIRE(sub.has_value());
+  BOOST_TEST((*sub)["result"] == json::object(), sub->dump());
+}
+
 // JSON Schema counts 1e300 as an integer, and `offset` has no maximum. A number past what a
 // uint64 holds reads as its maximum: an offset past the end, an empty page. (The cast from such
 // a double is undefined behaviour, which UBSan here turns into an abort.)
