@@ -185,6 +185,10 @@ class Engine {
   /// The task ids a session knows (for refusals that list them); an error when the session's
   /// job index cannot be read (never an empty list in its place).
   [[nodiscard]] Result<std::vector<std::string>> known_ids(const std::string& session);
+  /// A session that will start nothing more (a daemon connection's unnamed session, ended with
+  /// it): with rootPerSession its working root's fd is closed and the directory removed when
+  /// empty. Its jobs and records stay. A later start in that session opens the root again.
+  void release_session(const std::string& session);
   /// The policy's git section, or nullopt when the git tools are not enabled.
   [[nodiscard]] std::optional<GitSettings> git_settings();
   /// Calls `callback` for every job of every session that settles from now on, on the thread

@@ -438,6 +438,7 @@ void end_session(Engine& engine, const std::string& session) {
   if (!running.empty()) {
     (void)engine.kill_many(session, running);
   }
+  engine.release_session(session);
 }
 
 void serve_connection(int fd, uid_t uid, const std::shared_ptr<Engine>& engine,

@@ -2942,6 +2942,19 @@ Result<std::vector<std::string>> Engine::known_ids(const std::string& session) {
   return impl_->session_ids(session);
 }
 
+// Failure fixed (a review, session 11): with rootPerSession every daemon connection's unnamed
+// session kept its root's fd and directory for the daemon's life (200 `cordon run --socket`
+// calls: 200 fds, 200 directories), and the directory was made even for a refused start.
+void Engine::release_session(const std::string& session) {
+  auto& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.mu);
+  if (m.session_policies.erase(session) == 0 || !m.pol) {
+    return;
+  }
+  // Empty only: whatever a command left there is the user's. ENOTEMPTY leaves it as it is.
+  (void)::unlinkat(m.pol->root_fd->get(), session.c_str(), AT_REMOVEDIR);
+}
+
 std::optional<GitSettings> Engine::git_settings() {
   std::lock_guard<std::mutex> lock(impl_->mu);
   if (!impl_->pol || !impl_->pol->git) {

@@ -448,6 +448,42 @@ BOOST_AUTO_TEST_CASE(root_per_session_gives_each_session_its_own_working_root) {
   BOOST_TEST(!escape.has_value());
 }
 
+namespace {
+size_t open_fds() {
+  return static_cast<size_t>(std::distance(std::filesystem::directory_iterator("/proc/self/fd"),
+                                           std::filesystem::directory_iterator{}));
+}
+}  // namespace
+
+// Failure fixed (a review, session 11): a daemon's unnamed sessions each kept their root's fd
+// and directory for ever, also after a refused start.
+BOOST_AUTO_TEST_CASE(a_released_session_gives_back_its_root_fd_and_empty_directory) {
+  EngineEnv env(nlohmann::json{{"rootPerSession", true}});
+  auto e = open_or_fail(env);
+  size_t before = open_fds();
+  for (int i = 0; i < 20; ++i) {
+    std::string session = "conn-" + std::to_string(i);
+    auto refused = e->start(session, {.argv = {"/bin/true"}, .cwd = env.box.base});
+    BOOST_REQUIRE(!refused.has_value());
+    BOOST_TEST(std::filesystem::exists(env.box.root + "/" + session));
+    e->release_session(session);
+    BOOST_TEST(!std::filesystem::exists(env.box.root + "/" + session), session);
+  }
+  BOOST_TEST(open_fds() <= before + 2, open_fds() << " fds open, " << before << " before");
+  // A session whose command left a file keeps its directory; the session works again after.
+  auto s = e->start("kept", {.argv = {"/bin/sh", "-c", "echo x > left"}});
+  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+  BOOST_REQUIRE(e->status("kept", s->task_id, 20s).has_value());
+  e->release_session("kept");
+  BOOST_TEST(std::filesystem::exists(env.box.root + "/kept/left"));
+  auto again = e->start("kept", {.argv = {"/bin/cat", "left"}});
+  BOOST_REQUIRE_MESSAGE(again.has_value(), describe(again));
+  BOOST_REQUIRE(e->status("kept", again->task_id, 20s).has_value());
+  auto out = e->output("kept", again->task_id, {});
+  BOOST_REQUIRE(out.has_value());
+  BOOST_TEST(out->content == "x\n");
+}
+
 BOOST_AUTO_TEST_CASE(root_per_session_resolves_relative_cwds_in_the_session_root) {
   EngineEnv env(nlohmann::json{{"rootPerSession", true}});
   std::filesystem::create_directories(env.box.root + "/gamma/sub");
