@@ -616,6 +616,10 @@ int run_via_daemon(const RunArgs& a) {
   if (!seconds_fit(a.timeout_s)) {
     return refuse("--timeout must be at most 1000000000 seconds");
   }
+  // As the standalone run: not positive is refused (it was sent as a 1 ms timeout).
+  if (a.timeout_s && !(*a.timeout_s > 0)) {
+    return refuse("--timeout must be positive");
+  }
   if (a.timeout_s) {
     args["timeoutMs"] = static_cast<uint64_t>(std::max(1.0, *a.timeout_s * 1000));
   }
@@ -1248,6 +1252,10 @@ int client_command(const std::string& cmd, int argc, char** argv) {
         std::printf("%s\n", tail.c_str());
       }
     }
+  }
+  // Failure fixed (a review, session 11): a wait that timed out exited 0, as if done.
+  if (cmd == "wait" && !jf::boolean(sc, "done")) {
+    return kExitWaitTimedOut;
   }
   return 0;
 }

@@ -12,5 +12,7 @@ inline constexpr int kExitTimeout = 124;
 inline constexpr int kExitRefused = 125;  // refused, or cordon could not set the run up
 inline constexpr int kExitCannotExec = 126;
 inline constexpr int kExitNotFound = 127;
+// `cordon wait`: the wait ended before its condition was met (timeout(1)'s code).
+inline constexpr int kExitWaitTimedOut = 124;
 
 }  // namespace cordon::api

@@ -511,6 +511,16 @@ BOOST_AUTO_TEST_CASE(cli_commands_drive_the_daemon) {
   auto refused = cli({"start", "--", "/usr/bin/wget"});
   BOOST_TEST(refused.exit_code() == 1);
   BOOST_TEST(refused.err.find("not allowed") != std::string::npos, refused.err);
+  // Failure fixed (a review, session 11): a wait that timed out exited 0, as if done.
+  auto sleeper = cli({"start", "--json", "--", "/bin/sleep", "30"});
+  BOOST_REQUIRE_MESSAGE(sleeper.exit_code() == 0, sleeper.err);
+  std::string sleeping = nlohmann::json::parse(sleeper.out, nullptr, false).value("taskId", "");
+  BOOST_REQUIRE(!sleeping.empty());
+  auto waited = cli({"wait", sleeping, "--timeout-ms", "200"});
+  BOOST_TEST(waited.exit_code() == 124, waited.err);
+  BOOST_TEST(waited.out.find(sleeping + "  running") == 0u, waited.out);
+  BOOST_TEST(cli({"kill", sleeping}).exit_code() == 0);
+  BOOST_TEST(cli({"wait", sleeping, "--timeout-ms", "20000"}).exit_code() == 0);
 }
 
 BOOST_AUTO_TEST_CASE(cli_says_when_no_daemon_listens) {
@@ -568,6 +578,10 @@ BOOST_AUTO_TEST_CASE(run_through_the_daemon_behaves_like_the_standalone_run) {
   auto timed_out = run({"--timeout", "1"}, {"/bin/sleep", "30"});
   BOOST_TEST(timed_out.exit_code() == 124, timed_out.err);
   BOOST_TEST(timed_out.err.find("timed out") != std::string::npos, timed_out.err);
+  // Failure fixed (a review, session 11): --timeout 0 ran with 1 ms; the standalone refuses it.
+  auto zero = run({"--timeout", "0"}, {"/bin/true"});
+  BOOST_TEST(zero.exit_code() == 125);
+  BOOST_TEST(zero.err.find("--timeout must be positive") != std::string::npos, zero.err);
   auto shaped = run({"--memory", "1G"}, {"/bin/true"});
   BOOST_TEST(shaped.exit_code() == 125);
   BOOST_TEST(shaped.err.find("`--memory` cannot be used with --socket: the daemon's policy") !=
