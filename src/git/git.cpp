@@ -175,6 +175,15 @@ std::string relative_to(const std::string& root, const std::string& abs) {
 // `abs` (a path the textual checks put inside the root) must also resolve inside it: a
 // symlink on the way (`gitdir: inner` with inner -> /elsewhere, an objects -> /elsewhere
 // link) would lead out. Missing is fine (git reports that itself); out is a refusal.
+std::unexpected<Error> leads_outside(const GitSettings& s, const std::string& abs,
+                                     const char* what) {
+  return refusal(
+      "the repository's {} `{}` leads outside the repository root `{}` through a symbolic "
+      "link; only repoRoot is visible to the git tools: set git.repoRoot to the checkout "
+      "that holds the objects",
+      what, abs, s.repo_root);
+}
+
 Result<void> resolves_beneath(const GitSettings& s, int rootfd, const std::string& abs,
                               const char* what) {
   auto fd = sys::openat2_fd(rootfd, relative_to(s.resolved_root, abs), O_PATH | O_CLOEXEC,
@@ -183,24 +192,35 @@ Result<void> resolves_beneath(const GitSettings& s, int rootfd, const std::strin
     return {};
   }
   if (fd.error().sys_errno() == EXDEV) {
-    return refusal(
-        "the repository's {} `{}` leads outside the repository root `{}` through a symbolic "
-        "link; only repoRoot is visible to the git tools: set git.repoRoot to the checkout "
-        "that holds the objects",
-        what, abs, s.repo_root);
+    return leads_outside(s, abs, what);
   }
   return std::unexpected(std::move(fd.error()).wrap("check the repository's {}", what));
+}
+
+// A file of the git directory that names other paths (commondir, objects/info/alternates),
+// read beneath the root: nullopt when there is none. One that leads outside through a symlink
+// is refused, and one that exists but cannot be read is an error, not "none": git might still
+// follow it where cordon could not look.
+Result<std::optional<std::string>> read_link_file(const GitSettings& s, int rootfd,
+                                                  const std::string& abs, const char* what) {
+  auto text = read_beneath(rootfd, relative_to(s.resolved_root, abs));
+  if (text) {
+    return std::move(*text);
+  }
+  if (text.error().sys_errno() == ENOENT) {
+    return std::nullopt;
+  }
+  if (text.error().sys_errno() == EXDEV) {
+    return leads_outside(s, abs, what);
+  }
+  return std::unexpected(std::move(text.error()).wrap("read the repository's {}", what));
 }
 
 // The commondir and alternates of a git directory must stay inside the root too.
 Result<void> check_git_dir_links(const GitSettings& s, int rootfd, const std::string& git_dir) {
   CORDON_CHECK(resolves_beneath(s, rootfd, git_dir, "git directory"));
   std::string common = git_dir;
-  CORDON_CHECK(resolves_beneath(s, rootfd, git_dir + "/commondir", "commondir file"));
-  auto text = read_beneath(rootfd, relative_to(s.resolved_root, git_dir) + "/commondir");
-  if (!text && text.error().sys_errno() != ENOENT) {
-    return std::unexpected(std::move(text.error()).wrap("read the repository's commondir"));
-  }
+  CORDON_TRY(text, read_link_file(s, rootfd, git_dir + "/commondir", "commondir file"));
   if (text) {
     std::string target = trim(*text);
     common = inside_root(s.resolved_root, git_dir, target);
@@ -215,14 +235,8 @@ Result<void> check_git_dir_links(const GitSettings& s, int rootfd, const std::st
   CORDON_CHECK(resolves_beneath(s, rootfd, common, "common git directory"));
   std::string objects = common + "/objects";
   CORDON_CHECK(resolves_beneath(s, rootfd, objects, "object directory"));
-  CORDON_CHECK(resolves_beneath(s, rootfd, objects + "/info/alternates", "alternates file"));
-  auto alternates =
-      read_beneath(rootfd, relative_to(s.resolved_root, objects) + "/info/alternates");
-  if (!alternates && alternates.error().sys_errno() != ENOENT) {
-    // Unreadable is not "none": git might still follow it where cordon could not look.
-    return std::unexpected(
-        std::move(alternates.error()).wrap("read the repository's objects/info/alternates"));
-  }
+  CORDON_TRY(alternates,
+             read_link_file(s, rootfd, objects + "/info/alternates", "alternates file"));
   if (alternates) {
     for (const auto& line : split(*alternates, '\n')) {
       std::string entry = trim(line);
