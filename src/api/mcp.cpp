@@ -471,11 +471,11 @@ class Server {
     });
   }
 
-  // Whether this session has the job (listed: looking is not reading it, `finished` stays).
+  // Whether this session has the job. Its index of ids, not a listing: looking is not reading
+  // it (`finished` stays), and no status or log tail is built for every job of the session.
   bool in_session(const std::string& id) {
-    auto jobs = engine_->list(session_, std::nullopt);
-    return jobs && std::any_of(jobs->begin(), jobs->end(),
-                               [&](const JobStatus& s) { return s.task_id == id; });
+    auto ids = engine_->known_ids(session_);
+    return ids && std::find(ids->begin(), ids->end(), id) != ids->end();
   }
 
   std::optional<std::string> job_of_uri(const rpc::Request& r, const rpc::Reply& reply) {
