@@ -325,17 +325,54 @@ class StatusFile {
     }
     return f;
   }
+  // A write that fails is said on stderr: the file then does not hold this run's outcome.
   void write(const json& j) const {
-    if (fd_) {
-      std::string text = json_fields::dump(j, 2) + "\n";
-      (void)::ftruncate(fd_.get(), 0);
-      (void)::pwrite(fd_.get(), text.data(), text.size(), 0);
+    if (!fd_) {
+      return;
+    }
+    std::string text = json_fields::dump(j, 2) + "\n";
+    if (::ftruncate(fd_.get(), 0) != 0) {
+      warn_unwritten("ftruncate", errno);
+      return;
+    }
+    for (size_t done = 0; done < text.size();) {
+      ssize_t w =
+          ::pwrite(fd_.get(), text.data() + done, text.size() - done, static_cast<off_t>(done));
+      if (w < 0 && errno == EINTR) {
+        continue;
+      }
+      if (w <= 0) {
+        warn_unwritten("pwrite", w < 0 ? errno : EIO);
+        return;
+      }
+      done += static_cast<size_t>(w);
     }
   }
 
  private:
+  static void warn_unwritten(const char* syscall, int err) {
+    std::fprintf(stderr,
+                 "cordon: warning: --json-status: %s: %s; the file does not hold this "
+                 "run's outcome\n",
+                 syscall, errno_name(err).c_str());
+  }
   UniqueFd fd_;
 };
+
+// A refusal of `cordon run` before its command runs: said on stderr and, with --json-status,
+// written there as the outcome, so a refused run never leaves an earlier run's outcome in the
+// file for a caller to read as this one's.
+int refuse_run(const RunArgs& a, const std::string& msg, int code = kExitRefused) {
+  if (a.json_status) {
+    auto status = StatusFile::open(a.json_status);
+    if (!status) {
+      refuse(status.error().message());
+    } else {
+      status->write(json{{"state", "refused"}, {"message", msg}, {"exitCode", nullptr}});
+    }
+  }
+  return refuse(msg, code);
+}
 
 // The exit code of an outcome the standalone and the daemon run name alike, or nullopt for the
 // ones each reads its own way (a setup failure, a refusal).
@@ -372,12 +409,12 @@ int run_main(const RunArgs& a) {
   // Everything a refusal can name is checked before anything is created.
   char cwdbuf[PATH_MAX];
   if (::getcwd(cwdbuf, sizeof cwdbuf) == nullptr) {
-    return refuse(fmt::format("getcwd: {}", errno_name(errno)));
+    return refuse_run(a, fmt::format("getcwd: {}", errno_name(errno)));
   }
   std::string here = cwdbuf;
   auto root = resolve_dir(a.root.value_or(here), "--root");
   if (!root) {
-    return refuse(root.error().message());
+    return refuse_run(a, root.error().message());
   }
   std::string state_dir = a.state_dir.value_or(default_state_dir());
   std::string bin_dir = exe_dir();
@@ -388,7 +425,7 @@ int run_main(const RunArgs& a) {
   std::vector<std::string> protected_paths = {state_dir, seccomp, init, bin_dir + "/cordon"};
   auto guard = policy::HostPathGuard::from_system(protected_paths);
   if (auto ok = guard.check(*root, "--root"); !ok) {
-    return refuse(ok.error().message());
+    return refuse_run(a, ok.error().message());
   }
 
   engine::OneshotRequest req;
@@ -398,7 +435,8 @@ int run_main(const RunArgs& a) {
   if (a.cwd) {
     cwd = (*a.cwd)[0] == '/' ? normalize_path(*a.cwd) : normalize_path(*root + "/" + *a.cwd);
     if (!path_within(cwd, *root)) {
-      return refuse(fmt::format("--cwd `{}` is not inside the working root `{}`", cwd, *root));
+      return refuse_run(a,
+                        fmt::format("--cwd `{}` is not inside the working root `{}`", cwd, *root));
     }
   } else {
     cwd = path_within(here, *root) ? here : *root;
@@ -413,26 +451,26 @@ int run_main(const RunArgs& a) {
       // A single file is allowed too.
       auto fd = sys::openat2_fd(AT_FDCWD, ro, O_PATH, RESOLVE_NO_MAGICLINKS);
       if (!fd) {
-        return refuse(fd.error().wrap("--ro").message());
+        return refuse_run(a, fd.error().wrap("--ro").message());
       }
       auto p = sys::fd_path(fd->get());
       if (!p) {
-        return refuse(p.error().message());
+        return refuse_run(a, p.error().message());
       }
       resolved = *p;
     }
     if (auto ok = guard.check(resolved, "--ro"); !ok) {
-      return refuse(ok.error().message());
+      return refuse_run(a, ok.error().message());
     }
     spec.read_only_paths.push_back(resolved);
   }
   if (a.argv.empty()) {
-    return refuse(
-        "nothing to run: give the program after `--`, e.g. `cordon run -- /usr/bin/make`");
+    return refuse_run(
+        a, "nothing to run: give the program after `--`, e.g. `cordon run -- /usr/bin/make`");
   }
   auto prog = resolve_program(a.argv[0], cwd);
   if (!prog) {
-    return refuse(prog.error().message());
+    return refuse_run(a, prog.error().message());
   }
   spec.argv = a.argv;
   spec.argv[0] = *prog;
@@ -441,7 +479,7 @@ int run_main(const RunArgs& a) {
   } else if (a.network == "host") {
     spec.network = sandbox::NetworkMode::kHost;
   } else {
-    return refuse(fmt::format("--network must be `none` or `host`, not `{}`", a.network));
+    return refuse_run(a, fmt::format("--network must be `none` or `host`, not `{}`", a.network));
   }
   spec.inside_uid = a.user;
   spec.inside_gid = a.user;
@@ -456,7 +494,7 @@ int run_main(const RunArgs& a) {
       {"TERM", ::getenv("TERM") ? ::getenv("TERM") : "dumb"},
   };
   if (auto ok = add_requested_env(a, env); !ok) {
-    return refuse(ok.error().message());
+    return refuse_run(a, ok.error().message());
   }
   for (const auto& [k, v] : env) {
     spec.env.push_back(k + "=" + v);
@@ -466,7 +504,7 @@ int run_main(const RunArgs& a) {
   for (const auto& w : a.test_disable_walls) {
     auto wall = wall_by_name(w);
     if (!wall) {
-      return refuse(fmt::format("unknown wall `{}`", w));
+      return refuse_run(a, fmt::format("unknown wall `{}`", w));
     }
     spec.disabled_walls |= static_cast<uint32_t>(*wall);
   }
@@ -479,18 +517,18 @@ int run_main(const RunArgs& a) {
   req.pids = a.pids.value_or(1024);
   req.cpus = a.cpus.value_or(std::max(1.0, static_cast<double>(ncpu > 0 ? ncpu : 2) / 2));
   if (req.memory_bytes < (8ULL << 20)) {
-    return refuse("--memory must be at least 8M");
+    return refuse_run(a, "--memory must be at least 8M");
   }
   if (req.pids < 1 || req.cpus <= 0) {
-    return refuse("--pids and --cpus must be positive");
+    return refuse_run(a, "--pids and --cpus must be positive");
   }
   if (!seconds_fit(a.timeout_s) || !seconds_fit(a.grace_s)) {
-    return refuse("--timeout and --kill-grace must be at most 1000000000 seconds");
+    return refuse_run(a, "--timeout and --kill-grace must be at most 1000000000 seconds");
   }
   req.timeout = std::chrono::milliseconds(static_cast<int64_t>(a.timeout_s.value_or(3600) * 1000));
   req.kill_grace = std::chrono::milliseconds(static_cast<int64_t>(a.grace_s.value_or(5) * 1000));
   if (req.timeout.count() <= 0) {
-    return refuse("--timeout must be positive");
+    return refuse_run(a, "--timeout must be positive");
   }
   req.max_output_bytes = a.max_output.value_or(1ULL << 30);
   spec.tmp_size_bytes = std::min<uint64_t>(req.memory_bytes, 1ULL << 30);
@@ -499,9 +537,9 @@ int run_main(const RunArgs& a) {
     auto start = parts.size() == 2 ? parse_uint(parts[0]) : std::nullopt;
     auto count = parts.size() == 2 ? parse_uint(parts[1]) : std::nullopt;
     if (!start || !count || *count == 0 || *start < 65536 || *start + *count > 0xFFFFFFFEULL) {
-      return refuse(
-          "--host-ids must be START:COUNT with START >= 65536 and the range below "
-          "4294967294, e.g. 1879048192:65536");
+      return refuse_run(a,
+                        "--host-ids must be START:COUNT with START >= 65536 and the range below "
+                        "4294967294, e.g. 1879048192:65536");
     }
     req.host_id_base = static_cast<uid_t>(*start);
     req.host_id_count = static_cast<uid_t>(*count);
@@ -510,7 +548,8 @@ int run_main(const RunArgs& a) {
   req.init_path = init;
   req.state_dir = state_dir;
   if (::mkdir(state_dir.c_str(), 0700) != 0 && errno != EEXIST) {
-    return refuse(fmt::format("create the state dir `{}`: {}", state_dir, errno_name(errno)));
+    return refuse_run(a,
+                      fmt::format("create the state dir `{}`: {}", state_dir, errno_name(errno)));
   }
 
   // --json-status is opened before the spawn, refusing symlinks anywhere in its path.
@@ -522,7 +561,7 @@ int run_main(const RunArgs& a) {
   bool stdin_tty = ::isatty(STDIN_FILENO) != 0;
   if (a.tty) {
     if (!stdin_tty) {
-      return refuse("--tty needs a terminal on stdin");
+      return refuse_run(a, "--tty needs a terminal on stdin");
     }
     req.terminal_fd = STDIN_FILENO;
   } else {
@@ -575,23 +614,26 @@ int run_via_daemon(const RunArgs& a) {
                                                              {"--test-disable-wall", "its walls"}};
   for (const auto& opt : a.given) {
     if (auto it = kShapes.find(opt); it != kShapes.end()) {
-      return refuse(fmt::format(
-          "`{}` cannot be used with --socket: the daemon's policy shapes its sandboxes (set "
-          "{} there), or run without --socket for a sandbox of this command's own",
-          opt, it->second));
+      return refuse_run(
+          a, fmt::format(
+                 "`{}` cannot be used with --socket: the daemon's policy shapes its sandboxes (set "
+                 "{} there), or run without --socket for a sandbox of this command's own",
+                 opt, it->second));
     }
   }
   if (a.tty) {
-    return refuse(
+    return refuse_run(
+        a,
         "--tty cannot be used with --socket: run without --socket, or use `cordon start --pty` "
         "and `cordon write`");
   }
   if (a.argv.empty()) {
-    return refuse("give the program after `--`, e.g. `cordon run --socket S -- /usr/bin/make`");
+    return refuse_run(a,
+                      "give the program after `--`, e.g. `cordon run --socket S -- /usr/bin/make`");
   }
   char cwdbuf[PATH_MAX];
   if (::getcwd(cwdbuf, sizeof cwdbuf) == nullptr) {
-    return refuse(fmt::format("getcwd: {}", errno_name(errno)));
+    return refuse_run(a, fmt::format("getcwd: {}", errno_name(errno)));
   }
   const std::string here = cwdbuf;
   const std::string cwd = !a.cwd               ? here
@@ -599,14 +641,16 @@ int run_via_daemon(const RunArgs& a) {
                                                : normalize_path(here + "/" + *a.cwd);
   auto program = resolve_program(a.argv[0], cwd);
   if (!program) {
-    return refuse(program.error().message(),
-                  program.error().code() == ErrorCode::kNotFound ? kExitNotFound : kExitRefused);
+    return refuse_run(
+        a, program.error().message(),
+        program.error().code() == ErrorCode::kNotFound ? kExitNotFound : kExitRefused);
   }
   // The daemon's tools carry text, not a byte stream: input waiting on stdin would be lost.
   if (::isatty(STDIN_FILENO) == 0) {
     int pending = 0;
     if (::ioctl(STDIN_FILENO, FIONREAD, &pending) == 0 && pending > 0) {
-      return refuse(
+      return refuse_run(
+          a,
           "stdin has input, which --socket cannot pass on (the command's stdin is empty): run "
           "without --socket to pipe input into the command");
     }
@@ -614,11 +658,11 @@ int run_via_daemon(const RunArgs& a) {
   json args = {{"argv", a.argv}, {"cwd", cwd}};
   args["argv"][0] = *program;
   if (!seconds_fit(a.timeout_s)) {
-    return refuse("--timeout must be at most 1000000000 seconds");
+    return refuse_run(a, "--timeout must be at most 1000000000 seconds");
   }
   // As the standalone run: not positive is refused (it was sent as a 1 ms timeout).
   if (a.timeout_s && !(*a.timeout_s > 0)) {
-    return refuse("--timeout must be positive");
+    return refuse_run(a, "--timeout must be positive");
   }
   if (a.timeout_s) {
     args["timeoutMs"] = static_cast<uint64_t>(std::max(1.0, *a.timeout_s * 1000));
@@ -626,20 +670,21 @@ int run_via_daemon(const RunArgs& a) {
   // As the standalone run; the daemon then applies its policy's environment rules.
   std::vector<std::pair<std::string, std::string>> env;
   if (auto ok = add_requested_env(a, env); !ok) {
-    return refuse(ok.error().message());
+    return refuse_run(a, ok.error().message());
   }
   for (const auto& [k, v] : env) {
     args["env"][k] = v;
   }
   // Before connecting: what JSON cannot carry would reach the command changed.
   if (!a.cwd && first_invalid_utf8(cwd)) {
-    return refuse(fmt::format(
-        "the current directory `{}` (the default --cwd) is not UTF-8, and the daemon's JSON "
-        "carries only text; run without --socket, which passes bytes as given",
-        cwd));
+    return refuse_run(
+        a, fmt::format(
+               "the current directory `{}` (the default --cwd) is not UTF-8, and the daemon's JSON "
+               "carries only text; run without --socket, which passes bytes as given",
+               cwd));
   }
   if (auto text = check_text_arguments(args); !text) {
-    return refuse(text.error().message());
+    return refuse_run(a, text.error().message());
   }
   auto status_file = StatusFile::open(a.json_status);
   if (!status_file) {
@@ -892,12 +937,12 @@ int parse_run(int argc, char** argv) {
       std::fputs(kUsage, stdout);
       return 0;
     } else if (!opt.empty() && opt[0] == '-') {
-      return refuse(fmt::format("unknown option `{}` (see `cordon run --help`)", opt));
+      return refuse_run(a, fmt::format("unknown option `{}` (see `cordon run --help`)", opt));
     } else {
       break;
     }
     if (!ok) {
-      return refuse(err);
+      return refuse_run(a, err);
     }
   }
   for (; i < argc; ++i) {

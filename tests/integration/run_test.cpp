@@ -284,6 +284,48 @@ BOOST_AUTO_TEST_CASE(json_status_refuses_a_symlink) {
   BOOST_TEST(!std::filesystem::exists(s.base + "/elsewhere"));
 }
 
+// A refused run writes its refusal as the outcome, whatever step refused it: the file never
+// keeps an earlier run's outcome for a caller to read as this one's.
+BOOST_AUTO_TEST_CASE(json_status_holds_the_refusal_of_a_run_refused_before_it_started) {
+  Sandbox s;
+  std::string status = s.base + "/status.json";
+  auto state_of = [&] {
+    std::ifstream in(status);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    return nlohmann::json::parse(text, nullptr, false);
+  };
+  const std::vector<std::pair<std::vector<std::string>, std::string>> refusals = {
+      {{"--env", "1BAD=x"}, "--env `1BAD=x` must be NAME=VALUE"},
+      {{"--network", "bogus"}, "--network must be `none` or `host`"},
+      {{"--memory", "1M"}, "--memory must be at least 8M"},
+      {{"--cwd", "/var"}, "is not inside the working root"},
+      {{"--timeout", "0"}, "--timeout must be positive"},
+      {{"--pass-env", "CORDON_TEST_UNSET_VAR"}, "--pass-env CORDON_TEST_UNSET_VAR: not set"},
+      {{"--tty"}, "--tty needs a terminal on stdin"},
+      {{"--memory", "lots"}, "--memory"},
+      {{"--socket", s.base + "/none.sock"}, "cannot be used with --socket"},
+  };
+  for (const auto& [opts, says] : refusals) {
+    auto ok = s.run({"--json-status", status}, {"/bin/true"});
+    BOOST_REQUIRE(ok.exit_code() == 0);
+    BOOST_REQUIRE(state_of().value("state", "") == "exited");
+    std::vector<std::string> o = {"--json-status", status};
+    o.insert(o.end(), opts.begin(), opts.end());
+    auto r = s.run(o, {"/bin/true"});
+    BOOST_TEST(r.exit_code() == 125, opts[0] << ": " << r.err);
+    BOOST_TEST(r.err.find(says) != std::string::npos, opts[0] << ": " << r.err);
+    auto st = state_of();
+    BOOST_TEST(st.value("state", "") == "refused", opts[0] << ": " << st.dump());
+    BOOST_TEST(st.value("message", "").find(says) != std::string::npos,
+               opts[0] << ": " << st.dump());
+    BOOST_TEST(st["exitCode"].is_null(), st.dump());
+  }
+  // A program that does not exist: its own exit code, and the refusal in the file.
+  auto missing = s.run({"--json-status", status}, {"/bin/cordon-test-missing"});
+  BOOST_TEST(missing.exit_code() == 127, missing.err);
+  BOOST_TEST(state_of().value("state", "") == "refused", state_of().dump());
+}
+
 BOOST_AUTO_TEST_CASE(json_status_lists_the_applied_walls) {
   Sandbox s;
   auto [r, st] = s.run_status({}, {"/bin/true"});
