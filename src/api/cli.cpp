@@ -1100,10 +1100,15 @@ int client_command(const std::string& cmd, int argc, char** argv) {
       }
       return std::string(argv[++i]);
     };
+    // What a value that is there but does not parse is: said by the check below.
+    std::optional<std::string> invalid;
     auto number = [&](const char* key) -> bool {
       auto v = value();
       auto n = v ? parse_uint(*v) : std::nullopt;
       if (!n) {
+        if (v) {
+          invalid = *v;
+        }
         return false;
       }
       args[key] = *n;
@@ -1159,6 +1164,10 @@ int client_command(const std::string& cmd, int argc, char** argv) {
       return usage(fmt::format("unknown option `{}`", opt));
     } else {
       positional.push_back(opt);
+    }
+    if (!ok && invalid) {
+      return usage(fmt::format("{}: `{}` is not a valid value (a whole number of {} is)", opt,
+                               *invalid, opt == "--offset" || opt == "--limit" ? "units" : "ms"));
     }
     if (!ok) {
       return usage(fmt::format("{} needs a value", opt));

@@ -541,6 +541,16 @@ BOOST_AUTO_TEST_CASE(cli_says_when_no_daemon_listens) {
     BOOST_TEST(bad.exit_code() == 2, args[1] << ": " << bad.err);
     BOOST_TEST(bad.err.find("is no session name: 1-100 letters") != std::string::npos, bad.err);
   }
+  // A number that does not parse is named as such (it was "needs a value"), before connecting.
+  auto bad_number = run_process(
+      {cordon_bin(), "output", "T1", "--offset", "abc", "--socket", s.base + "/none.sock"});
+  BOOST_TEST(bad_number.exit_code() == 2, bad_number.err);
+  BOOST_TEST(bad_number.err.find("--offset: `abc` is not a valid value (a whole number") !=
+                 std::string::npos,
+             bad_number.err);
+  auto no_number = run_process({cordon_bin(), "wait", "T1", "--timeout-ms"});
+  BOOST_TEST(no_number.exit_code() == 2, no_number.err);
+  BOOST_TEST(no_number.err.find("--timeout-ms needs a value") != std::string::npos, no_number.err);
 }
 
 // `cordon run --socket`: the command runs in the daemon (its warm pool), and the CLI behaves as
