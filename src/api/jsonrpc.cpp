@@ -198,7 +198,14 @@ void Dispatcher::handle_line(std::string_view line) {
     return;
   }
   if (!msg.is_array()) {
-    run(msg, send_, [] {});
+    run(
+        msg,
+        [send = send_](json r) {
+          if (!r.is_null()) {
+            send(r);
+          }
+        },
+        [] {});
     return;
   }
   if (!allow_batch_) {
@@ -237,7 +244,11 @@ void Dispatcher::handle_line(std::string_view line) {
   };
   for (const auto& m : msg) {
     run(
-        m, [done_one](json r) { done_one(std::move(r)); }, [done_one] { done_one(std::nullopt); });
+        m,
+        [done_one](json r) {
+          done_one(r.is_null() ? std::nullopt : std::optional<json>(std::move(r)));
+        },
+        [done_one] { done_one(std::nullopt); });
   }
   done_one(std::nullopt);
 }

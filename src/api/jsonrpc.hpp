@@ -79,7 +79,9 @@ struct Request {
   json params;  // object, array or null (absent)
 };
 
-/// Answers a request exactly once with a response object (make_result / make_error).
+/// Answers a request exactly once with a response object (make_result / make_error), or
+/// with null when it gets no response (MCP: a cancelled request is not answered). Null still
+/// counts as the answer: a batch's other responses go out once each member answered.
 using Reply = std::function<void(json response)>;
 
 class Dispatcher {

@@ -650,7 +650,7 @@ class Server {
                  std::chrono::duration_cast<std::chrono::milliseconds>(
                      std::chrono::steady_clock::now() - t0)
                      .count());
-      return;
+      return reply(nullptr);  // no response, but answered: a batch's others go out
     }
     // A job left running is watched, so its settling can be announced.
     const json& s = res.structured;
@@ -727,7 +727,7 @@ class Server {
     }
     if (call.cancelled) {
       log_->info("request {} cancelled; task {} was created anyway", dump(call.id), id);
-      return;
+      return reply(nullptr);
     }
     json result = {{"task", task}};
     result["_meta"] = {
@@ -972,11 +972,12 @@ class Server {
         CallContext ctx;
         ctx.cancelled = [this, &c = *call] { return c.cancelled.load() || shutting_down_.load(); };
         ToolResult res = settled_result(*engine_, *find_tool(tool), session_, id, ctx);
-        if (!call->cancelled) {
-          json result = call_result(res);
-          result["_meta"] = {{kRelatedTaskKey, {{"taskId", id}}}};
-          reply(rpc::make_result(call->id, std::move(result)));
+        if (call->cancelled) {
+          return reply(nullptr);
         }
+        json result = call_result(res);
+        result["_meta"] = {{kRelatedTaskKey, {{"taskId", id}}}};
+        reply(rpc::make_result(call->id, std::move(result)));
       });
     });
   }

@@ -283,6 +283,40 @@ BOOST_AUTO_TEST_CASE(older_protocols_accept_batches) {
   BOOST_TEST(r->size() == 2u);
 }
 
+// A cancelled request inside a batch gets no response, and the batch's other responses still
+// go out together once it ended (they were lost: the batch waited for the cancelled one).
+BOOST_AUTO_TEST_CASE(a_cancelled_request_in_a_batch_does_not_hold_back_the_others) {
+  EngineEnv env;
+  Server s(env, "2025-03-26");
+  // This version has no structuredContent: the same JSON is the last text content.
+  auto content = [](const json& r) {
+    return json::parse(r["content"].back()["text"].get<std::string>());
+  };
+  std::string id = content(s.call("run_command_bg", {{"argv", {"/bin/sleep", "300"}}}))["taskId"];
+  json wait = {
+      {"jsonrpc", "2.0"},
+      {"id", "w"},
+      {"method", "tools/call"},
+      {"params",
+       {{"name", "command_wait"}, {"arguments", {{"taskIds", {id}}, {"timeoutMs", 120000}}}}}};
+  json batch = json::array({{{"jsonrpc", "2.0"}, {"id", "a"}, {"method", "ping"}}, wait});
+  s.proc.send_raw(batch.dump() + "\n");
+  // The reader dispatches lines in order: the wait is registered when the cancel arrives.
+  s.proc.send({{"jsonrpc", "2.0"},
+               {"method", "notifications/cancelled"},
+               {"params", {{"requestId", "w"}, {"reason", "test"}}}});
+  auto r = s.proc.next(20s);
+  while (r && !r->is_array() && r->contains("method")) {  // notifications meanwhile
+    r = s.proc.next(20s);
+  }
+  BOOST_REQUIRE(r.has_value());
+  BOOST_REQUIRE_MESSAGE(r->is_array(), r->dump());
+  BOOST_TEST(r->size() == 1u, r->dump());
+  BOOST_TEST((*r)[0]["id"] == "a", r->dump());
+  BOOST_TEST((*r)[0]["result"] == json::object(), r->dump());
+  BOOST_TEST(content(s.call("command_status", {{"taskId", id}}))["state"] == "running");
+}
+
 BOOST_AUTO_TEST_CASE(cancel_ends_a_wait_but_not_the_command) {
   EngineEnv env;
   Server s(env);
