@@ -1236,7 +1236,7 @@ class Engine::Impl {
       kill_sandbox(j);
       return;
     }
-    // PID 1 forwards SIGTERM/SIGINT/SIGHUP to every process of the sandbox. Until it has
+    // PID 1 forwards the signals callers send to every process of the sandbox. Until it has
     // forked the command it has no handlers, and a pid namespace's init drops signals it does
     // not handle: hold the signal until init reports the command started.
     if (!j.command_started) {
@@ -1244,8 +1244,12 @@ class Engine::Impl {
     } else {
       (void)sys::pidfd_send_signal(j.pidfd.get(), sig, nullptr, 0);
     }
-    j.kill_deadline = Clock::now() + std::chrono::milliseconds(j.grace_ms);
-    rearm_timer();
+    // The first signal starts the grace; later ones (a caller asking again, the timeout, the
+    // held signal replayed) never put the SIGKILL off.
+    if (!j.kill_deadline) {
+      j.kill_deadline = Clock::now() + std::chrono::milliseconds(j.grace_ms);
+      rearm_timer();
+    }
   }
 
   // Engine::kill for one job, under mu.

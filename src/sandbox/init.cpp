@@ -41,9 +41,14 @@ void send_record(const StatusRecord& rec) { (void)::write(kFdStatus, &rec, sizeo
   ::_exit(code);
 }
 
-// Forwards a termination request to every process of the sandbox (kill(-1) from PID 1 of a
-// pid namespace reaches all of them but init). kill is async-signal-safe.
+// Forwards a signal to every process of the sandbox (kill(-1) from PID 1 of a pid namespace
+// reaches all of them but init). kill is async-signal-safe.
 void forward_signal(int sig) { ::kill(-1, sig); }
+
+// The signals a caller can send (command_kill's list, but SIGKILL, which the engine sends to
+// the cgroup): init forwards each one. A pid namespace's init silently drops a signal it has
+// no handler for, so one missing here would never reach the command.
+constexpr int kForwardedSignals[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
 
 int load_filter(const struct sock_filter* insns, uint32_t count) {
   struct sock_fprog prog {};
@@ -54,10 +59,10 @@ int load_filter(const struct sock_filter* insns, uint32_t count) {
 
 [[noreturn]] void run_command(const PlanHeader* h, const char* base, char** argv, char** envp,
                               const char* exec_path) {
-  // Every disposition is the default but the three init installed a handler for: the
+  // Every disposition is the default but the ones init installed a handler for: the
   // sandbox's child reset them all before it exec'd init (default_all_signals), and an exec
   // keeps only ignored ones.
-  for (int sig : {SIGTERM, SIGINT, SIGHUP}) {
+  for (int sig : kForwardedSignals) {
     default_signal(sig);
   }
   // Only now unblock: a SIGTERM that arrived since the fork was held, and is delivered with
@@ -272,7 +277,7 @@ int init_main() {
   struct sigaction sa {};
   sa.sa_handler = forward_signal;
   sigemptyset(&sa.sa_mask);
-  for (int sig : {SIGTERM, SIGINT, SIGHUP}) {
+  for (int sig : kForwardedSignals) {
     ::sigaction(sig, &sa, nullptr);
   }
 
@@ -280,7 +285,7 @@ int init_main() {
   // (it would forward it to nobody and survive); init itself gets it right after the fork.
   sigset_t term, old;
   sigemptyset(&term);
-  for (int sig : {SIGTERM, SIGINT, SIGHUP}) {
+  for (int sig : kForwardedSignals) {
     sigaddset(&term, sig);
   }
   ::sigprocmask(SIG_BLOCK, &term, &old);

@@ -215,6 +215,59 @@ double process_cpu_seconds() {
 // Failure fixed (a review, session 11): once input larger than the pipe had drained, the
 // engine kept watching the pipe for room, which an empty pipe always has: its event loop spun
 // at 100 % CPU (2.9 s of CPU in 3 s) until the job settled.
+// A caller asking again and again (an agent whose kill answered "running") does not put the
+// SIGKILL off: it comes the grace after the first signal (each kill restarted the grace, so a
+// command ignoring SIGTERM ran past its timeout for as long as the kills came).
+BOOST_AUTO_TEST_CASE(repeated_kills_do_not_postpone_the_sigkill) {
+  EngineEnv env(nlohmann::json{{"killGraceMs", 1000}});
+  auto e = open_or_fail(env);
+  auto s = e->start("s", {.argv = {"/bin/sh", "-c",
+                                   "trap '' TERM USR1; echo ready; while :; do sleep 0.1; done"}});
+  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+  BOOST_REQUIRE(contains(wait_for_output(*e, "s", s->task_id, "stdout", "ready"), "ready"));
+  auto t0 = std::chrono::steady_clock::now();
+  std::string state = "running";
+  // A kill every 100 ms for up to 6 s: SIGTERM, then SIGUSR1 (as an agent trying another).
+  while (state == "running" && std::chrono::steady_clock::now() - t0 < 6s) {
+    int signal = std::chrono::steady_clock::now() - t0 < 500ms ? SIGTERM : SIGUSR1;
+    auto k = e->kill("s", s->task_id, signal);
+    BOOST_REQUIRE_MESSAGE(k.has_value(), describe(k));
+    state = k->state;
+    std::this_thread::sleep_for(100ms);
+  }
+  auto st = e->status("s", s->task_id, 10s);
+  BOOST_REQUIRE(st.has_value());
+  auto took = std::chrono::steady_clock::now() - t0;
+  BOOST_TEST(st->state == "killed");
+  // The grace is 1 s: settled well before the 6 s the kills would have gone on.
+  BOOST_TEST(took < 4s, std::chrono::duration_cast<std::chrono::milliseconds>(took).count());
+}
+
+// Every signal a caller may send reaches the command (init forwarded only TERM, INT and HUP;
+// a pid namespace's init drops the others, and the grace's SIGKILL came instead).
+BOOST_AUTO_TEST_CASE(every_signal_a_caller_may_send_reaches_the_command) {
+  EngineEnv env;
+  auto e = open_or_fail(env);
+  const std::map<int, std::string> signals = {{SIGTERM, "TERM"}, {SIGINT, "INT"},
+                                              {SIGHUP, "HUP"},   {SIGQUIT, "QUIT"},
+                                              {SIGUSR1, "USR1"}, {SIGUSR2, "USR2"}};
+  for (const auto& [signal, name] : signals) {
+    auto s = e->start("s", {.argv = {"/bin/sh", "-c",
+                                     "trap 'echo got " + name + "; exit 7' " + name +
+                                         "; echo ready; while :; do sleep 0.1; done"}});
+    BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+    BOOST_REQUIRE(contains(wait_for_output(*e, "s", s->task_id, "stdout", "ready"), "ready"));
+    auto k = e->kill("s", s->task_id, signal);
+    BOOST_REQUIRE_MESSAGE(k.has_value(), describe(k));
+    auto st = e->status("s", s->task_id, 20s);
+    BOOST_REQUIRE(st.has_value());
+    BOOST_TEST(st->state == "exited", name << ": " << st->state << " " << st->error);
+    BOOST_TEST(st->exit_code.value_or(-1) == 7, name);
+    BOOST_TEST(contains(wait_for_output(*e, "s", s->task_id, "stdout", "got"), "got " + name),
+               name);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(input_larger_than_the_pipe_is_delivered_and_the_engine_then_idles) {
   EngineEnv env;
   auto e = open_or_fail(env);
