@@ -519,8 +519,13 @@ int run_main(const RunArgs& a) {
   if (req.memory_bytes < (8ULL << 20)) {
     return refuse_run(a, "--memory must be at least 8M");
   }
-  if (req.pids < 1 || req.cpus <= 0) {
-    return refuse_run(a, "--pids and --cpus must be positive");
+  // As the policy's bounds: init and the command are two processes, and the kernel's
+  // PID_MAX_LIMIT; an output cap of 0 read as "no cap".
+  if (req.pids < 2 || req.pids > 4194304) {
+    return refuse_run(a, "--pids must be 2 to 4194304 (cordon-init and the command are two)");
+  }
+  if (req.cpus <= 0) {
+    return refuse_run(a, "--cpus must be positive");
   }
   if (!seconds_fit(a.timeout_s) || !seconds_fit(a.grace_s)) {
     return refuse_run(a, "--timeout and --kill-grace must be at most 1000000000 seconds");
@@ -531,6 +536,9 @@ int run_main(const RunArgs& a) {
     return refuse_run(a, "--timeout must be positive");
   }
   req.max_output_bytes = a.max_output.value_or(1ULL << 30);
+  if (req.max_output_bytes < 1 || req.max_output_bytes > (1ULL << 40)) {
+    return refuse_run(a, "--max-output must be 1 to 1T bytes per stream (0 is not \"no cap\")");
+  }
   spec.tmp_size_bytes = std::min<uint64_t>(req.memory_bytes, 1ULL << 30);
   if (a.host_ids) {
     auto parts = split(*a.host_ids, ':');

@@ -298,6 +298,10 @@ BOOST_AUTO_TEST_CASE(json_status_holds_the_refusal_of_a_run_refused_before_it_st
       {{"--env", "1BAD=x"}, "--env `1BAD=x` must be NAME=VALUE"},
       {{"--network", "bogus"}, "--network must be `none` or `host`"},
       {{"--memory", "1M"}, "--memory must be at least 8M"},
+      // Out of the policy's bounds (they ran: a setup EAGAIN, a raw EINVAL, no cap at all).
+      {{"--pids", "1"}, "--pids must be 2 to 4194304"},
+      {{"--pids", "99999999999"}, "--pids must be 2 to 4194304"},
+      {{"--max-output", "0"}, "--max-output must be 1 to 1T bytes per stream"},
       {{"--cwd", "/var"}, "is not inside the working root"},
       {{"--timeout", "0"}, "--timeout must be positive"},
       {{"--pass-env", "CORDON_TEST_UNSET_VAR"}, "--pass-env CORDON_TEST_UNSET_VAR: not set"},
