@@ -24,11 +24,19 @@ const char* const kSystemTrees[] = {"/etc",  "/boot", "/proc",  "/sys",   "/dev"
                                     "/sbin", "/lib",  "/lib32", "/lib64", "/libx32", "/usr"};
 const char* const kProjectPlacesInSystemTrees[] = {"/usr/src", "/usr/local/src", "/dev/shm"};
 
+// cordon's host-wide runtime directory: the host-id leases of every cordon on the host
+// (sandbox::kHostIdLeaseDir, /run/cordon/uids) and the daemon's usual socket. Always
+// protected. Failure fixed (a review, session 12): `--root /run/cordon` was accepted, and its
+// command removed its own lease and the other sandboxes' ones, so a later sandbox got a host
+// uid a running one still had.
+const char* const kCordonRuntimeDir = "/run/cordon";
+
 }  // namespace
 
 HostPathGuard HostPathGuard::from_system(std::vector<std::string> protected_paths,
                                          const std::string& passwd_path) {
   HostPathGuard g;
+  protected_paths.emplace_back(kCordonRuntimeDir);
   for (auto& p : protected_paths) {
     std::string n = normalize_path(p);
     if (!n.empty()) {

@@ -93,3 +93,20 @@ BOOST_AUTO_TEST_CASE(refuses_paths_inside_system_trees_but_not_source_places) {
     BOOST_TEST(g.check(p, "--root").has_value(), p);
   }
 }
+
+// Failure fixed (a review, session 12): `--root /run/cordon` was accepted, and its command
+// could remove the host-id leases of every running sandbox (two sandboxes then shared a uid).
+BOOST_AUTO_TEST_CASE(refuses_cordons_runtime_directory_and_what_is_in_it) {
+  auto g = guard();
+  for (const char* p : {"/run/cordon", "/run/cordon/uids", "/run/cordon/uids/x", "/run/cordon/s"}) {
+    for (const char* what : {"--root", "--ro"}) {
+      auto r = g.check(p, what);
+      BOOST_TEST(!r.has_value(), what << " " << p);
+      if (!r) {
+        BOOST_TEST(r.error().message().find("cordon's own `/run/cordon`") != std::string::npos,
+                   r.error().message());
+      }
+    }
+  }
+  BOOST_TEST(g.check("/run/cordon-builds/app", "--root").has_value());
+}
