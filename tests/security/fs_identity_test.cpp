@@ -515,6 +515,44 @@ BOOST_AUTO_TEST_CASE(a_read_only_path_is_refused_by_the_mount_then_by_landlock) 
   BOOST_TEST(slurp(target) == "x");
 }
 
+// A --ro path inside the working root (a project's .git, say) has one wall, its read-only
+// mount: Landlock's rights add up along the path, and the root's write rights cover all below
+// it (docs/security.md, known limits). The mount alone holds against every way to change the
+// files: write, remove, rename the path away, make something in it, hardlink out of it. The
+// control shows the single wall: without the mount the write lands on the host.
+BOOST_AUTO_TEST_CASE(a_read_only_path_inside_the_root_holds_by_its_mount_alone) {
+  Sandbox s;
+  const std::string proj = s.root + "/proj", git = proj + "/.git";
+  std::filesystem::create_directories(git);
+  std::ofstream(git + "/config") << "keep";
+  for (const auto& d : {proj, git}) {
+    BOOST_TEST_REQUIRE(::chmod(d.c_str(), 0777) == 0);
+  }
+  BOOST_TEST_REQUIRE(::chmod((git + "/config").c_str(), 0666) == 0);
+  const std::string script =
+      "cd " + proj +
+      "; try() { if \"$@\" 2>/dev/null; then echo \"done $1\"; else echo \"refused $1\"; fi; }"
+      "; try sh -c 'echo x > .git/config'; try rm -f .git/config; try mv .git moved"
+      "; try mkdir .git/hooks; try ln .git/config ../linked; try chmod 0777 .git/config"
+      "; try touch .git/new";
+  auto r = s.run({"--ro", git}, {"/bin/sh", "-c", script});
+  BOOST_TEST(r.exit_code() == 0, r.err);
+  BOOST_TEST(r.out ==
+                 "refused sh\nrefused rm\nrefused mv\nrefused mkdir\nrefused ln\nrefused "
+                 "chmod\nrefused touch\n",
+             r.out);
+  BOOST_TEST(slurp(git + "/config") == "keep");
+  BOOST_TEST(!std::filesystem::exists(proj + "/moved"));
+  BOOST_TEST(!std::filesystem::exists(s.root + "/linked"));
+  BOOST_TEST(!std::filesystem::exists(git + "/hooks"));
+  // The control: the mount wall off, nothing else stops the write.
+  auto c =
+      run_process(s.args({"--ro", git, "--test-disable-wall", "ro-paths"},
+                         {"/bin/sh", "-c", "echo x > " + git + "/config && echo wrote"}, true));
+  BOOST_TEST(c.out == "wrote\n", c.err);
+  BOOST_TEST(slurp(git + "/config") == "x\n");
+}
+
 // ---------------------------------------------------------------------------------------------
 // No setuid/setgid file and no file capability lands on the host's disk
 // ---------------------------------------------------------------------------------------------
