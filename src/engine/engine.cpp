@@ -125,6 +125,24 @@ std::string rfc3339_now() {
   return rfc3339_at(ts.tv_sec, ts.tv_nsec);
 }
 
+// Milliseconds since the epoch of a time rfc3339_at wrote, or nullopt for anything else.
+std::optional<int64_t> rfc3339_ms(const std::string& text) {
+  struct tm tm {};
+  int ms = 0;
+  if (text.size() != 24 ||
+      std::sscanf(text.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d.%3dZ", &tm.tm_year, &tm.tm_mon,
+                  &tm.tm_mday, &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &ms) != 7) {
+    return std::nullopt;
+  }
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  time_t seconds = ::timegm(&tm);
+  if (seconds == static_cast<time_t>(-1)) {
+    return std::nullopt;
+  }
+  return static_cast<int64_t>(seconds) * 1000 + ms;
+}
+
 std::string random_hex(size_t n) {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
   static const char* kHex = "0123456789abcdef";
@@ -2162,11 +2180,25 @@ class Engine::Impl {
     j.error =
         "the engine restarted before this command's end was recorded; whatever of it still "
         "ran was killed, and the output it wrote until then is banked";
+    // Its end was not recorded: the last time its output or its record changed is the end
+    // known (a lower bound), not the restart, which may come hours later and would stretch
+    // its age for retention; the duration agrees with it.
+    struct timespec last {};
+    auto later = [&last](const struct stat& st) {
+      if (st.st_mtim.tv_sec > last.tv_sec ||
+          (st.st_mtim.tv_sec == last.tv_sec && st.st_mtim.tv_nsec > last.tv_nsec)) {
+        last = st.st_mtim;
+      }
+    };
+    if (struct stat meta{}; ::stat((j.dir + "/meta.json").c_str(), &meta) == 0) {
+      later(meta);
+    }
     for (auto* s : {&j.out, &j.err}) {
       s->written = 0;
       hasher.reset(*s->digest);
       struct stat st {};
       if (::stat(s->path.c_str(), &st) == 0) {
+        later(st);
         s->written = static_cast<uint64_t>(st.st_size);
         std::ifstream in(s->path, std::ios::binary);
         std::vector<char> buf(1 << 16);
@@ -2179,7 +2211,14 @@ class Engine::Impl {
     j.err_bytes = j.err.written;
     j.out_art = bank(j, j.out, j.pty ? "pty" : "stdout");
     j.err_art = bank(j, j.err, "stderr");
-    j.ended_at = rfc3339_now();
+    j.ended_at = last.tv_sec != 0 ? rfc3339_at(last.tv_sec, last.tv_nsec) : rfc3339_now();
+    auto start_ms = rfc3339_ms(j.started_at), end_ms = rfc3339_ms(j.ended_at);
+    j.duration_ms = 0;
+    if (start_ms && end_ms && *end_ms > *start_ms) {
+      j.duration_ms = static_cast<uint64_t>(*end_ms - *start_ms);
+    } else if (start_ms && end_ms) {
+      j.ended_at = j.started_at;  // file times are coarse: a silent job's record can read earlier
+    }
     return write_job_meta(j);
   }
 

@@ -385,6 +385,11 @@ BOOST_AUTO_TEST_CASE(restart_answers_for_every_job_and_marks_running_ones_abando
       std::this_thread::sleep_for(10ms);
     }
   }  // engine destroyed while the job runs
+  // The restart comes later: the abandoned job's end is what was last known of it, not the
+  // restart (it was, with durationMs 0 beside it).
+  std::this_thread::sleep_for(1500ms);
+  struct timespec reopened {};
+  ::clock_gettime(CLOCK_REALTIME, &reopened);
   auto e2 = open_or_fail(env);
   auto d = e2->status("s", done_id);
   BOOST_REQUIRE_MESSAGE(d.has_value(), describe(d));
@@ -395,6 +400,19 @@ BOOST_AUTO_TEST_CASE(restart_answers_for_every_job_and_marks_running_ones_abando
   auto r = e2->status("s", running_id);
   BOOST_REQUIRE(r.has_value());
   BOOST_TEST(r->state == "abandoned");
+  auto ms = [](const std::string& t) {
+    struct tm tm {};
+    int milli = 0;
+    BOOST_REQUIRE(std::sscanf(t.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d.%3dZ", &tm.tm_year, &tm.tm_mon,
+                              &tm.tm_mday, &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &milli) == 7);
+    tm.tm_year -= 1900;
+    tm.tm_mon -= 1;
+    return static_cast<int64_t>(::timegm(&tm)) * 1000 + milli;
+  };
+  int64_t reopened_ms = static_cast<int64_t>(reopened.tv_sec) * 1000 + reopened.tv_nsec / 1000000;
+  BOOST_TEST(ms(r->ended_at) <= reopened_ms - 1000, r->ended_at);
+  BOOST_TEST(ms(r->ended_at) >= ms(r->started_at), r->started_at << " " << r->ended_at);
+  BOOST_TEST(static_cast<int64_t>(r->duration_ms) == ms(r->ended_at) - ms(r->started_at));
   auto ro = e2->output("s", running_id, {});
   BOOST_REQUIRE(ro.has_value());
   BOOST_TEST(ro->content == "before\n");
