@@ -375,7 +375,8 @@ struct Job {
   std::optional<Clock::time_point> deadline, kill_deadline, drain_deadline;
   uint64_t timeout_ms = 0, grace_ms = 5000, max_output = 0;
   bool timed_out = false, output_limit = false, io_failed = false, killed_by_caller = false;
-  std::string io_what;  // the failed write and its errno, for the settled error
+  int caller_signal = 0;  // the first signal a caller sent, for the settled message
+  std::string io_what;    // the failed write and its errno, for the settled error
   bool init_exited = false, have_exit = false, stdin_eof_pending = false;
   bool command_started = false;  // init reported the fork: its signal handlers are in place
   int pending_signal = 0;        // a kill that arrived before that
@@ -1276,6 +1277,9 @@ class Engine::Impl {
     if (j->settled()) {
       return status_of(*j);
     }
+    if (!j->killed_by_caller) {
+      j->caller_signal = signal;
+    }
     j->killed_by_caller = true;
     // Queued, or launched and no starter took it yet: it never runs, and settles `killed`.
     bool queued = j->state == "queued";
@@ -1733,6 +1737,21 @@ class Engine::Impl {
           "timed out after {} ms (the job's timeout); the whole sandbox was "
           "killed; output is banked",
           j.timeout_ms);
+    }
+    // A caller's kill is part of the outcome: a command that trapped it and exited by itself
+    // would otherwise read as a plain exit.
+    if (j.killed_by_caller && j.error.empty() && j.caller_signal != 0) {
+      if (j.state == "exited" && j.exit_code) {
+        j.error = fmt::format("a caller sent {}; the command then exited {} by itself",
+                              signal_name(j.caller_signal), *j.exit_code);
+      } else if (j.state == "killed") {
+        j.error = j.signal == signal_name(j.caller_signal)
+                      ? fmt::format("killed by a caller's {}", signal_name(j.caller_signal))
+                      : fmt::format(
+                            "a caller sent {}; {} ended it (the grace's end, or the "
+                            "command's own doing)",
+                            signal_name(j.caller_signal), j.signal.value_or("a signal"));
+      }
     }
     j.out_bytes = j.out.written;
     j.err_bytes = j.err.written;

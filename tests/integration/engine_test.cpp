@@ -239,6 +239,7 @@ BOOST_AUTO_TEST_CASE(repeated_kills_do_not_postpone_the_sigkill) {
   BOOST_REQUIRE(st.has_value());
   auto took = std::chrono::steady_clock::now() - t0;
   BOOST_TEST(st->state == "killed");
+  BOOST_TEST(contains(st->error, "a caller sent SIGTERM; SIGKILL ended it"), st->error);
   // The grace is 1 s: settled well before the 6 s the kills would have gone on.
   BOOST_TEST(took < 4s, std::chrono::duration_cast<std::chrono::milliseconds>(took).count());
 }
@@ -263,6 +264,9 @@ BOOST_AUTO_TEST_CASE(every_signal_a_caller_may_send_reaches_the_command) {
     BOOST_REQUIRE(st.has_value());
     BOOST_TEST(st->state == "exited", name << ": " << st->state << " " << st->error);
     BOOST_TEST(st->exit_code.value_or(-1) == 7, name);
+    // The caller's kill is part of the outcome, though the command exited by itself.
+    BOOST_TEST(st->error == "a caller sent SIG" + name + "; the command then exited 7 by itself",
+               st->error);
     BOOST_TEST(contains(wait_for_output(*e, "s", s->task_id, "stdout", "got"), "got " + name),
                name);
   }
