@@ -36,7 +36,11 @@ int doctor_main(const std::string& state_dir, const std::string& seccomp_profile
 
   sandbox::FeatureCheck cg{"cgroups", false, true, "", ""};
   auto layout = sandbox::detect_cgroup_layout();
-  if (layout) {
+  auto delegation = layout ? sandbox::check_v2_delegation(*layout) : Result<void>{};
+  if (layout && !delegation) {
+    cg.detail = delegation.error().message();
+    cg.guarantee = "limits and kill-everything";
+  } else if (layout) {
     cg.ok = true;
     if (layout->mode == sandbox::CgroupMode::kUnified) {
       cg.detail = "cgroup v2 with memory, pids, cpu: jobs under `" + layout->v2_parent + "`";

@@ -473,7 +473,42 @@ Result<CgroupLayout> detect_cgroup_layout() {
   return detect_cgroup_layout(*cgroup, *mountinfo, controllers);
 }
 
+Result<void> check_v2_delegation(const CgroupLayout& layout) {
+  if (layout.mode != CgroupMode::kUnified) {
+    return {};
+  }
+  size_t slash = layout.v2_parent.rfind('/');
+  if (slash == std::string::npos || slash == 0) {
+    return invalid("cgroup parent `{}` has no parent cgroup", layout.v2_parent);
+  }
+  const std::string own = layout.v2_parent.substr(0, slash);
+  CORDON_TRY_CTX(fd, open_dir(own), "open our own cgroup");
+  CORDON_TRY_CTX(passed, sys::read_file_at(fd.get(), "cgroup.subtree_control"),
+                 "read cgroup.subtree_control of `{}`", own);
+  bool all_passed = true;
+  for (std::string_view c : kControllers) {
+    all_passed = all_passed && contains_token(trim(passed), c, ' ');
+  }
+  // The hierarchy's root is the one cgroup without cgroup.type, and the one the rule exempts
+  // (a cgroup namespace's root is not: it has the file, and the rule holds there).
+  if (all_passed || !file_exists_at(fd.get(), "cgroup.type")) {
+    return {};
+  }
+  return unsupported(
+      "cordon's own cgroup `{}` holds processes (cordon among them), and cgroup v2 lets a "
+      "cgroup that holds processes pass no controller on to its children (the "
+      "no-internal-process rule), so jobs under `{}` could get no memory, pids or cpu limits. "
+      "On a pure cgroup v2 host cordon runs today only from the hierarchy's root cgroup (e.g. "
+      "as root: `echo $$ > /sys/fs/cgroup/cgroup.procs`, then start cordon from that shell); a "
+      "delegated cgroup of its own (systemd Delegate=yes) is not supported yet "
+      "(docs/architecture.md, cgroups)",
+      own, layout.v2_parent);
+}
+
 Result<void> prepare_parents(const CgroupLayout& layout) {
+  // Before anything is made: nothing is left in a cgroup that cannot serve (a review, session
+  // 12: `<own>/cordon` was made first and stayed in a cgroup cordon does not own).
+  CORDON_CHECK(check_v2_delegation(layout));
   std::vector<std::string> parents = {layout.v2_parent};
   if (layout.mode == CgroupMode::kHybrid) {
     for (const std::string* p :

@@ -52,6 +52,13 @@ struct CgroupLayout {
 /// Reads /proc/self/{cgroup,mountinfo} and our v2 cgroup.controllers, then decides as above.
 [[nodiscard]] Result<CgroupLayout> detect_cgroup_layout();
 
+/// On kUnified: whether the job parent can get memory, pids and cpu at all. cgroup v2's
+/// no-internal-process rule lets a cgroup other than the hierarchy's root enable controllers
+/// for its children only while no process is in it, and cordon runs in its own cgroup (the
+/// parent's parent). Fine when that cgroup already passes the three on or is the root; else a
+/// refusal naming the rule and what works. Reads only; an error for anything unreadable.
+[[nodiscard]] Result<void> check_v2_delegation(const CgroupLayout& layout);
+
 /// Creates the layout's parent dirs (only those; an existing one is reused) and, on kUnified,
 /// enables memory, pids and cpu in the parent's cgroup.subtree_control. Fails with a message
 /// naming the controllers when our own cgroup does not delegate them.

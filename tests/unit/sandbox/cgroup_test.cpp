@@ -202,6 +202,8 @@ BOOST_AUTO_TEST_CASE(prepares_unified_parent_and_enables_controllers) {
   std::string own = tmp.path + "/own";
   BOOST_TEST_REQUIRE(::mkdir(own.c_str(), 0755) == 0);
   CgroupLayout layout{CgroupMode::kUnified, own + "/cordon", "", "", ""};
+  // Our own cgroup is the hierarchy's root here: no cgroup.type, the rule's one exemption.
+  put(own + "/cgroup.subtree_control", "cpu memory pids\n");
   // A real cgroupfs fills the new dir itself; here the "kernel" does it before the call.
   BOOST_TEST_REQUIRE(::mkdir(layout.v2_parent.c_str(), 0755) == 0);
   put(layout.v2_parent + "/cgroup.controllers", "cpu io memory pids\n");
@@ -215,6 +217,36 @@ BOOST_AUTO_TEST_CASE(prepares_unified_parent_and_enables_controllers) {
   BOOST_TEST_REQUIRE(!refused.has_value());
   BOOST_TEST(refused.error().message().find("`memory pids` are not delegated") != std::string::npos,
              refused.error().message());
+}
+
+// cgroup v2's no-internal-process rule (a review, session 12): a cgroup other than the root
+// that holds processes (cordon's own does: cordon is in it) can pass no controller on, so jobs
+// beneath it could never get limits. Refused before anything is made, with the reason; a
+// cgroup that already passes the three on is fine. (Laid out like cgroupfs, as above: this
+// hybrid machine has no v2 controllers.)
+BOOST_AUTO_TEST_CASE(a_unified_own_cgroup_that_holds_processes_is_refused_before_anything_is_made) {
+  TempDir tmp;
+  std::string own = tmp.path + "/own";
+  BOOST_TEST_REQUIRE(::mkdir(own.c_str(), 0755) == 0);
+  put(own + "/cgroup.type", "domain\n");
+  put(own + "/cgroup.procs", "4242\n");
+  put(own + "/cgroup.subtree_control", "");
+  CgroupLayout layout{CgroupMode::kUnified, own + "/cordon", "", "", ""};
+  auto checked = check_v2_delegation(layout);
+  BOOST_TEST_REQUIRE(!checked.has_value());
+  BOOST_TEST(checked.error().message().find("no-internal-process rule") != std::string::npos,
+             checked.error().message());
+  auto refused = prepare_parents(layout);
+  BOOST_TEST_REQUIRE(!refused.has_value());
+  BOOST_TEST(refused.error().message() == checked.error().message());
+  BOOST_TEST(!std::filesystem::exists(layout.v2_parent));  // nothing left in a cgroup not ours
+  // Passing the three on already (delegated and set up so), the check holds.
+  put(own + "/cgroup.subtree_control", "cpu io memory pids\n");
+  BOOST_TEST(check_v2_delegation(layout).has_value(), why(check_v2_delegation(layout)));
+  // Hybrid never needs it.
+  BOOST_TEST(
+      check_v2_delegation(CgroupLayout{CgroupMode::kHybrid, "/nonexistent/cordon", "", "", ""})
+          .has_value());
 }
 
 BOOST_AUTO_TEST_CASE(unified_job_writes_v2_limits_reads_usage_and_kills) {
