@@ -657,6 +657,13 @@ class Engine::Impl {
     }
   }
 
+  // Whether the reserve is whole, refilled first if space came back since.
+  bool reserve_whole() {
+    ensure_reserve();
+    struct stat st {};
+    return ::stat(reserve_path().c_str(), &st) == 0 && st.st_size >= kReserveBytes;
+  }
+
   // atomic_write(), and when the disk is full, once more after freeing a step of the
   // reserve: a job must settle (and its meta reach disk) even when its own output filled the
   // disk. `use_reserve` false: a write that may fail on a full disk (the `read` mark) leaves
@@ -2036,7 +2043,7 @@ class Engine::Impl {
     auto& reply = *d.reply;
     if (!reply.argv.empty() && reply.argv != j.argv) {
       j.argv = reply.argv;  // e.g. a script's interpreter
-      (void)write_job_meta(j);
+      (void)write_job_meta(j, /*use_reserve=*/false);
     }
     j.pidfd = std::move(reply.pidfd);
     // Held from now on, not only from a SIGKILL: when the command ends by itself its init's
@@ -2528,6 +2535,16 @@ Result<JobStatus> Engine::start(const std::string& session, const StartOptions& 
           m.pol->quotas.max_disk_bytes);
     }
   }
+  // The reserve is for settles, so that a running command's end reaches the disk: a start
+  // never takes it, and is refused while it is short. Failure fixed (a review, session 12):
+  // starts on a full disk each freed a step of it for their own record, 154 of them spent it,
+  // and the next settle's record (its exit code) was lost (`abandoned` after a restart).
+  if (!m.reserve_whole()) {
+    return refusal(
+        "the state dir's disk is full: the space kept so that running commands' ends are "
+        "recorded is in use; free space there or remove settled jobs with command_remove, then "
+        "start again");
+  }
   auto job = std::make_unique<Job>();
   Job& j = *job;
   j.id = new_task_id();
@@ -2578,7 +2595,7 @@ Result<JobStatus> Engine::start(const std::string& session, const StartOptions& 
   // Failure fixed: the index append's write was unchecked, so a full disk left a job that
   // ran but no list showed (or half an id that merged with the next job's). Either step
   // failing now refuses the start with nothing of the job left on disk.
-  auto recorded = m.write_job_meta(j);
+  auto recorded = m.write_job_meta(j, /*use_reserve=*/false);
   if (recorded) {
     recorded = m.append_session_index(session, j.id);
   }

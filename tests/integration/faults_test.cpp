@@ -235,6 +235,52 @@ BOOST_AUTO_TEST_CASE(a_filling_state_dir_fails_the_writers_and_the_engine_keeps_
   BOOST_TEST((read_all_bytes(*e2, "s", banked->task_id, "stdout") == banked_bytes));
 }
 
+// Starts on a full disk never spend the reserve that lets a running command's end reach the
+// disk. Failure fixed (a review, session 12): each start freed a step of it for its own
+// record; once they had spent it, the waiting job's settle could not be written, and after a
+// restart its exit code was gone (`abandoned`).
+BOOST_AUTO_TEST_CASE(starts_on_a_full_disk_leave_the_reserve_to_the_settles) {
+  EngineEnv env;
+  SmallDisk disk(env.box.base + "/small", "3m");
+  env.state_dir = disk.path + "/state";
+  auto e = open_engine(env);
+  auto waiting =
+      e->start("s", {.argv = {"/bin/sh", "-c", "read x; exit 7"}, .stdin_mode = StdinMode::kPipe});
+  BOOST_REQUIRE_MESSAGE(waiting.has_value(), describe(waiting));
+  auto filler = e->start("s", {.argv = {"/usr/bin/yes", "fill"}});
+  BOOST_REQUIRE_MESSAGE(filler.has_value(), describe(filler));
+  auto f = e->status("s", filler->task_id, 60s);
+  BOOST_REQUIRE(f.has_value());
+  BOOST_TEST(f->state == "failed", f->error);
+  // Starts on the full disk: refused with the cause (they ran until the reserve was spent).
+  int refused = 0, ran = 0;
+  for (int i = 0; i < 200 && refused < 3; ++i) {
+    auto st = e->start("s", {.argv = {"/bin/echo", "x"}});
+    if (!st) {
+      ++refused;
+      const std::string why = st.error().message();
+      BOOST_TEST((why.find("disk is full") != std::string::npos ||
+                  why.find("ENOSPC") != std::string::npos),
+                 why);
+      continue;
+    }
+    ++ran;
+    (void)e->status("s", st->task_id, 20s);
+  }
+  BOOST_TEST(refused == 3);
+  BOOST_TEST(ran == 0);
+  BOOST_REQUIRE(e->write("s", waiting->task_id, {.data = "go\n", .eof = true}).has_value());
+  auto w = e->status("s", waiting->task_id, 20s);
+  BOOST_REQUIRE(w.has_value());
+  BOOST_TEST(w->state == "exited");
+  e.reset();
+  auto e2 = open_engine(env);
+  auto w2 = e2->status("s", waiting->task_id);
+  BOOST_REQUIRE_MESSAGE(w2.has_value(), describe(w2));
+  BOOST_TEST(w2->state == "exited", w2->error);  // its end reached the disk
+  BOOST_TEST(w2->exit_code.value_or(-1) == 7);
+}
+
 // The disk fills up (a writer fails and spends the reserve), then the engine process is
 // SIGKILLed while another job runs. The next engine must still open on the full disk and
 // answer for both jobs: the running one `abandoned` with its bytes, the writer as it settled.
