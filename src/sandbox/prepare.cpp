@@ -271,7 +271,7 @@ Result<std::unique_ptr<PreparedSandbox>> PreparedSandbox::prepare(const SandboxS
     CORDON_CHECK(p->prepare_plan_file(spec, seccomp, p->argv_, p->exec_path_));
   }
   // A parked sandbox gets its job's pipes from prepare_job().
-  CORDON_CHECK(p->prepare_channels(spec, true, !park));
+  CORDON_CHECK(p->prepare_channels(spec, host_id, true, !park));
 
   plan.loopback_up = spec.network == NetworkMode::kNone;
   p->applied_.network_namespace = spec.network == NetworkMode::kNone;
@@ -345,7 +345,8 @@ bool PreparedSandbox::shape_still_holds(const SandboxSpec& spec, const ParkedSha
 }
 
 Result<std::unique_ptr<PreparedSandbox>> PreparedSandbox::prepare_job(
-    const SandboxSpec& spec, const SeccompPrograms& seccomp, const ParkedShape& shape) {
+    const SandboxSpec& spec, const SeccompPrograms& seccomp, uid_t host_id,
+    const ParkedShape& shape) {
   std::unique_ptr<PreparedSandbox> p(new PreparedSandbox());
   CORDON_CHECK(p->open_root(spec));
   CORDON_TRY(root_st, sys::fstat_fd(p->root_fd_.get()));
@@ -360,7 +361,7 @@ Result<std::unique_ptr<PreparedSandbox>> PreparedSandbox::prepare_job(
   CORDON_CHECK(p->resolve_cwd(spec));
   CORDON_CHECK(p->resolve_command(spec, shape.visible));
   CORDON_CHECK(p->prepare_plan_file(spec, seccomp, p->argv_, p->exec_path_));
-  CORDON_CHECK(p->prepare_channels(spec, false, true));
+  CORDON_CHECK(p->prepare_channels(spec, host_id, false, true));
   p->plan_.landlock_handled = shape.landlock_handled;
   return p;
 }
@@ -666,7 +667,8 @@ Result<void> PreparedSandbox::prepare_plan_file(const SandboxSpec& spec,
   return {};
 }
 
-Result<void> PreparedSandbox::prepare_channels(const SandboxSpec& spec, bool status, bool pipes) {
+Result<void> PreparedSandbox::prepare_channels(const SandboxSpec& spec, uid_t host_id, bool status,
+                                               bool pipes) {
   if (status) {
     int sp[2];
     if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) != 0) {
@@ -679,13 +681,22 @@ Result<void> PreparedSandbox::prepare_channels(const SandboxSpec& spec, bool sta
   if (spec.tty || !pipes) {
     return {};
   }
-  auto make_pipe = [](UniqueFd& r, UniqueFd& w) -> Result<void> {
+  // The command reopens its pipes by name (`echo x > /dev/stderr`, `cat /dev/stdin`): through
+  // /proc/self/fd the kernel checks the pipe's owner and mode like a file's, and pipe2 makes
+  // it ours (host root) and 0600, which the sandbox user is not: EACCES. So each pipe is given
+  // to the host uid and gid the command runs as (both ends share the inode). The mode stays
+  // 0600: that uid is leased to this sandbox alone, host-wide, and given back only after its
+  // processes are gone, so no other sandbox or host user gains a way in.
+  auto make_pipe = [host_id](UniqueFd& r, UniqueFd& w) -> Result<void> {
     int p[2];
     if (::pipe2(p, O_CLOEXEC) != 0) {
       return sys_error("pipe2");
     }
     r.reset(p[0]);
     w.reset(p[1]);
+    if (::fchown(p[0], host_id, host_id) != 0) {
+      return sys_error("fchown a pipe to {}", host_id);
+    }
     // All three keep the default size: stdout and stderr are grown by their reader once
     // output flows in bulk (grow_output_pipe); stdin carries the engine's small writes.
     return {};

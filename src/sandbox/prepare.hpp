@@ -88,10 +88,12 @@ class PreparedSandbox {
       const SandboxSpec& spec, const SeccompPrograms& seccomp, uid_t host_id,
       const std::string& init_path, Mode mode = Mode::kSpawn);
   /// The job of a parked sandbox built from `shape`: resolves the cwd beneath the root and
-  /// the executable, writes the job's plan memfd and makes the pipes. The caller checked
-  /// that `spec` has the parked sandbox's shape (shape_still_holds too).
+  /// the executable, writes the job's plan memfd and makes the pipes, owned by `host_id` (the
+  /// parked sandbox's leased uid/gid). The caller checked that `spec` has the parked
+  /// sandbox's shape (shape_still_holds too).
   [[nodiscard]] static Result<std::unique_ptr<PreparedSandbox>> prepare_job(
-      const SandboxSpec& spec, const SeccompPrograms& seccomp, const ParkedShape& shape);
+      const SandboxSpec& spec, const SeccompPrograms& seccomp, uid_t host_id,
+      const ParkedShape& shape);
   /// Whether the host still is as `shape` saw it: the working root and each --ro path resolve
   /// to what was bound (a directory replaced since must not be served by the old bind), the
   /// root has the same owner (the idmapping) and the same /etc secrets exist (the masks).
@@ -125,8 +127,9 @@ class PreparedSandbox {
   Result<void> prepare_plan_file(const SandboxSpec& spec, const SeccompPrograms& seccomp,
                                  const std::vector<std::string>& argv, const std::string& exec_path,
                                  uint32_t extra_flags = 0);
-  // The status socketpair (when `status`) and, with `pipes` and without a tty, the pipes.
-  Result<void> prepare_channels(const SandboxSpec& spec, bool status, bool pipes);
+  // The status socketpair (when `status`) and, with `pipes` and without a tty, the pipes,
+  // owned by `host_id`.
+  Result<void> prepare_channels(const SandboxSpec& spec, uid_t host_id, bool status, bool pipes);
   const char* keep(std::string s);
 
   ChildPlan plan_;

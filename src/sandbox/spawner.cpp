@@ -615,7 +615,8 @@ class Server {
     if (!programs) {
       return failed(programs.error());
     }
-    auto job = PreparedSandbox::prepare_job(req->spec, *programs, slot.shape);
+    // The slot's host id: checked equal to the job's above.
+    auto job = PreparedSandbox::prepare_job(req->spec, *programs, req->host_id, slot.shape);
     if (!job) {
       return failed(job.error());
     }

@@ -293,3 +293,46 @@ BOOST_AUTO_TEST_CASE(a_child_that_ignores_sigterm_is_killed_with_its_grandchildr
     }
   }
 }
+
+// Build scripts write to /dev/stdout and /dev/stderr and read /dev/stdin by name, which
+// reopens the job's pipes through /proc/self/fd: the kernel checks the pipe's owner there, so
+// the pipes belong to the job's host uid. Both ways a job gets them: made with its sandbox
+// (the pool is empty until a job names its shape), and sent to a sandbox the warm pool built
+// ahead (the spawner's prepare_job).
+BOOST_AUTO_TEST_CASE(a_job_opens_dev_stdout_stderr_and_stdin_by_name_pooled_or_not) {
+  EngineEnv env;
+  auto e = open_engine(env);
+  const std::string records = env.state_dir + "/cgroups";
+  for (bool want_pooled : {false, true}) {
+    BOOST_TEST_CONTEXT((want_pooled ? "pooled" : "unpooled")) {
+      if (want_pooled) {
+        BOOST_REQUIRE(eventually([&] {
+          return sandbox::parked_pool_pids(records).size() == EngineOptions{}.warm_pool_size;
+        }));
+      }
+      std::vector<pid_t> parked = sandbox::parked_pool_pids(records);
+      // `read` takes the first line byte by byte and leaves the rest for cat.
+      auto s = e->start("s", {.argv = {"/bin/sh", "-c",
+                                       "echo up; read x; echo out > /dev/stdout; "
+                                       "echo err > /dev/stderr; cat /dev/stdin"},
+                              .stdin_mode = StdinMode::kPipe});
+      BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+      BOOST_REQUIRE(eventually([&] {
+        auto st = e->status("s", s->task_id);
+        return st && (st->stdout_bytes > 0 || st->settled());
+      }));
+      // A pooled job runs in an init that was parked before it started.
+      bool pooled = std::ranges::any_of(env.sandbox_pids(), [&](pid_t p) {
+        return std::find(parked.begin(), parked.end(), p) != parked.end();
+      });
+      BOOST_TEST(pooled == want_pooled);
+      BOOST_REQUIRE(e->write("s", s->task_id, {.data = "go\nin\n", .eof = true}).has_value());
+      auto st = e->status("s", s->task_id, 20s);
+      BOOST_REQUIRE_MESSAGE(st.has_value(), describe(st));
+      BOOST_TEST(st->state == "exited");
+      BOOST_TEST(st->exit_code.value_or(-1) == 0);
+      BOOST_TEST(read_all_bytes(*e, "s", s->task_id, "stdout") == "up\nout\nin\n");
+      BOOST_TEST(read_all_bytes(*e, "s", s->task_id, "stderr") == "err\n");
+    }
+  }
+}

@@ -112,6 +112,23 @@ BOOST_AUTO_TEST_CASE(forwards_stdin_when_it_is_not_a_terminal) {
   BOOST_TEST(r.out == "2\n");
 }
 
+// Build scripts write to /dev/stderr and read /dev/stdin by name: reopening a pipe through
+// /proc/self/fd checks the pipe's owner and mode, so the pipes must belong to the command's
+// host uid (the sandbox user inside). They stay 0600: nobody else may open them.
+BOOST_AUTO_TEST_CASE(dev_stdout_stderr_and_stdin_open_by_name_and_reach_their_streams) {
+  Sandbox s;
+  ProcessOptions po;
+  po.input = "in\n";
+  auto r = s.run({},
+                 {"/bin/sh", "-c",
+                  "echo out > /dev/stdout; echo err > /dev/stderr; cat /dev/stdin; "
+                  "stat -L -c '%a %u' /dev/stdin /dev/stdout /dev/stderr"},
+                 po);
+  BOOST_TEST(r.exit_code() == 0, r.err);
+  BOOST_TEST(r.out == "out\nin\n600 1000\n600 1000\n600 1000\n");
+  BOOST_TEST(r.err == "err\n");
+}
+
 BOOST_AUTO_TEST_CASE(environment_is_minimal_and_explicit) {
   Sandbox s;
   ::setenv("CORDON_SECRET_TOKEN", "leak", 1);
