@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <linux/sched.h>
+#include <netinet/in.h>
 #include <sched.h>
 #include <seccomp.h>
 #include <sys/mman.h>
@@ -16,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "base/unique_fd.hpp"
 #include "sys/fs.hpp"
@@ -367,8 +369,14 @@ scmp_arg_cmp has_bits(unsigned arg, uint64_t bits) { return masked(arg, bits, bi
 // truncates these arguments to 32 bits, so a 64-bit value could otherwise alias an allowed one
 // in the check and a refused one in the kernel, or the reverse.
 Result<void> add_outside_set(void* ctx, uint32_t action, int nr, unsigned arg,
-                             const std::vector<uint32_t>& allowed, std::string_view what) {
+                             const std::vector<uint32_t>& allowed, std::string_view what,
+                             const std::vector<scmp_arg_cmp>& extra = {}) {
   constexpr uint64_t kTop = 0xffffffffULL;
+  auto with_extra = [&](scmp_arg_cmp cmp) {
+    std::vector<scmp_arg_cmp> cmps = extra;
+    cmps.push_back(cmp);
+    return cmps;
+  };
   auto add_block_rules = [&](uint64_t lo, uint64_t hi) -> Result<void> {
     // [lo, hi] inclusive, hi <= kTop.
     while (lo <= hi) {
@@ -376,7 +384,7 @@ Result<void> add_outside_set(void* ctx, uint32_t action, int nr, unsigned arg,
       while (lo + size - 1 > hi) {
         size >>= 1;
       }
-      CORDON_CHECK(add_rule(ctx, action, nr, {masked(arg, ~(size - 1), lo)}, what));
+      CORDON_CHECK(add_rule(ctx, action, nr, with_extra(masked(arg, ~(size - 1), lo)), what));
       lo += size;
     }
     return {};
@@ -390,10 +398,22 @@ Result<void> add_outside_set(void* ctx, uint32_t action, int nr, unsigned arg,
   }
   if (next <= kTop) {
     // The gap runs to the top: one GT covers it and everything above 32 bits.
-    return add_rule(ctx, action, nr, {{arg, SCMP_CMP_GT, next - 1, 0}}, what);
+    return add_rule(ctx, action, nr, with_extra({arg, SCMP_CMP_GT, next - 1, 0}), what);
   }
-  return add_rule(ctx, action, nr, {{arg, SCMP_CMP_GT, kTop, 0}}, what);
+  return add_rule(ctx, action, nr, with_extra({arg, SCMP_CMP_GT, kTop, 0}), what);
 }
+
+// The protocols an inet socket may name, per family (sorted): 0 (the type's own: TCP for
+// SOCK_STREAM, UDP for SOCK_DGRAM), TCP, UDP and the family's ICMP, which unprivileged ping
+// sockets (SOCK_DGRAM, within net.ipv4.ping_group_range) use.
+const std::pair<uint64_t, std::vector<uint32_t>> kInetProtocols[] = {
+    {AF_INET, {0, IPPROTO_ICMP, IPPROTO_TCP, IPPROTO_UDP}},
+    {AF_INET6, {0, IPPROTO_TCP, IPPROTO_UDP, IPPROTO_ICMPV6}},
+};
+// The inet socket types refused, as (mask, value) blocks of the type argument's low four bits,
+// which the kernel keeps as the type (SOCK_TYPE_MASK; the other bits are SOCK_NONBLOCK,
+// SOCK_CLOEXEC or EINVAL): 0 and 4..15, so SOCK_STREAM, SOCK_DGRAM and SOCK_RAW remain.
+const std::pair<uint64_t, uint64_t> kInetTypeBlocks[] = {{0xf, 0}, {0xc, 4}, {0x8, 8}};
 
 Result<SeccompCtx> build_fixed() {
   CORDON_TRY(ctx, new_filter(SCMP_ACT_ALLOW));
@@ -401,6 +421,7 @@ Result<SeccompCtx> build_fixed() {
   const uint32_t eperm = SCMP_ACT_ERRNO(kErrnoEperm);
   const uint32_t enosys = SCMP_ACT_ERRNO(kErrnoEnosys);
   const uint32_t eafnosupport = SCMP_ACT_ERRNO(kErrnoEafnosupport);
+  const uint32_t eprotonosupport = SCMP_ACT_ERRNO(kErrnoEprotonosupport);
 
   // Terminal injection. The kernel truncates ioctl's cmd to 32 bits, so a 64-bit EQ would be
   // bypassed by setting bit 32 (CVE-2019-10063, flatpak); compare the low 32 bits only.
@@ -485,6 +506,23 @@ Result<SeccompCtx> build_fixed() {
     CORDON_CHECK(add_rule(c, eafnosupport, nr,
                           {{0, SCMP_CMP_EQ, AF_NETLINK, 0}, {2, SCMP_CMP_NE, 0, 0}},
                           "netlink protocol"));
+    // Inet: TCP, UDP and ping sockets only (raw ones need CAP_NET_RAW, which the sandbox never
+    // has). The protocol picks the code as surely as the family does: MPTCP (262), UDP-Lite
+    // (136), SCTP (132, autoloaded where it is a module) are the same rarely audited code the
+    // family allowlist keeps out. Protocol 0 is the type's first protocol, so the type is
+    // checked too: SOCK_SEQPACKET reaches a loaded SCTP and SOCK_DCCP DCCP (CVE-2017-6074;
+    // removed in Linux 6.16) without naming them. EPROTONOSUPPORT, not the family rule's
+    // EAFNOSUPPORT: it is what a kernel built without MPTCP or UDP-Lite answers, so programs
+    // that probe for MPTCP (Go's net package) use TCP instead of taking MPTCP for present.
+    for (const auto& [family, protocols] : kInetProtocols) {
+      const scmp_arg_cmp is_family = {0, SCMP_CMP_EQ, family, 0};
+      CORDON_CHECK(
+          add_outside_set(c, eprotonosupport, nr, 2, protocols, "inet protocol", {is_family}));
+      for (const auto& [mask, value] : kInetTypeBlocks) {
+        CORDON_CHECK(
+            add_rule(c, eprotonosupport, nr, {is_family, masked(1, mask, value)}, "inet type"));
+      }
+    }
   }
 
   // personality: the values Docker's default profile allows (moby profiles/seccomp/

@@ -728,8 +728,10 @@ std::string probe_packet(Args) {
       [] { return outcome_of(socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, htons(ETH_P_ALL))); });
 }
 
-// Any family by name or number, for the allowlist's allowed side (and other families).
-std::string probe_socket(Args args) {
+// Any family, type and protocol by name or number, for the allowlists' allowed side (and
+// other families and protocols). `pair` asks socketpair(), which makes a socket of the
+// protocol before it asks the protocol for a pair (inet has none: EOPNOTSUPP).
+std::string probe_socket_or_pair(Args args, bool pair) {
   struct Named {
     std::string_view name;
     int value;
@@ -737,8 +739,14 @@ std::string probe_socket(Args args) {
   static constexpr Named kFamilies[] = {{"unix", AF_UNIX},     {"inet", AF_INET},
                                         {"inet6", AF_INET6},   {"netlink", AF_NETLINK},
                                         {"packet", AF_PACKET}, {"vsock", AF_VSOCK}};
-  static constexpr Named kTypes[] = {
-      {"stream", SOCK_STREAM}, {"dgram", SOCK_DGRAM}, {"raw", SOCK_RAW}};
+  static constexpr Named kTypes[] = {{"stream", SOCK_STREAM},
+                                     {"dgram", SOCK_DGRAM},
+                                     {"raw", SOCK_RAW},
+                                     {"seqpacket", SOCK_SEQPACKET}};
+  static constexpr Named kProtocols[] = {{"tcp", IPPROTO_TCP},     {"udp", IPPROTO_UDP},
+                                         {"icmp", IPPROTO_ICMP},   {"icmpv6", IPPROTO_ICMPV6},
+                                         {"mptcp", IPPROTO_MPTCP}, {"udplite", IPPROTO_UDPLITE},
+                                         {"sctp", IPPROTO_SCTP}};
   auto lookup = [](std::span<const Named> table, const char* text, const char* what) {
     for (const auto& e : table) {
       if (e.name == text) {
@@ -749,15 +757,24 @@ std::string probe_socket(Args args) {
   };
   int family = lookup(kFamilies, args[0], "socket family");
   int type = args.size() > 1 ? lookup(kTypes, args[1], "socket type") : SOCK_STREAM;
-  return in_child([family, type] {
-    int fd = socket(family, type | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
+  int protocol = args.size() > 2 ? lookup(kProtocols, args[2], "socket protocol") : 0;
+  return in_child([family, type, protocol, pair] {
+    int fds[2] = {-1, -1};
+    int rc = pair ? socketpair(family, type | SOCK_CLOEXEC, protocol, fds)
+                  : (fds[0] = socket(family, type | SOCK_CLOEXEC, protocol));
+    if (rc < 0) {
       return denied(errno);
     }
-    close(fd);
+    for (int fd : fds) {
+      if (fd >= 0) {
+        close(fd);
+      }
+    }
     return allowed();
   });
 }
+std::string probe_socket(Args args) { return probe_socket_or_pair(args, false); }
+std::string probe_socketpair(Args args) { return probe_socket_or_pair(args, true); }
 
 // Raw IP sockets need CAP_NET_RAW (which `setcap` tries to plant on a file).
 std::string probe_raw_socket(Args) {
@@ -1478,8 +1495,11 @@ constexpr Probe kProbes[] = {
     {"bpf", "[cmd-number]", 0, 1, probe_bpf},
     {"vsock", "", 0, 0, probe_vsock},
     {"packet", "", 0, 0, probe_packet},
-    {"socket", "<unix|inet|inet6|netlink|packet|vsock|nr> [stream|dgram|raw|nr]", 1, 2,
-     probe_socket},
+    {"socket",
+     "<unix|inet|inet6|netlink|packet|vsock|nr> [stream|dgram|raw|seqpacket|nr] "
+     "[tcp|udp|icmp|icmpv6|mptcp|udplite|sctp|nr]",
+     1, 3, probe_socket},
+    {"socketpair", "<family> [type] [protocol] (as socket)", 1, 3, probe_socketpair},
     {"raw-socket", "", 0, 0, probe_raw_socket},
     {"finit-module", "", 0, 0, probe_finit_module},
     {"kexec-file-load", "", 0, 0, probe_kexec_file_load},

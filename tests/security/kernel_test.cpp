@@ -433,6 +433,47 @@ BOOST_AUTO_TEST_CASE(af_inet_sockets_are_allowed) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Inet protocols by allowlist: TCP, UDP, ping. Wall: seccomp-fixed → EPROTONOSUPPORT (what a
+// kernel without the protocol answers); this kernel has MPTCP and UDP-Lite, so the control
+// makes each socket.
+// ---------------------------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(mptcp_and_udplite_sockets_are_refused_by_the_fixed_filter) {
+  for (const char* family : {"inet", "inet6"}) {
+    BOOST_TEST_CONTEXT(family) {
+      BOOST_TEST(probe(s, {"socket", family, "stream", "mptcp"}) == "errno EPROTONOSUPPORT");
+      BOOST_TEST(probe(s, {"socket", family, "stream", "mptcp"}, {"seccomp-fixed"}) == "allowed");
+      BOOST_TEST(probe(s, {"socket", family, "dgram", "udplite"}) == "errno EPROTONOSUPPORT");
+      BOOST_TEST(probe(s, {"socket", family, "dgram", "udplite"}, {"seccomp-fixed"}) == "allowed");
+      // socketpair makes an MPTCP socket before inet says it has no pairs.
+      BOOST_TEST(probe(s, {"socketpair", family, "stream", "mptcp"}) == "errno EPROTONOSUPPORT");
+      BOOST_TEST(probe(s, {"socketpair", family, "stream", "mptcp"}, {"seccomp-fixed"}) ==
+                 "errno EOPNOTSUPP");
+      // Protocol 0 takes the type's first protocol: SOCK_SEQPACKET is SCTP's (not loaded on
+      // this host, so the kernel's own answer differs from the filter's).
+      BOOST_TEST(probe(s, {"socket", family, "seqpacket"}) == "errno EPROTONOSUPPORT");
+      BOOST_TEST(probe(s, {"socket", family, "seqpacket"}, {"seccomp-fixed"}) ==
+                 "errno ESOCKTNOSUPPORT");
+    }
+  }
+}
+
+// The protocols named explicitly still work; ping sockets reach the kernel's own check (a
+// fresh network namespace's net.ipv4.ping_group_range is `1 0`: nobody, EACCES), not the
+// filter's EPROTONOSUPPORT.
+BOOST_AUTO_TEST_CASE(tcp_udp_and_ping_sockets_pass_the_protocol_allowlist) {
+  for (const char* family : {"inet", "inet6"}) {
+    BOOST_TEST_CONTEXT(family) {
+      BOOST_TEST(probe(s, {"socket", family, "stream", "tcp"}) == "allowed");
+      BOOST_TEST(probe(s, {"socket", family, "dgram", "udp"}) == "allowed");
+      BOOST_TEST(probe(s, {"socket", family, "dgram", "0"}) == "allowed");
+    }
+  }
+  BOOST_TEST(probe(s, {"socket", "inet", "dgram", "icmp"}) == "errno EACCES");
+  BOOST_TEST(probe(s, {"socket", "inet6", "dgram", "icmpv6"}) == "errno EACCES");
+}
+
+// ---------------------------------------------------------------------------------------------
 // Foreign syscall ABIs. Wall: both filters kill a bad architecture (SIGSYS).
 // ---------------------------------------------------------------------------------------------
 

@@ -268,6 +268,7 @@ BOOST_AUTO_TEST_CASE(list_names_every_probe_the_security_tests_use) {
                            "vsock",
                            "packet",
                            "socket",
+                           "socketpair",
                            "x32",
                            "int80",
                            "caps",
