@@ -105,12 +105,23 @@ Result<Programs> compiled_programs(const OneshotRequest& req) {
     return sys_error("read seccomp profile `{}`", req.seccomp_profile_path);
   }
   const auto* v = seccomp_version();
-  std::string key =
-      sha256_hex(fmt::format("{}\n{}\n{}.{}.{}\n{}\n{}", kCacheMagic, req.spec.allow_ptrace,
-                             v->major, v->minor, v->micro, CORDON_VERSION, *text));
+  // The key names this very binary (device, inode, size, mtime), not only the version: the
+  // fixed filter is cordon's code, and a rebuilt or reinstalled cordon of the same version
+  // must not load the filters an older one compiled. Failure fixed (session 12): a new
+  // fixed-filter rule (inet protocols) did not apply to `cordon run` with the default state
+  // dir, which held the previous build's programs under the same key.
+  struct stat exe {};
+  const bool exe_known = ::stat("/proc/self/exe", &exe) == 0;
+  std::string key = sha256_hex(fmt::format("{}\n{}\n{}.{}.{}\n{}\n{}:{}:{}:{}.{}\n{}", kCacheMagic,
+                                           req.spec.allow_ptrace, v->major, v->minor, v->micro,
+                                           CORDON_VERSION, exe.st_dev, exe.st_ino, exe.st_size,
+                                           exe.st_mtim.tv_sec, exe.st_mtim.tv_nsec, *text));
   std::string dir = req.state_dir + "/seccomp-cache";
   std::string path = dir + "/" + key;
-  if (auto cached = read_small_file(path)) {
+  if (!exe_known) {
+    path.clear();  // no identity, no cache: compiled every time
+  }
+  if (auto cached = path.empty() ? std::nullopt : read_small_file(path)) {
     if (auto p = decode_programs(*cached)) {
       return std::move(*p);
     }
@@ -124,7 +135,7 @@ Result<Programs> compiled_programs(const OneshotRequest& req) {
   Programs p{std::move(filters.profile.insns), std::move(filters.fixed.insns),
              std::move(init_filter.insns), std::move(filters.warnings)};
   // Best effort: a cache that cannot be written only costs the next run a compile.
-  if (::mkdir(dir.c_str(), 0700) == 0 || errno == EEXIST) {
+  if (!path.empty() && (::mkdir(dir.c_str(), 0700) == 0 || errno == EEXIST)) {
     std::string tmp = fmt::format("{}.{}.tmp", path, ::getpid());
     std::string blob = encode_programs(p);
     int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);

@@ -347,6 +347,41 @@ BOOST_AUTO_TEST_CASE(json_status_holds_the_refusal_of_a_run_refused_before_it_st
   BOOST_TEST(state_of().value("state", "") == "refused", state_of().dump());
 }
 
+// The compiled seccomp programs cached in the state dir belong to one cordon binary: another
+// build of the same version compiles its own. Failure fixed (session 12): the key named only
+// the version and the profile, so a rebuilt cordon loaded the previous build's fixed filter
+// and a new rule in it (the inet protocol allowlist) did not apply.
+BOOST_AUTO_TEST_CASE(the_seccomp_cache_belongs_to_one_cordon_binary) {
+  Sandbox s;
+  namespace fs = std::filesystem;
+  const std::string inst = s.base + "/inst", build = fs::path(cordon_bin()).parent_path();
+  fs::create_directories(inst);
+  fs::copy(build + "/seccomp", inst + "/seccomp", fs::copy_options::recursive);
+  fs::copy_file(build + "/cordon-init", inst + "/cordon-init");
+  fs::copy_file(cordon_bin(), inst + "/cordon");
+  auto entries = [&] {
+    size_t n = 0;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(s.state + "/seccomp-cache", ec)) {
+      n += e.path().extension() != ".tmp" ? 1 : 0;
+    }
+    return n;
+  };
+  auto run = [&] {
+    return run_process(
+        {inst + "/cordon", "run", "--root", s.root, "--state-dir", s.state, "--", "/bin/true"});
+  };
+  BOOST_TEST_REQUIRE(run().exit_code() == 0);
+  BOOST_TEST(entries() == 1u);
+  BOOST_TEST_REQUIRE(run().exit_code() == 0);
+  BOOST_TEST(entries() == 1u);  // the same binary reads its own entry
+  // Installed again (another build in its place): its own entry, not the first one's.
+  fs::remove(inst + "/cordon");
+  fs::copy_file(cordon_bin(), inst + "/cordon");
+  BOOST_TEST_REQUIRE(run().exit_code() == 0);
+  BOOST_TEST(entries() == 2u);
+}
+
 BOOST_AUTO_TEST_CASE(json_status_lists_the_applied_walls) {
   Sandbox s;
   auto [r, st] = s.run_status({}, {"/bin/true"});
