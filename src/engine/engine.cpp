@@ -340,6 +340,9 @@ struct Watch {
   WatchKind kind;
 };
 constexpr uint64_t kTimerWatch = 1, kWakeWatch = 2, kFirstJobWatch = 16;
+// Spawner i's pidfd (Impl::spawners[i]) is watched as kFirstSpawnerWatch + i.
+constexpr uint64_t kFirstSpawnerWatch = 3;
+static_assert(kFirstSpawnerWatch + kSpawners <= kFirstJobWatch);
 
 struct Job {
   // Persisted.
@@ -522,7 +525,9 @@ class Engine::Impl {
   // One spawner per starter thread (kStarters): the spawner is single-threaded, and its part
   // of a spawn (prepare, clone3, id maps, v1 placement) was the serial step of many starts.
   // spawners[0] is also the warm pool's: its parked sandboxes are that process's children, so
-  // every pooled spawn goes through it.
+  // every pooled spawn goes through it. A spawner that dies is replaced inside its client
+  // (the loop watches each pidfd; a start finds it dead otherwise), so the vector and the
+  // clients never change after open and are used without mu.
   std::vector<std::unique_ptr<sandbox::SpawnerClient>> spawners;
   sandbox::CgroupLayout layout;
   std::optional<sandbox::CgroupRecords> records;
@@ -2138,6 +2143,17 @@ class Engine::Impl {
         }
         return;
       }
+      // A spawner that died (SIGKILLed, OOM-killed) is reaped and replaced at once, so no
+      // zombie waits for the next start routed to it; first in the batch, so a job settled
+      // after the death is settled after the replacement. Without mu: a posix_spawn and a
+      // hello (~1 ms) that API calls need not wait for. An error leaves no spawner in that
+      // slot, and the next start routed to it tries again and fails saying why.
+      for (int i = 0; i < n; ++i) {
+        uint64_t wid = events[i].data.u64;
+        if (wid >= kFirstSpawnerWatch && wid < kFirstSpawnerWatch + spawners.size()) {
+          (void)spawners[wid - kFirstSpawnerWatch]->replace_if_dead();
+        }
+      }
       std::lock_guard<std::mutex> lock(mu);
       if (stopping) {
         return;
@@ -2454,6 +2470,23 @@ Result<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
     ev.data.u64 = id;
     if (::epoll_ctl(impl->epfd.get(), EPOLL_CTL_ADD, fd, &ev) != 0) {
       return sys_error("epoll_ctl");
+    }
+  }
+  for (size_t i = 0; i < impl->spawners.size(); ++i) {
+    // Now and for each replacement: the loop reaps and replaces a spawner that died.
+    int ep = impl->epfd.get();
+    auto watched = impl->spawners[i]->set_watch([ep, i](int pidfd) -> Result<void> {
+      struct epoll_event ev {};
+      ev.events = EPOLLIN;
+      ev.data.u64 = kFirstSpawnerWatch + i;
+      if (::epoll_ctl(ep, EPOLL_CTL_ADD, pidfd, &ev) != 0) {
+        return sys_error("epoll_ctl the spawner's pidfd");
+      }
+      return {};
+    });
+    if (!watched) {
+      Engine partial(std::move(impl));  // stops the spawners: none is replaced after epfd goes
+      return std::unexpected(std::move(watched.error()).wrap("watch spawner {}", i));
     }
   }
   Impl* raw = impl.get();

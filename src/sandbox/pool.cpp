@@ -125,7 +125,10 @@ bool WarmPool::drop_unusable_locked(std::chrono::steady_clock::time_point now) {
       it->init.get(), POLLIN, 0
     };
     bool dead = it->init && ::poll(&p, 1, 0) == 1;
-    if (dead || now - it->made >= options_.max_age) {
+    // Its spawner died and was replaced: the slot is unknown to the new one, and its init dies
+    // of PDEATHSIG (maybe not yet, so its pidfd alone could still look alive).
+    bool orphaned = it->generation != spawner_->generation();
+    if (dead || orphaned || now - it->made >= options_.max_age) {
       stale_.push_back(std::move(*it));
       it = entries_.erase(it);
       dropped = true;
@@ -277,8 +280,13 @@ Result<WarmPool::Entry> WarmPool::make_entry(const SpawnerClient::Request& shape
     // ESRCH: it died at once (the spawner drops its slot when it reaps it).
     return undo(Error::sys(errno, "pidfd_open the parked init"), "park a sandbox");
   }
-  return Entry{std::move(*cg), std::move(record), std::move(*lease),
-               slot->id,       std::move(init),   std::chrono::steady_clock::now()};
+  return Entry{std::move(*cg),
+               std::move(record),
+               std::move(*lease),
+               slot->id,
+               std::move(init),
+               slot->generation,
+               std::chrono::steady_clock::now()};
 }
 
 Result<void> WarmPool::clear() {

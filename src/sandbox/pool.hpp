@@ -52,11 +52,12 @@ class WarmPool {
   // Pool cgroups and records are named kPoolCgroupPrefix + 16 random hex digits (cgroup.hpp).
 
   struct Entry {
-    JobCgroup cgroup;   // fresh, made with the shape's limits (which are the job's)
-    RecordLock record;  // the held crash record of those cgroups (rename it after the job)
-    HostIdLease lease;  // the host id the sandbox was built for: the job's from now on
-    uint64_t slot = 0;  // SpawnerClient::Request::pool_slot
-    UniqueFd init;      // pidfd of the parked init: a dead one is dropped, not handed out
+    JobCgroup cgroup;         // fresh, made with the shape's limits (which are the job's)
+    RecordLock record;        // the held crash record of those cgroups (rename it after the job)
+    HostIdLease lease;        // the host id the sandbox was built for: the job's from now on
+    uint64_t slot = 0;        // SpawnerClient::Request::pool_slot
+    UniqueFd init;            // pidfd of the parked init: a dead one is dropped, not handed out
+    uint64_t generation = 0;  // the spawner's (PoolSlot): an entry of a dead one is dropped
     std::chrono::steady_clock::time_point made{};
   };
 
@@ -102,7 +103,8 @@ class WarmPool {
   // (its sandbox may live on). Returns the first error.
   Result<void> destroy_entries(std::deque<Entry>& entries);
   void refill_loop();
-  // Moves entries past max_age, or whose init died, to stale_; true if any. mu_ held.
+  // Moves entries past max_age, whose init died or whose spawner was replaced, to stale_;
+  // true if any. mu_ held.
   bool drop_unusable_locked(std::chrono::steady_clock::time_point now);
 
   const CgroupLayout layout_;

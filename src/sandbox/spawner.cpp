@@ -749,6 +749,7 @@ Result<SpawnerClient> SpawnerClient::start(const std::string& spawner_path) {
   theirs.reset();
 
   SpawnerClient c;
+  c.path_ = spawner_path;
   c.pid_ = pid;
   c.sock_ = std::move(mine);
   // Our unreaped child: its pid cannot have been reused yet.
@@ -803,15 +804,28 @@ Result<std::string> encode_request(const SpawnerClient::Request& request) {
 }
 }  // namespace
 
+// How long a request whose send failed waits for the spawner's exit to show on its pidfd: its
+// socket closes as it exits, a moment before the pidfd turns readable.
+constexpr int kDeathWaitMs = 1000;
+
 Result<SpawnerClient::Reply> SpawnerClient::spawn(const Request& request) {
   CORDON_TRY(bytes, encode_request(request));
   std::lock_guard lock(*mu_);
-  if (broken_ || !sock_) {
-    return std::unexpected(protocol_error("the connection to the spawner is closed"));
-  }
-  bool slot_gone = false;
+  CORDON_CHECK_CTX(ready_locked(), "spawn through the spawner");
+  bool slot_gone = false, sent = false;
   auto reply = exchange(next_id_++, bytes, request.cgroup_v2_fd, request.cgroup_v1_fds,
-                        request.pool_slot, &slot_gone);
+                        request.pool_slot, &slot_gone, &sent);
+  if (!reply && !sent && broken_) {  // the send itself failed (not the memfd before it)
+    CORDON_TRY_CTX(died, exited_locked(kDeathWaitMs), "spawn through the spawner");
+    if (died) {
+      // It died after ready_locked() looked and before the request reached it: nothing was
+      // started, so the request goes once to its replacement. Unpooled: the slot died with
+      // its spawner (its init is SIGKILLed by PDEATHSIG, and a dying one left in the cgroups
+      // runs nothing of the job's).
+      CORDON_CHECK_CTX(replace_locked(), "spawn through the spawner");
+      reply = exchange(next_id_++, bytes, request.cgroup_v2_fd, request.cgroup_v1_fds, 0, nullptr);
+    }
+  }
   if (!reply && slot_gone) {
     // Nothing was started: the same request into the same cgroups, placed the slow way.
     reply = exchange(next_id_++, bytes, request.cgroup_v2_fd, request.cgroup_v1_fds, 0, nullptr);
@@ -826,9 +840,7 @@ Result<SpawnerClient::Reply> SpawnerClient::spawn_encoded(std::string_view body,
                                                           std::span<const int> cgroup_v1_fds,
                                                           uint64_t pool_slot) {
   std::lock_guard lock(*mu_);
-  if (broken_ || !sock_) {
-    return std::unexpected(protocol_error("the connection to the spawner is closed"));
-  }
+  CORDON_CHECK_CTX(ready_locked(), "spawn through the spawner");
   auto reply = exchange(next_id_++, body, cgroup_v2_fd, cgroup_v1_fds, pool_slot, nullptr);
   if (!reply) {
     return std::unexpected(std::move(reply.error()).wrap("spawn through the spawner"));
@@ -873,9 +885,13 @@ Result<void> SpawnerClient::send_request(SpawnerMessage kind, uint64_t id, std::
 Result<SpawnerClient::Reply> SpawnerClient::exchange(uint64_t id, std::string_view body,
                                                      int cgroup_v2_fd,
                                                      std::span<const int> cgroup_v1_fds,
-                                                     uint64_t pool_slot, bool* slot_gone) {
+                                                     uint64_t pool_slot, bool* slot_gone,
+                                                     bool* sent) {
   CORDON_CHECK(
       send_request(SpawnerMessage::kSpawn, id, body, cgroup_v2_fd, cgroup_v1_fds, pool_slot));
+  if (sent != nullptr) {
+    *sent = true;
+  }
 
   // Any violation from here on leaves the stream in an unknown state: no later call trusts it.
   broken_ = true;
@@ -947,9 +963,7 @@ Result<SpawnerClient::Reply> SpawnerClient::exchange(uint64_t id, std::string_vi
 Result<SpawnerClient::PoolSlot> SpawnerClient::park(const Request& request) {
   CORDON_TRY(bytes, encode_request(request));
   std::lock_guard lock(*mu_);
-  if (broken_ || !sock_) {
-    return std::unexpected(protocol_error("the connection to the spawner is closed"));
-  }
+  CORDON_CHECK_CTX(ready_locked(), "park a sandbox");
   uint64_t id = next_id_++;
   CORDON_CHECK_CTX(send_request(SpawnerMessage::kPark, id, bytes, request.cgroup_v2_fd,
                                 request.cgroup_v1_fds, 0),
@@ -975,13 +989,109 @@ Result<SpawnerClient::PoolSlot> SpawnerClient::park(const Request& request) {
     return std::unexpected(Error(error_code_from_wire(r.error_code), r.sys_errno,
                                  std::string(r.message, r.message_len)));
   }
-  return PoolSlot{id, r.pid};
+  return PoolSlot{id, r.pid, generation_->load(std::memory_order_relaxed)};
+}
+
+pid_t SpawnerClient::pid() const {
+  std::lock_guard lock(*mu_);
+  return pid_;
+}
+
+Result<bool> SpawnerClient::exited_locked(int wait_ms) {
+  if (!pidfd_) {
+    return true;  // a replacement failed to start: none runs
+  }
+  struct pollfd pfd {
+    pidfd_.get(), POLLIN, 0
+  };
+  int n;
+  do {
+    n = ::poll(&pfd, 1, wait_ms);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) {
+    return sys_error("poll the spawner's pidfd");
+  }
+  return n == 1;
+}
+
+Result<void> SpawnerClient::ready_locked() {
+  if (stopped_) {
+    return std::unexpected(protocol_error("the spawner was stopped"));
+  }
+  // Asked before every request (one poll, against a spawn's milliseconds), not left to a
+  // failed send: a sandbox the dead spawner had just cloned may still hold its socket for a
+  // moment, so the send succeeds, and a request sent to a spawner that might have read it is
+  // never sent again.
+  CORDON_TRY(dead, exited_locked(0));
+  if (dead) {
+    return replace_locked();
+  }
+  if (broken_ || !sock_) {
+    return std::unexpected(protocol_error("the connection to the spawner is closed"));
+  }
+  return {};
+}
+
+Result<void> SpawnerClient::replace_locked() {
+  sock_.reset();
+  broken_ = true;
+  if (pidfd_) {
+    // Our child, and it has exited: waitid returns at once and leaves no zombie.
+    siginfo_t info{};
+    int rc;
+    do {
+      rc =
+          ::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd_.get()), &info, WEXITED);
+    } while (rc != 0 && errno == EINTR);
+    int err = errno;
+    // Closed whatever waitid said: a pidfd left readable in the engine's epoll set would wake
+    // its loop for ever.
+    pidfd_.reset();
+    pid_ = -1;
+    // ECHILD: reaped already (an embedding program that ignores SIGCHLD).
+    if (rc != 0 && err != ECHILD) {
+      return errno_error(err, "waitid the spawner that died");
+    }
+  }
+  CORDON_TRY_CTX(fresh, start(path_), "replace the spawner that died");
+  pid_ = std::exchange(fresh.pid_, -1);
+  pidfd_ = std::move(fresh.pidfd_);
+  sock_ = std::move(fresh.sock_);
+  broken_ = false;
+  generation_->fetch_add(1, std::memory_order_release);
+  if (watch_) {
+    CORDON_CHECK_CTX(watch_(pidfd_.get()), "watch the spawner that replaced a dead one");
+  }
+  return {};
+}
+
+Result<bool> SpawnerClient::replace_if_dead() {
+  std::lock_guard lock(*mu_);
+  if (stopped_) {
+    return false;
+  }
+  CORDON_TRY(dead, exited_locked(0));
+  if (!dead) {
+    return false;
+  }
+  CORDON_CHECK(replace_locked());
+  return true;
+}
+
+Result<void> SpawnerClient::set_watch(std::function<Result<void>(int pidfd)> watch) {
+  std::lock_guard lock(*mu_);
+  watch_ = std::move(watch);
+  if (watch_ && pidfd_) {
+    CORDON_CHECK(watch_(pidfd_.get()));
+  }
+  return {};
 }
 
 Result<int> SpawnerClient::stop(std::chrono::milliseconds grace) {
   std::lock_guard lock(*mu_);
   sock_.reset();
   broken_ = true;
+  stopped_ = true;
   if (!pidfd_) {
     return std::unexpected(protocol_error("the spawner was already stopped"));
   }

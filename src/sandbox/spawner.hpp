@@ -68,12 +68,19 @@
 // with it. A zero-length datagram reads as EOF (SOCK_SEQPACKET cannot tell them apart): the
 // engine never sends one.
 //
+// A spawner that dies while the engine lives (SIGKILLed by an operator, the OOM killer, a
+// crash) takes its sandboxes with it (PDEATHSIG) and is replaced by the client in place
+// (SpawnerClient::replace_if_dead, and spawn()/park() before they use it): the dead one is
+// reaped and a new one started from the same path. Request ids go on counting across
+// replacements, so a pool slot of the dead spawner never names one of its replacement's.
+//
 // ## Caches
 // The seccomp profile is loaded and compiled once per (path, allow_ptrace) and the init
 // filter once per spawner; a changed profile file takes effect in a new spawner.
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -182,8 +189,10 @@ class SpawnerClient {
   };
 
   /// Synchronous request/response; thread-safe (one request at a time). A failed spawn is an
-  /// Error with the spawner's code, errno and message; a dead spawner or a protocol violation
-  /// is an Error too, and every later call fails at once.
+  /// Error with the spawner's code, errno and message. A spawner found dead is replaced first;
+  /// one that dies before it read the request (nothing was started) is replaced and the
+  /// request sent once more, unpooled. One that dies after (it may have started the sandbox)
+  /// is an Error, as is a protocol violation, after which every later call fails at once.
   [[nodiscard]] Result<Reply> spawn(const Request& request);
   /// Sends `body` as the request body exactly as given (spawn() sends encode_spawn_request's
   /// output), without spawn()'s fallback for a gone pool slot. Public so tests can check that
@@ -194,7 +203,8 @@ class SpawnerClient {
 
   struct PoolSlot {
     uint64_t id = 0;
-    pid_t init = -1;  // the parked sandbox's init (the spawner's child)
+    pid_t init = -1;          // the parked sandbox's init (the spawner's child)
+    uint64_t generation = 0;  // generation() of the spawner that parked it
   };
   /// Warm pool: asks the spawner to build a sandbox of `request`'s shape (spec, host id,
   /// cgroup fds of a fresh, unused set, borrowed) and park it until a spawn names the slot.
@@ -202,8 +212,21 @@ class SpawnerClient {
   /// spawn (Request::pool_slot) and dies with its sandbox (destroying the cgroups kills it).
   [[nodiscard]] Result<PoolSlot> park(const Request& request);
 
-  /// The spawner process.
-  pid_t pid() const { return pid_; }
+  /// The spawner process (it changes when a dead one is replaced; -1 when none runs).
+  pid_t pid() const;
+  /// When the spawner process has exited (SIGKILLed, crashed) or none runs (a replacement
+  /// failed): reaps the dead one and starts another from the same path in its place, so every
+  /// reference to this client (a pool's, a starter thread's) stays good. Returns true when it
+  /// started one, false when the spawner is alive or stop() was called. Thread-safe.
+  [[nodiscard]] Result<bool> replace_if_dead();
+  /// Counts the replacements: a pool slot parked under an earlier generation died with its
+  /// spawner. Lock-free (read while a long spawn holds the client).
+  uint64_t generation() const { return generation_->load(std::memory_order_acquire); }
+  /// Calls `watch` now, and after every replacement, with the spawner's pidfd (owned by this
+  /// client; closed when the spawner is replaced or stopped, which takes it out of an epoll
+  /// set), under the client's lock: `watch` must not call back into this client. An error it
+  /// returns is the replacement's (the new spawner serves all the same).
+  [[nodiscard]] Result<void> set_watch(std::function<Result<void>(int pidfd)> watch);
   /// Closes our end (the spawner kills its sandboxes and exits) and reaps the spawner,
   /// SIGKILLing it after `grace`. Returns its raw wait status. Idempotent after the first call.
   [[nodiscard]] Result<int> stop(std::chrono::milliseconds grace = std::chrono::seconds(10));
@@ -219,16 +242,30 @@ class SpawnerClient {
   Result<void> send_request(SpawnerMessage kind, uint64_t id, std::string_view body,
                             int cgroup_v2_fd, std::span<const int> cgroup_v1_fds,
                             uint64_t pool_slot);
-  // `slot_gone` (may be null) is set when a pooled request failed with kReplySlotGone.
+  // `slot_gone` (may be null) is set when a pooled request failed with kReplySlotGone; `sent`
+  // (may be null) once the request was handed to the socket (before that, nothing started).
   Result<Reply> exchange(uint64_t id, std::string_view body, int cgroup_v2_fd,
-                         std::span<const int> cgroup_v1_fds, uint64_t pool_slot, bool* slot_gone);
+                         std::span<const int> cgroup_v1_fds, uint64_t pool_slot, bool* slot_gone,
+                         bool* sent = nullptr);
+  // Whether the spawner has exited (or none runs), waiting at most `wait_ms`. mu_ held.
+  Result<bool> exited_locked(int wait_ms);
+  // Before a request: replaces a spawner that died since the last one; refuses after stop()
+  // or a protocol violation. mu_ held.
+  Result<void> ready_locked();
+  // Reaps the dead spawner and starts another in its place. mu_ held.
+  Result<void> replace_locked();
 
+  std::string path_;  // what start() ran: a replacement runs it again
   pid_t pid_ = -1;
   UniqueFd pidfd_;  // of the spawner, our child
   UniqueFd sock_;
   std::unique_ptr<std::mutex> mu_ = std::make_unique<std::mutex>();
-  uint64_t next_id_ = 1;
+  // Behind a pointer, as mu_ is, so the client stays movable.
+  std::unique_ptr<std::atomic<uint64_t>> generation_ = std::make_unique<std::atomic<uint64_t>>(0);
+  std::function<Result<void>(int)> watch_;
+  uint64_t next_id_ = 1;  // never reset by a replacement (slot ids stay unique)
   bool broken_ = false;
+  bool stopped_ = false;  // stop() was called: nothing is started again
 };
 
 /// The spawner's server loop on `sock_fd` (see the protocol above). Returns the process exit

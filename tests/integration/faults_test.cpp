@@ -1,5 +1,6 @@
 #define BOOST_TEST_MODULE faults
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -8,6 +9,7 @@
 #include <boost/test/unit_test.hpp>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "helpers/engine_fixture.hpp"
@@ -429,6 +431,135 @@ BOOST_AUTO_TEST_CASE(a_command_that_exits_leaving_a_daemon_settles_and_leaves_no
   BOOST_TEST(eventually([&] { return existing_job_cgroups(s->task_id).empty(); }));
   BOOST_TEST(eventually(
       [&] { return !fs::exists(env.state_dir + "/cgroups/" + s->task_id + ".cgroups"); }));
+}
+
+namespace {
+
+struct Child {
+  pid_t pid;
+  pid_t ppid;
+  bool zombie;
+};
+
+// What /proc says of `pid` (its comm, parent and whether it is a zombie), nullopt when gone.
+std::optional<Child> proc_child(pid_t pid, std::string* comm) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  if (!in) return std::nullopt;
+  Child c{pid, -1, false};
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("Name:", 0) == 0) {
+      *comm = line.substr(line.find_first_not_of(" \t", 5));
+    } else if (line.rfind("State:", 0) == 0) {
+      c.zombie = line.find('Z') != std::string::npos;
+    } else if (line.rfind("PPid:", 0) == 0) {
+      c.ppid = static_cast<pid_t>(std::stol(line.substr(5)));
+    }
+  }
+  return c;
+}
+
+// The engine's spawners: this process's children named cordon-spawner (the engine runs in
+// this process), zombies included. The name, not /proc/PID/exe, which a zombie no longer has.
+std::vector<Child> spawner_children() {
+  std::vector<Child> out;
+  std::error_code ec;
+  for (auto& entry : fs::directory_iterator("/proc", ec)) {
+    std::string n = entry.path().filename();
+    if (n.empty() || n[0] < '0' || n[0] > '9') continue;
+    std::string comm;
+    auto c = proc_child(static_cast<pid_t>(std::stol(n)), &comm);
+    if (c && c->ppid == ::getpid() && comm == "cordon-spawner") out.push_back(*c);
+  }
+  return out;
+}
+
+}  // namespace
+
+// A spawner SIGKILLed under a live engine (an operator's kill, the OOM killer). **Failed
+// before the fix** (session 12, found by a review): it was never reaped or replaced, and every
+// later start routed to it (both starter threads have their own; the first also builds the
+// warm pool) settled `failed`, "could not start: … the connection to the spawner is closed".
+// Now the dead one is reaped and replaced, the pool's sandboxes it had parked are not handed
+// out, and the starts run. A job whose sandbox died with its spawner says so.
+BOOST_AUTO_TEST_CASE(a_killed_spawner_is_reaped_and_replaced_and_later_starts_run) {
+  EngineEnv env(nlohmann::json{{"concurrency", {{"perSession", 100}, {"total", 100}}}});
+  auto e = open_engine(env);
+  const std::string records = env.state_dir + "/cgroups";
+  const size_t pool_size = EngineOptions{}.warm_pool_size;
+  // A first job gives the pool its shape; once it settled the pool fills: sandboxes parked as
+  // the first spawner's children.
+  auto first = e->start("s", {.argv = {"/bin/echo", "first"}});
+  BOOST_REQUIRE_MESSAGE(first.has_value(), describe(first));
+  auto fst = e->status("s", first->task_id, 20s);
+  BOOST_REQUIRE(fst.has_value());
+  BOOST_REQUIRE_EQUAL(fst->state, "exited");
+  BOOST_REQUIRE(eventually([&] { return sandbox::parked_pool_pids(records).size() == pool_size; }));
+  // A job running when its spawner dies.
+  auto sleeper = e->start("s", {.argv = {"/bin/sh", "-c", "echo up; exec sleep 1000"}});
+  BOOST_REQUIRE_MESSAGE(sleeper.has_value(), describe(sleeper));
+  BOOST_REQUIRE(eventually([&] {
+    auto st = e->status("s", sleeper->task_id);
+    return st && st->stdout_bytes == 3;
+  }));
+
+  // Every spawner, so every starter's slot and the pool's meet a dead one whichever starter
+  // takes which job.
+  std::vector<Child> killed = spawner_children();
+  BOOST_REQUIRE_EQUAL(killed.size(), 2u);
+  for (const Child& c : killed) {
+    BOOST_REQUIRE(!c.zombie);
+    UniqueFd fd(sys::pidfd_open(c.pid, 0));
+    BOOST_REQUIRE(fd.valid());
+    BOOST_REQUIRE(sys::pidfd_send_signal(fd.get(), SIGKILL, nullptr, 0) == 0);
+    struct pollfd p {
+      fd.get(), POLLIN, 0
+    };
+    BOOST_REQUIRE(::poll(&p, 1, 10000) == 1);  // exited (not reaped: it is the engine's child)
+  }
+
+  // More starts at once than the pool held: pooled and unpooled, through both starters.
+  std::vector<std::pair<std::string, std::string>> started;  // task id, the word it echoes
+  for (int i = 0; i < 8; ++i) {
+    std::string word = "after-" + std::to_string(i);
+    auto s = e->start("s", {.argv = {"/bin/echo", word}});
+    BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+    started.emplace_back(s->task_id, word);
+  }
+  for (const auto& [id, word] : started) {
+    auto st = e->status("s", id, 30s);
+    BOOST_REQUIRE_MESSAGE(st.has_value(), describe(st));
+    BOOST_TEST_CONTEXT(word) {
+      BOOST_TEST(st->state == "exited", st->state << ": " << st->error);
+      BOOST_TEST(st->exit_code.value_or(-1) == 0);
+      BOOST_TEST(read_all_bytes(*e, "s", id, "stdout") == word + "\n");
+    }
+  }
+  // The job whose sandbox died with its spawner: the truth, not a success.
+  auto slept = e->status("s", sleeper->task_id, 30s);
+  BOOST_REQUIRE(slept.has_value());
+  BOOST_TEST(slept->state == "failed");
+  BOOST_TEST(slept->error.find("init died without reporting") != std::string::npos, slept->error);
+
+  // Reaped (no zombie of ours) and replaced: two live spawners, neither a killed one.
+  std::vector<Child> now = spawner_children();
+  BOOST_TEST(now.size() == 2u);
+  for (const Child& c : now) {
+    BOOST_TEST(!c.zombie, "spawner " << c.pid << " is a zombie");
+    for (const Child& k : killed) BOOST_TEST(c.pid != k.pid);
+  }
+  // The pool refills from the replacement: its parked sandboxes are a live spawner's children.
+  std::vector<pid_t> parked;
+  BOOST_REQUIRE(eventually([&] {
+    parked = sandbox::parked_pool_pids(records);
+    return parked.size() == pool_size;
+  }));
+  for (pid_t p : parked) {
+    std::string comm;
+    auto c = proc_child(p, &comm);
+    BOOST_TEST((c && std::any_of(now.begin(), now.end(),
+                                 [&](const Child& s) { return s.pid == c->ppid; })),
+               "parked " << p << " is no child of a live spawner");
+  }
 }
 
 namespace {

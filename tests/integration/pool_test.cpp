@@ -456,6 +456,50 @@ BOOST_AUTO_TEST_CASE(a_closed_engine_socket_ends_its_parked_sandboxes) {
   BOOST_TEST(destroyed.has_value(), msg(destroyed));
 }
 
+// A spawner killed between two requests, with a sandbox parked: the next request (naming the
+// dead spawner's slot) finds it dead, the client reaps it, starts another in its place and
+// sends the request there, unpooled (the slot died with its spawner). **Failed before the
+// fix** (session 12, found by a review): "the connection to the spawner is closed", for this
+// request and every later one, and the dead spawner stayed our zombie.
+BOOST_AUTO_TEST_CASE(a_killed_spawner_is_replaced_and_the_request_goes_to_the_new_one) {
+  Fixture fx;
+  auto client = start_spawner();
+  auto cg = fx.cgroup();
+  auto slot = fx.park(client, cg);
+  const pid_t dead = client.pid();
+  const uint64_t generation = client.generation();
+  BOOST_TEST(slot.generation == generation);
+  auto spawner = pidfd_of(dead);
+  auto parked = pidfd_of(slot.init);
+  BOOST_REQUIRE(sys::pidfd_send_signal(spawner.get(), SIGKILL, nullptr, 0) == 0);
+  BOOST_REQUIRE(readable(spawner.get()));  // exited, not reaped: the client's child
+
+  // cat: the sandbox lives until its input ends, so whose child it is can be looked at.
+  auto reply = client.spawn(fx.request(cg, {"/bin/cat"}, slot.id));
+  BOOST_REQUIRE_MESSAGE(reply.has_value(), msg(reply));
+  BOOST_TEST(reply->pid != slot.init);
+  BOOST_TEST(parent_of(reply->pid) == client.pid());
+  BOOST_REQUIRE(::write(reply->stdin_write.get(), "again\n", 6) == 6);
+  reply->stdin_write.reset();
+  BOOST_TEST(drain(reply->stdout_read.get()) == "again\n");
+  BOOST_TEST(exit_code(records_until_eof(reply->status.get())) == 0);
+  BOOST_TEST(readable(parked.get()));  // the parked init died of PDEATHSIG
+  // Reaped (no zombie left: waitid finds no child behind the pidfd) and replaced.
+  siginfo_t info{};
+  BOOST_TEST(::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(spawner.get()), &info,
+                      WEXITED | WNOHANG | WNOWAIT) == -1);
+  BOOST_TEST(errno == ECHILD);
+  BOOST_TEST(client.pid() > 0);
+  BOOST_TEST(client.pid() != dead);
+  BOOST_TEST(client.generation() == generation + 1);
+  // Nothing to replace now; the next request goes to the same new spawner.
+  auto again = client.replace_if_dead();
+  BOOST_REQUIRE_MESSAGE(again.has_value(), msg(again));
+  BOOST_TEST(!*again);
+  auto destroyed = cg.destroy();
+  BOOST_TEST(destroyed.has_value(), msg(destroyed));
+}
+
 // A refill builds what was missing when it began. An entry taken while it builds is left
 // for the next refill (in the engine: the next settle), so no build competes with the start
 // that just took one, and a pool seen full stays full until a take. (A refill that kept
