@@ -231,7 +231,9 @@ std::string signal_name(int sig) {
 }
 
 // The last `max_chars` characters of a log, valid UTF-8, read with one bounded pread.
-std::string file_tail(const std::string& path, size_t max_chars) {
+// `live`: the log may still grow, so a sequence cut short at its end is held back (its next
+// bytes may be on the way), as `output` pages hold it back; a settled log's is U+FFFD.
+std::string file_tail(const std::string& path, size_t max_chars, bool live = false) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     return {};
@@ -248,6 +250,18 @@ std::string file_tail(const std::string& path, size_t max_chars) {
     return {};
   }
   buf.resize(static_cast<size_t>(n));
+  if (live) {
+    // The last lead byte within a sequence's reach: a proper prefix from it waits.
+    for (size_t back = 1; back <= 3 && back <= buf.size(); ++back) {
+      size_t at = buf.size() - back;
+      if ((static_cast<uint8_t>(buf[at]) & 0xC0) != 0x80) {
+        if (utf8_unit_length(reinterpret_cast<const uint8_t*>(buf.data()) + at, back, false) == 0) {
+          buf.resize(at);
+        }
+        break;
+      }
+    }
+  }
   // Skip a partial sequence at the cut.
   size_t start = 0;
   while (start < buf.size() && start < 3 && (static_cast<uint8_t>(buf[start]) & 0xC0) == 0x80) {
@@ -1045,6 +1059,16 @@ class Engine::Impl {
           task_id, session_index_path(session));
     }
     ids->erase(std::remove(ids->begin(), ids->end(), task_id), ids->end());
+    if (ids->empty()) {
+      // No index is no ids: a session's last removal leaves no file behind (one per daemon
+      // connection would pile up otherwise).
+      const std::string idx = session_index_path(session);
+      if (::unlink(idx.c_str()) != 0 && errno != ENOENT) {
+        return sys_error("task {} is removed; unlink the empty session index `{}`", task_id, idx);
+      }
+      mark_dirty();
+      return {};
+    }
     std::string text;
     for (const auto& id : *ids) {
       text += id + "\n";
@@ -1150,12 +1174,15 @@ class Engine::Impl {
       s.stdout_bytes = j.out.written;
       s.stderr_bytes = j.err.written;
     }
+    const bool live = !j.settled();
     std::string out_tail =
-        s.stdout_bytes > 0 ? file_tail(j.out.path, s.stderr_bytes > 0 ? kTailChars / 2 : kTailChars)
-                           : "";
+        s.stdout_bytes > 0
+            ? file_tail(j.out.path, s.stderr_bytes > 0 ? kTailChars / 2 : kTailChars, live)
+            : "";
     std::string err_tail =
-        s.stderr_bytes > 0 ? file_tail(j.err.path, s.stdout_bytes > 0 ? kTailChars / 2 : kTailChars)
-                           : "";
+        s.stderr_bytes > 0
+            ? file_tail(j.err.path, s.stdout_bytes > 0 ? kTailChars / 2 : kTailChars, live)
+            : "";
     const char* out_name = j.pty ? "[pty tail]" : "[stdout tail]";
     if (!out_tail.empty() && !err_tail.empty()) {
       s.tail_preview = fmt::format("{}\n{}\n[stderr tail]\n{}", out_name, out_tail, err_tail);

@@ -615,6 +615,21 @@ BOOST_AUTO_TEST_CASE(run_through_the_daemon_behaves_like_the_standalone_run) {
       {cordon_bin(), "run", "--socket", d.box().base + "/none.sock", "--", "/bin/true"});
   BOOST_TEST(no_daemon.exit_code() == 125);
   BOOST_TEST(no_daemon.err.find("is `cordon serve` running?") != std::string::npos, no_daemon.err);
+  // Each run's job went once its output was copied and its outcome told: the connections'
+  // unnamed sessions, which no client can name again, keep no record and no index (they
+  // filled the daemon's job quota).
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  size_t left = 0;
+  for (const auto& e : fs::directory_iterator(d.box().state + "/jobs", ec)) {
+    left += 1;
+    BOOST_TEST_MESSAGE("left: " << e.path());
+  }
+  for (const auto& e : fs::directory_iterator(d.box().state + "/sessions", ec)) {
+    left += 1;
+    BOOST_TEST_MESSAGE("left: " << e.path());
+  }
+  BOOST_TEST(left == 0u);
 }
 
 // Failure fixed: JSON carries only text, and an argument that was not UTF-8 went to the daemon
