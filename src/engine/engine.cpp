@@ -393,6 +393,7 @@ struct Job {
   uint64_t timeout_ms = 0, grace_ms = 5000, max_output = 0;
   bool timed_out = false, output_limit = false, io_failed = false, killed_by_caller = false;
   int caller_signal = 0;  // the first signal a caller sent, for the settled message
+  bool git = false;       // started for the git tools (has_slot)
   std::string io_what;    // the failed write and its errno, for the settled error
   bool init_exited = false, have_exit = false, stdin_eof_pending = false;
   bool command_started = false;  // init reported the fork: its signal handlers are in place
@@ -1855,13 +1856,16 @@ class Engine::Impl {
   }
 
   // ---- spawning -----------------------------------------------------------------------------
-  bool has_slot(const std::string& session) const {
+  // A git tools' job needs a slot of the engine's total only: it is read-only and bounded by
+  // git.timeoutMs, and queuing it behind the session's own commands made the tool fail for as
+  // long as they ran (a review, session 12).
+  bool has_slot(const std::string& session, bool git = false) const {
     if (!pol) {
       return false;
     }
     auto it = running_per_session.find(session);
     uint64_t mine = it == running_per_session.end() ? 0 : it->second;
-    return running_total < pol->concurrency.total && mine < pol->concurrency.per_session;
+    return running_total < pol->concurrency.total && (git || mine < pol->concurrency.per_session);
   }
 
   // Launches every queued job that has a slot. launch() can settle a job (a failed start),
@@ -1869,8 +1873,8 @@ class Engine::Impl {
   // a launch, the scan starts over instead.
   void start_queued() {
     for (;;) {
-      auto it =
-          std::find_if(queue.begin(), queue.end(), [this](Job* q) { return has_slot(q->session); });
+      auto it = std::find_if(queue.begin(), queue.end(),
+                             [this](Job* q) { return has_slot(q->session, q->git); });
       if (it == queue.end()) {
         return;
       }
@@ -2647,7 +2651,8 @@ Result<JobStatus> Engine::start(const std::string& session, const StartOptions& 
   j.out.index->idx_path = idx_path_for(j.out.path);
   j.err.index->idx_path = idx_path_for(j.err.path);
   // A job that runs now is recorded as running at once: one meta write on the start path.
-  bool launch_now = !missing_executable && m.has_slot(session);
+  j.git = options.policy == JobPolicy::kGit;
+  bool launch_now = !missing_executable && m.has_slot(session, j.git);
   if (launch_now) {
     j.state = "running";
   }

@@ -29,8 +29,10 @@ struct GitEnv {
   GitRepo repo;
   std::unique_ptr<Engine> engine;
 
-  explicit GitEnv(json git_extra = json::object(), bool enable = true)
+  explicit GitEnv(json git_extra = json::object(), bool enable = true,
+                  json policy_extra = json::object())
       : repo(env.box.root + "/repo", env.box.base + "/home") {
+    for (auto& [k, v] : policy_extra.items()) env.policy[k] = v;
     if (enable) {
       json git = {{"repoRoot", repo.dir}};
       for (auto& [k, v] : git_extra.items()) git[k] = v;
@@ -257,6 +259,25 @@ BOOST_AUTO_TEST_CASE(git_jobs_do_not_raise_the_finished_counter) {
   auto r = g.call("git_log", json::object());
   BOOST_TEST(r.structured["finished"] == 0);
   BOOST_TEST(r.structured["running"] == 0);
+}
+
+// A read-only git call needs no slot of the session's own: it is not queued behind the
+// agent's running commands. Failure fixed (a review, session 12): with perSession 1 and a
+// build running, git_log waited in the queue until its timeout and answered "internal".
+BOOST_AUTO_TEST_CASE(a_git_call_runs_while_the_sessions_slots_are_taken) {
+  GitEnv g(json{{"timeoutMs", 5000}}, true, json{{"concurrency", {{"perSession", 1}}}});
+  auto busy = g.engine->start("s1", {.argv = {"/bin/sleep", "60"}});
+  BOOST_REQUIRE_MESSAGE(busy.has_value(), describe(busy));
+  BOOST_REQUIRE(busy->state == "running");
+  // The session's own commands still wait for its slot.
+  auto queued = g.engine->start("s1", {.argv = {"/bin/true"}});
+  BOOST_REQUIRE_MESSAGE(queued.has_value(), describe(queued));
+  BOOST_TEST(queued->state == "queued");
+  auto t0 = std::chrono::steady_clock::now();
+  json log = g.ok("git_log", {});
+  BOOST_TEST(contains(log["preview"].get<std::string>(), "second: add two()"), log.dump());
+  BOOST_TEST((std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5)));
+  BOOST_REQUIRE(g.engine->kill("s1", busy->task_id, SIGKILL).has_value());
 }
 
 BOOST_AUTO_TEST_CASE(a_cancelled_git_call_does_not_raise_the_finished_counter) {
