@@ -1262,11 +1262,24 @@ int client_command(const std::string& cmd, int argc, char** argv) {
     return 1;
   }
   json sc = jf::object(*r, "structuredContent");
+  // A page's bytes: `--unit bytes` pages come base64-encoded (JSON carries only text) and
+  // are written decoded, as the command printed them.
+  auto page_bytes = [](const json& page) -> std::optional<std::string> {
+    std::string content = jf::str(page, "content");
+    if (jf::str(page, "encoding") != "base64") {
+      return content;
+    }
+    return base64_decode(content);
+  };
   if (cmd == "output" && follow) {
     // Like tail -f: print what is there, then keep paging until the job settles.
     for (;;) {
-      std::string content = jf::str(sc, "content");
-      std::fwrite(content.data(), 1, content.size(), stdout);
+      auto content = page_bytes(sc);
+      if (!content) {
+        std::fprintf(stderr, "cordon: output: the daemon sent a page that is not base64\n");
+        return 3;
+      }
+      std::fwrite(content->data(), 1, content->size(), stdout);
       std::fflush(stdout);
       args["offset"] = jf::u64(sc, "nextOffset");
       if (!jf::boolean(sc, "hasMore")) {
@@ -1295,8 +1308,12 @@ int client_command(const std::string& cmd, int argc, char** argv) {
   if (as_json) {
     std::printf("%s\n", sc.dump(2).c_str());
   } else if (cmd == "output") {
-    std::string content = jf::str(sc, "content");
-    std::fwrite(content.data(), 1, content.size(), stdout);
+    auto content = page_bytes(sc);
+    if (!content) {
+      std::fprintf(stderr, "cordon: output: the daemon sent a page that is not base64\n");
+      return 3;
+    }
+    std::fwrite(content->data(), 1, content->size(), stdout);
   } else {
     auto line = [](const json& j) {
       std::string out = jf::str(j, "taskId");

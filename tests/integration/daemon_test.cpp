@@ -499,6 +499,14 @@ BOOST_AUTO_TEST_CASE(cli_commands_drive_the_daemon) {
   auto followed = cli({"output", "-f", id});
   BOOST_TEST(followed.exit_code() == 0, followed.err);
   BOOST_TEST(followed.out == "from the cli\n");
+  // `--unit bytes` pages are written as the bytes the command printed (they were base64).
+  auto binary = cli({"start", "--json", "--", "/bin/echo", "-ne", "a\\0000b\\0377"});
+  BOOST_REQUIRE_MESSAGE(binary.exit_code() == 0, binary.err);
+  std::string bin_id = nlohmann::json::parse(binary.out, nullptr, false).value("taskId", "");
+  BOOST_REQUIRE(cli({"wait", bin_id}).exit_code() == 0);
+  const std::string raw("a\0b\xff", 4);
+  BOOST_TEST(cli({"output", bin_id, "--unit", "bytes"}).out == raw);
+  BOOST_TEST(cli({"output", "-f", bin_id, "--unit", "bytes"}).out == raw);
   auto status = cli({"status", id});
   BOOST_TEST(status.exit_code() == 0);
   BOOST_TEST(status.out.find(id + "  exited (exit 0)") == 0u, status.out);
