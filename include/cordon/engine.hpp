@@ -91,7 +91,8 @@ struct JobStatus {
   std::string task_id, session, label;
   std::vector<std::string> argv;
   std::string cwd;
-  // queued, running, exited, killed, timeout, output-limit, oom, failed, abandoned
+  // queued, running, exited, killed, timeout, output-limit, oom, failed, abandoned; and
+  // `removed`, only in wait()'s answer, for a job removed while it was waited for
   std::string state;
   std::optional<int> exit_code;
   std::optional<std::string> signal;

@@ -53,9 +53,9 @@ json object(json properties, std::vector<std::string> required) {
           {"additionalProperties", false}};
 }
 
-const std::vector<std::string> kStates = {"queued", "running", "exited",
-                                          "killed", "timeout", "output-limit",
-                                          "oom",    "failed",  "abandoned"};
+const std::vector<std::string> kStates = {"queued",    "running",      "exited", "killed",
+                                          "timeout",   "output-limit", "oom",    "failed",
+                                          "abandoned", "removed"};
 
 json task_id_arg() {
   return {{"type", "string"},
@@ -750,7 +750,8 @@ std::vector<Tool> build_table() {
       {"command_remove",
        "Delete a settled command",
        "Deletes a settled command's record, logs and artifacts. A running command is refused: "
-       "command_kill it first. Settled commands are never removed otherwise.",
+       "command_kill it first. Otherwise only the policy's retention removes settled commands "
+       "(oldest first, when it is set).",
        input_schema({{"taskId", task_id_arg()}}, {"taskId"}),
        output_schema(
            {{"taskId", str("The removed job.")}, {"removed", boolean("Always true on success.")}},

@@ -2744,6 +2744,20 @@ Result<std::vector<JobStatus>> Engine::wait(const std::string& session,
   m.cv.wait_until(lock, Clock::now() + timeout, done);
   std::vector<JobStatus> out;
   for (const auto& id : task_ids) {
+    // Each was this session's when the wait began; one gone now was removed meanwhile (the
+    // policy's retention, or command_remove): it is answered as such, and the others as they
+    // are. Failure fixed (a review, session 12): the whole wait failed "unknown taskId".
+    if (m.find(id) == nullptr) {
+      JobStatus gone;
+      gone.task_id = id;
+      gone.session = session;
+      gone.state = "removed";
+      gone.error =
+          "removed while waited for (the policy's retention, or command_remove): its record "
+          "and output are gone";
+      out.push_back(std::move(gone));
+      continue;
+    }
     CORDON_TRY(j, m.owned(session, id));
     if (j->settled()) {
       m.mark_read(*j);

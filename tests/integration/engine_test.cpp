@@ -298,6 +298,39 @@ BOOST_AUTO_TEST_CASE(a_running_jobs_tail_holds_back_a_half_written_character) {
   BOOST_TEST(contains(done->tail_preview, "abc\xE2\x82\xAC!"), done->tail_preview);
 }
 
+// A job the policy's retention removes while a caller waits for it is answered `removed`, and
+// the others as they are. Failure fixed (a review, session 12): the whole wait failed with
+// "unknown taskId" for the removed one.
+BOOST_AUTO_TEST_CASE(a_wait_answers_for_a_job_retention_removed_meanwhile) {
+  EngineEnv env(nlohmann::json{{"retention", {{"maxJobs", 2}}}});
+  auto e = open_or_fail(env);
+  auto reader = [&] {
+    auto s = e->start("w", {.argv = {"/bin/cat"}, .stdin_mode = StdinMode::kPipe});
+    BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+    return s->task_id;
+  };
+  const std::string a = reader(), b = reader();
+  Result<std::vector<JobStatus>> waited = std::vector<JobStatus>{};
+  std::thread waiter([&] { waited = e->wait("w", {a, b}, 60s, true); });
+  BOOST_REQUIRE(e->write("w", a, {.eof = true}).has_value());
+  BOOST_REQUIRE(e->status("w", a, 20s).has_value());
+  // Two more settle: retention keeps two settled jobs, and `a` is the oldest.
+  for (int i = 0; i < 2; ++i) {
+    auto s = e->start("w", {.argv = {"/bin/echo", "x"}});
+    BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+    BOOST_REQUIRE(e->status("w", s->task_id, 20s).has_value());
+  }
+  BOOST_TEST(!e->status("w", a).has_value());  // removed by retention
+  BOOST_REQUIRE(e->write("w", b, {.eof = true}).has_value());
+  waiter.join();
+  BOOST_REQUIRE_MESSAGE(waited.has_value(), describe(waited));
+  BOOST_REQUIRE(waited->size() == 2u);
+  BOOST_TEST((*waited)[0].task_id == a);
+  BOOST_TEST((*waited)[0].state == "removed");
+  BOOST_TEST(contains((*waited)[0].error, "removed while waited for"), (*waited)[0].error);
+  BOOST_TEST((*waited)[1].state == "exited");
+}
+
 BOOST_AUTO_TEST_CASE(input_larger_than_the_pipe_is_delivered_and_the_engine_then_idles) {
   EngineEnv env;
   auto e = open_or_fail(env);
