@@ -1175,14 +1175,14 @@ class Engine::Impl {
       s.stdout_bytes = j.out.written;
       s.stderr_bytes = j.err.written;
     }
-    const bool live = !j.settled();
+    const bool growing = !j.settled();
     std::string out_tail =
         s.stdout_bytes > 0
-            ? file_tail(j.out.path, s.stderr_bytes > 0 ? kTailChars / 2 : kTailChars, live)
+            ? file_tail(j.out.path, s.stderr_bytes > 0 ? kTailChars / 2 : kTailChars, growing)
             : "";
     std::string err_tail =
         s.stderr_bytes > 0
-            ? file_tail(j.err.path, s.stdout_bytes > 0 ? kTailChars / 2 : kTailChars, live)
+            ? file_tail(j.err.path, s.stdout_bytes > 0 ? kTailChars / 2 : kTailChars, growing)
             : "";
     const char* out_name = j.pty ? "[pty tail]" : "[stdout tail]";
     if (!out_tail.empty() && !err_tail.empty()) {

@@ -226,7 +226,7 @@ BOOST_AUTO_TEST_CASE(inet_sockets_only_with_tcp_udp_and_ping_protocols) {
     if (family == AF_INET || family == AF_INET6) {
       uint64_t t = type & 0xf;
       bool type_ok = t == SOCK_STREAM || t == SOCK_DGRAM || t == SOCK_RAW;
-      uint64_t icmp = family == AF_INET ? IPPROTO_ICMP : IPPROTO_ICMPV6;
+      uint64_t icmp = family == AF_INET ? uint64_t{IPPROTO_ICMP} : uint64_t{IPPROTO_ICMPV6};
       bool protocol_ok =
           protocol == 0 || protocol == IPPROTO_TCP || protocol == IPPROTO_UDP || protocol == icmp;
       return type_ok && protocol_ok ? kRetAllow : kEprotonosupport;
