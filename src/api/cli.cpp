@@ -359,6 +359,11 @@ class StatusFile {
   UniqueFd fd_;
 };
 
+// The --json-status outcome of a refused run.
+json refused_outcome(const std::string& message) {
+  return {{"state", "refused"}, {"message", message}, {"exitCode", nullptr}};
+}
+
 // A refusal of `cordon run` before its command runs: said on stderr and, with --json-status,
 // written there as the outcome, so a refused run never leaves an earlier run's outcome in the
 // file for a caller to read as this one's.
@@ -368,7 +373,7 @@ int refuse_run(const RunArgs& a, const std::string& msg, int code = kExitRefused
     if (!status) {
       refuse(status.error().message());
     } else {
-      status->write(json{{"state", "refused"}, {"message", msg}, {"exitCode", nullptr}});
+      status->write(refused_outcome(msg));
     }
   }
   return refuse(msg, code);
@@ -586,7 +591,7 @@ int run_main(const RunArgs& a) {
     } else if (e.code() == ErrorCode::kRefused && e.sys_errno() == EACCES) {
       code = kExitCannotExec;
     }
-    write_status(json{{"state", "refused"}, {"message", e.message()}, {"exitCode", nullptr}});
+    write_status(refused_outcome(e.message()));
     return refuse(e.message(), code);
   }
   write_status(status_json(*report, req));
@@ -701,7 +706,7 @@ int run_via_daemon(const RunArgs& a) {
   auto write_status = [&](const json& j) { status_file->write(j); };
   // Every refusal from here on is also the --json-status outcome, as in the standalone run.
   auto refuse_with_status = [&](const std::string& msg) {
-    write_status(json{{"state", "refused"}, {"message", msg}, {"exitCode", nullptr}});
+    write_status(refused_outcome(msg));
     return refuse(msg);
   };
 

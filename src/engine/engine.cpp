@@ -646,19 +646,19 @@ class Engine::Impl {
   // ---- disk-full reserve --------------------------------------------------------------------
   // (Re)creates the reserve when it is missing or short; a disk too full for it is no error:
   // what is left of it stays as it was (cut back to its size, not left half-grown), and the
-  // next settle tries again.
-  void ensure_reserve() {
+  // next settle tries again. True when the reserve is whole.
+  bool ensure_reserve() {
     std::string path = reserve_path();
     struct stat st {};
     if (::stat(path.c_str(), &st) == 0 && st.st_size >= kReserveBytes) {
-      return;
+      return true;
     }
     UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
     if (!fd || ::fstat(fd.get(), &st) != 0) {
-      return;
+      return false;
     }
     if (::posix_fallocate(fd.get(), 0, kReserveBytes) == 0) {
-      return;
+      return true;
     }
     // Not all of it: take back what there is, a page at a time (a settle leaves most of its
     // step unused), and cut a failed attempt back (it may have allocated part of its range).
@@ -675,13 +675,7 @@ class Engine::Impl {
     if (have == 0) {
       ::unlink(path.c_str());
     }
-  }
-
-  // Whether the reserve is whole, refilled first if space came back since.
-  bool reserve_whole() {
-    ensure_reserve();
-    struct stat st {};
-    return ::stat(reserve_path().c_str(), &st) == 0 && st.st_size >= kReserveBytes;
+    return have >= kReserveBytes;
   }
 
   // atomic_write(), and when the disk is full, once more after freeing a step of the
@@ -2603,7 +2597,7 @@ Result<JobStatus> Engine::start(const std::string& session, const StartOptions& 
   // never takes it, and is refused while it is short. Failure fixed (a review, session 12):
   // starts on a full disk each freed a step of it for their own record, 154 of them spent it,
   // and the next settle's record (its exit code) was lost (`abandoned` after a restart).
-  if (!m.reserve_whole()) {
+  if (!m.ensure_reserve()) {  // whole, refilled first if space came back since
     return refusal(
         "the state dir's disk is full: the space kept so that running commands' ends are "
         "recorded is in use; free space there or remove settled jobs with command_remove, then "
