@@ -501,7 +501,7 @@ Result<void> check_v2_delegation(const CgroupLayout& layout) {
       "On a pure cgroup v2 host cordon runs today only from the hierarchy's root cgroup (e.g. "
       "as root: `echo $$ > /sys/fs/cgroup/cgroup.procs`, then start cordon from that shell); a "
       "delegated cgroup of its own (systemd Delegate=yes) is not supported yet "
-      "(docs/architecture.md, cgroups)",
+      "(docs/security.md, known limits)",
       own, layout.v2_parent);
 }
 
