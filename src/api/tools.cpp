@@ -858,10 +858,12 @@ ToolResult finish_result(Engine& engine, const std::string& session, json struct
     r.is_error = true;
     r.text = (*e)["message"].get<std::string>();
   } else if (r.structured.value("state", "") == "failed") {
-    // It could not start (setup failure): an error the caller must act on.
+    // It could not start, or its output could not be kept: an error the caller must act on.
+    // The engine's message says which, whole ("the command could not start: …", "the engine
+    // could not keep the output: …"); a prefix here once doubled it.
     r.is_error = true;
-    r.text = fmt::format("the command could not start: {}",
-                         r.structured.value("message", std::string("(no detail)")));
+    r.text = r.structured.value("message", std::string());
+    if (r.text.empty()) r.text = "the command failed (the engine gave no detail)";
   }
   return r;
 }

@@ -1939,7 +1939,7 @@ class Engine::Impl {
 
   // A start that failed before or while spawning: settled `failed`, saying why.
   Job* fail_start(Job& j, const std::string& why) {
-    return settle_unstarted(j, "failed", "could not start: " + why);
+    return settle_unstarted(j, "failed", "the command could not start: " + why);
   }
 
   // A job killed before it ran: settled `killed` by `signal`.

@@ -216,7 +216,12 @@ BOOST_AUTO_TEST_CASE(a_filling_state_dir_fails_the_writers_and_the_engine_keeps_
       BOOST_TEST(read_file(env.artifact_path(l->stdout_artifact->artifact_id)) == "late\n");
     }
   } else {
-    BOOST_TEST(late.error().message().find("ENOSPC") != std::string::npos, late.error().message());
+    // ENOSPC from a write of the start, or (when the settle reserve is short by then, which
+    // depends on how far the writers got) the refusal that leaves the reserve to the settles.
+    const std::string& why = late.error().message();
+    BOOST_TEST((why.find("ENOSPC") != std::string::npos ||
+                why.find("the state dir's disk is full") != std::string::npos),
+               why);
   }
 
   // Freeing space (removing the writers) lets the quiet job print and settle normally.

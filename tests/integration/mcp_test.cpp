@@ -209,6 +209,25 @@ BOOST_AUTO_TEST_CASE(unknown_task_id_is_an_in_band_refusal) {
                  started["taskId"].get<std::string>()) != std::string::npos);
 }
 
+// Failure fixed (session 13, from session 12's list): a job that could not start answered
+// "the command could not start: could not start: …", the engine's message behind a prefix
+// that repeated it. The text is the status's message, once.
+BOOST_AUTO_TEST_CASE(a_command_that_could_not_start_is_an_error_that_says_so_once) {
+  EngineEnv env;
+  const std::string missing = "/usr/bin/cordon-no-such-tool";
+  env.policy["allowedExecutables"].push_back(missing);
+  env.write_policy();
+  Server s(env);
+  json r = s.call("run_command", {{"argv", {missing}}});
+  BOOST_TEST(r["isError"] == true);
+  BOOST_TEST(r["structuredContent"]["state"] == "failed");
+  std::string text = r["content"][0]["text"];
+  BOOST_TEST(text == r["structuredContent"]["message"].get<std::string>(), text);
+  BOOST_TEST(text.starts_with("the command could not start: "), text);
+  BOOST_TEST(text.find(missing) != std::string::npos, text);
+  BOOST_TEST(text.find("could not start", 16) == std::string::npos, text);
+}
+
 BOOST_AUTO_TEST_CASE(refusals_and_bad_arguments_are_in_band_and_validate) {
   EngineEnv env;
   Server s(env);
