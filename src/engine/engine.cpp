@@ -1406,7 +1406,11 @@ class Engine::Impl {
     return done;
   }
 
-  void read_stream(Job& j, Stream& s, int fd, const char* name) {
+  enum class ReadEnd { kMore, kWouldBlock, kEof };
+
+  // Takes what `fd` holds now, at most 16 chunks: kMore when there may be more, kEof at EOF
+  // (or EIO on a pty master once every slave is closed).
+  ReadEnd read_chunks(Job& j, Stream& s, int fd, const char* name) {
     for (int rounds = 0; rounds < 16; ++rounds) {
       if (!chunk) {
         chunk = hasher.take();
@@ -1421,19 +1425,42 @@ class Engine::Impl {
         continue;
       }
       if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-        return;
+        return ReadEnd::kWouldBlock;
       }
-      // EOF, or EIO on a pty master once every slave is closed.
-      s.eof = true;
-      unwatch(fd);
-      if (&s == &j.out && j.pty) {
-        j.pty_master.reset();
-      } else {
-        s.pipe.reset();
-      }
-      maybe_settle(j);
+      return ReadEnd::kEof;
+    }
+    return ReadEnd::kMore;
+  }
+
+  void read_stream(Job& j, Stream& s, int fd, const char* name) {
+    if (read_chunks(j, s, fd, name) != ReadEnd::kEof) {
       return;
     }
+    s.eof = true;
+    unwatch(fd);
+    if (&s == &j.out && j.pty) {
+      // Failure fixed (a review, session 13): the master was closed here, the first time the
+      // command had no descriptor of its terminal open (`exec </dev/null >/dev/null 2>&1`),
+      // which hangs the terminal up: the kernel sent SIGHUP to the command's session and the
+      // job read `killed` by SIGHUP, where `cordon run --tty` let it run on; and later writes
+      // were accepted into a queue nobody flushed. The master stays open until the job
+      // settles (settle() reads what a command that reopened /dev/tty printed since): only its
+      // watch ends. A master takes writes with no slave open, into a queue nobody reads, so
+      // input is refused from here on, with what was still waiting counted as not delivered.
+      j.pty_watch = 0;
+      j.pty_out_armed = false;
+      if (j.stdin_closed.empty()) {
+        j.stdin_closed = fmt::format(
+            "the command closed its terminal (no process holds it open any more); {} bytes of "
+            "input were not delivered",
+            j.pending_stdin.size() - j.pending_off);
+      }
+      std::string().swap(j.pending_stdin);
+      j.pending_off = 0;
+    } else {
+      s.pipe.reset();
+    }
+    maybe_settle(j);
   }
 
   // Writes what input waits, as far as the command takes it now. Failure fixed (a review,
@@ -1466,9 +1493,11 @@ class Engine::Impl {
       }
       // EPIPE: the command closed its stdin; EIO: no process holds the terminal any more.
       int err = n < 0 ? errno : EIO;
-      j.stdin_closed = fmt::format(
-          "the command closed its input (write: {}); {} bytes of input were not delivered",
-          errno_name(err), j.pending_stdin.size() - j.pending_off);
+      j.stdin_closed =
+          fmt::format("{} (write: {}); {} bytes of input were not delivered",
+                      j.pty ? "the command closed its terminal (no process holds it open any more)"
+                            : "the command closed its input",
+                      errno_name(err), j.pending_stdin.size() - j.pending_off);
       std::string().swap(j.pending_stdin);
       j.pending_off = 0;
       if (!j.pty) {
@@ -1691,6 +1720,12 @@ class Engine::Impl {
 
   // `announce` false: the caller fixes the settled state first and then announces it itself.
   void settle(Job& j, bool announce = true) {
+    if (j.pty && j.pty_master && j.out.eof) {
+      // The terminal's output after its EOF: a command that reopened /dev/tty printed there.
+      for (int i = 0; i < 8 && read_chunks(j, j.out, j.pty_master.get(), "pty") == ReadEnd::kMore;
+           ++i) {
+      }
+    }
     for (int fd : {j.out.pipe.get(), j.err.pipe.get(), j.status.get(), j.pty_master.get(),
                    j.stdin_w.get(), j.pidfd.get()}) {
       unwatch(fd);

@@ -108,3 +108,38 @@ BOOST_AUTO_TEST_CASE(resize_reaches_the_program) {
   BOOST_REQUIRE(!r.has_value());
   BOOST_TEST(r.error().message().find("no terminal") != std::string::npos);
 }
+
+// Failure fixed (a review, session 13): the engine closed the pty master the first time the
+// command held no descriptor of its terminal (`exec </dev/null >/dev/null 2>&1`, as daemons
+// do), which hangs the terminal up: the command was killed by SIGHUP (`cordon run --tty` let
+// it run on), and input written afterwards was answered as accepted and never delivered.
+BOOST_AUTO_TEST_CASE(a_command_that_closes_its_terminal_runs_on_and_input_is_refused) {
+  EngineEnv env;
+  auto e = open_engine(env);
+  auto s = e->start("s", {.argv = {"/bin/sh", "-c",
+                                   "echo start; exec </dev/null >/dev/null 2>&1; sleep 1; "
+                                   "echo alive > alive; sleep 2"},
+                          .pty = true});
+  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+  const std::string id = s->task_id;
+  BOOST_REQUIRE(eventually([&] { return pty_text(*e, id).find("start") != std::string::npos; }));
+  // Until the exec closes the terminal a write is taken (it is the terminal's); after it,
+  // every write is refused with the reason.
+  std::string refusal;
+  BOOST_REQUIRE(eventually([&] {
+    auto w = e->write("s", id, {.data = "hello\n"});
+    if (!w) refusal = w.error().message();
+    return !w.has_value();
+  }));
+  BOOST_TEST(refusal.find("closed its terminal") != std::string::npos, refusal);
+  auto again = e->write("s", id, {.data = "x"});
+  BOOST_REQUIRE(!again.has_value());
+  BOOST_TEST(again.error().message().find("nothing of this write was sent") != std::string::npos,
+             again.error().message());
+  auto st = e->status("s", id, 20s);
+  BOOST_REQUIRE(st.has_value());
+  BOOST_TEST(st->state == "exited",
+             st->state << " " << st->signal.value_or("") << " " << st->error);
+  BOOST_TEST(st->exit_code.value_or(-1) == 0);
+  BOOST_TEST(read_file(env.box.root + "/alive") == "alive\n");
+}
