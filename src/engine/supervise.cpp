@@ -716,7 +716,9 @@ class Supervisor {
         kill_all();  // asked twice: stop waiting for a graceful exit
       } else {
         signalled_by_caller_ = true;
-        terminate_gracefully();
+        // The caller's own signal: a Ctrl-C is SIGINT to the command, as without cordon (the
+        // sandbox has a session of its own, so the terminal's SIGINT reaches only cordon).
+        terminate_gracefully(sig);
       }
     }
   }
@@ -756,15 +758,16 @@ class Supervisor {
     return {};
   }
 
-  // SIGTERM to init, which forwards it to the whole sandbox; SIGKILL for all after the grace.
-  void terminate_gracefully() {
+  // `sig` (SIGTERM, or the caller's SIGINT/SIGHUP) to init, which forwards it to the whole
+  // sandbox; SIGKILL for all after the grace.
+  void terminate_gracefully(int sig = SIGTERM) {
     if (init_exited_ || killed_) {
       return;
     }
     if (!term_sent_) {
       term_sent_ = true;
       if (hooks_.signal_init) {
-        hooks_.signal_init(SIGTERM);
+        hooks_.signal_init(sig);
       }
     }
     if (!grace_deadline_) {

@@ -563,6 +563,13 @@ void child_main(const ChildPlan& plan) {
     }
   }
 
+  // A session of its own: otherwise init (and so the whole sandbox until the command's own
+  // setsid) stays in the caller's session, with the caller's terminal as its controlling
+  // terminal, and a Ctrl-C there signals init directly. cordon forwards the caller's signals.
+  if (::setsid() < 0) {
+    fail(SetupStep::kSession);
+  }
+
   // An empty signal mask: a mask survives clone3 and exec, and the engine's spawner blocks
   // SIGCHLD for its signalfd (init and the command expect to start unblocked). Raw syscall.
   sigset_t none;

@@ -90,6 +90,8 @@ const char* step_name(SetupStep step) {
       return "command: exec";
     case SetupStep::kInitJob:
       return "init: receive the job";
+    case SetupStep::kSession:
+      return "setsid";
     case SetupStep::kStepCount:
       break;
   }

@@ -63,6 +63,7 @@ enum class SetupStep : uint32_t {
   kCommandExec,
   kCgroupPlace,  // the child moving itself into its v1 job cgroups (hybrid hosts)
   kInitJob,      // a parked init receiving its job (warm pool)
+  kSession,      // the child's setsid (a session apart from the caller's terminal)
   kStepCount,
 };
 

@@ -522,10 +522,12 @@ BOOST_AUTO_TEST_CASE(forwards_stdin_to_the_command) {
   BOOST_TEST((read_file(out_file.get()) == input));
 }
 
-BOOST_AUTO_TEST_CASE(caller_sigterm_is_forwarded) {
+// The caller's signal, forwarded as itself: SIGTERM, and SIGINT (a terminal's Ctrl-C, which
+// since session 13 reaches only cordon: the sandbox has a session of its own).
+void caller_signal_is_forwarded(int sig) {
   // The command reads one byte of stdin (so supervise() is already running with the signals
-  // blocked), then has a helper outside the namespace send SIGTERM to this test process.
-  // The init forwards SIGTERM to the command, as the real one does.
+  // blocked), then has a helper outside the namespace send `sig` to this test process.
+  // The init forwards it to the command, as the real one does.
   int ready[2];
   BOOST_REQUIRE(pipe2(ready, O_CLOEXEC) == 0);
   UniqueFd ready_r(ready[0]), ready_w(ready[1]);
@@ -536,7 +538,7 @@ BOOST_AUTO_TEST_CASE(caller_sigterm_is_forwarded) {
     ready_w.reset();
     char b;
     if (read(ready_r.get(), &b, 1) == 1) {
-      kill(test_pid, SIGTERM);
+      kill(test_pid, sig);
     }
     _exit(0);
   }
@@ -549,24 +551,26 @@ BOOST_AUTO_TEST_CASE(caller_sigterm_is_forwarded) {
   in_w.reset();
 
   static volatile sig_atomic_t command_pid = 0;
+  static volatile sig_atomic_t forwarded = 0;
+  forwarded = sig;
   const int ready_fd = ready_w.get();
   auto fake = spawn_fake(
-      [ready_fd](const InitCtx& c) {
+      [ready_fd, sig](const InitCtx& c) {
         struct sigaction sa {};
         sa.sa_handler = [](int) {
           if (command_pid > 0) {
-            kill(command_pid, SIGTERM);
+            kill(command_pid, forwarded);
           }
         };
-        sigaction(SIGTERM, &sa, nullptr);
+        sigaction(sig, &sa, nullptr);
         // As the real init does, SIGTERM stays blocked until the command's pid is known: a
         // forward that arrived before would find no pid and be lost (seen on a loaded host).
         sigset_t term, old;
         sigemptyset(&term);
-        sigaddset(&term, SIGTERM);
+        sigaddset(&term, sig);
         sigprocmask(SIG_BLOCK, &term, &old);
-        pid_t pid = start_command(c, [ready_fd, old] {
-          signal(SIGTERM, SIG_DFL);  // the init's handler is not the command's
+        pid_t pid = start_command(c, [ready_fd, old, sig] {
+          signal(sig, SIG_DFL);  // the init's handler is not the command's
           sigprocmask(SIG_SETMASK, &old, nullptr);
           char b;
           if (read(0, &b, 1) != 1 || write(ready_fd, "r", 1) != 1) {
@@ -606,18 +610,24 @@ BOOST_AUTO_TEST_CASE(caller_sigterm_is_forwarded) {
   BOOST_REQUIRE(waitpid(helper, &helper_status, 0) == helper);
   BOOST_REQUIRE_MESSAGE(r.has_value(), describe(r));
   BOOST_TEST(r->signalled_by_caller);
-  BOOST_TEST(r->caller_signal == SIGTERM);
+  BOOST_TEST(r->caller_signal == sig);
   BOOST_REQUIRE(log.signals.size() == 1u);
-  BOOST_TEST(log.signals[0] == SIGTERM);
+  BOOST_TEST(log.signals[0] == sig);
   BOOST_TEST(log.kills == 0);
   BOOST_TEST(r->state == RunState::kKilled);
-  BOOST_TEST(r->term_signal == SIGTERM);
+  BOOST_TEST(r->term_signal == sig);
   // The mask is the caller's again and the SIGTERM was consumed, not left pending.
   BOOST_REQUIRE(pthread_sigmask(SIG_SETMASK, nullptr, &after) == 0);
-  BOOST_TEST(sigismember(&after, SIGTERM) == sigismember(&before, SIGTERM));
+  BOOST_TEST(sigismember(&after, sig) == sigismember(&before, sig));
   BOOST_REQUIRE(sigpending(&pending) == 0);
-  BOOST_TEST(sigismember(&pending, SIGTERM) == 0);
+  BOOST_TEST(sigismember(&pending, sig) == 0);
 }
+
+BOOST_AUTO_TEST_CASE(caller_sigterm_is_forwarded) { caller_signal_is_forwarded(SIGTERM); }
+
+// Failure fixed (a review, session 13): every caller signal was sent on as SIGTERM, so once
+// the sandbox left the caller's session a Ctrl-C reached the command as SIGTERM.
+BOOST_AUTO_TEST_CASE(caller_sigint_is_forwarded_as_sigint) { caller_signal_is_forwarded(SIGINT); }
 
 BOOST_AUTO_TEST_CASE(closed_destination_keeps_the_outcome) {
   // `cordon run … | head`: the reader is gone. No SIGPIPE may kill us, the output is still

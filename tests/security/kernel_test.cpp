@@ -19,9 +19,11 @@
 #include <termios.h>
 #include <unistd.h>
 
+#include <array>
 #include <boost/test/unit_test.hpp>
 #include <chrono>
 #include <filesystem>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -240,6 +242,32 @@ BOOST_AUTO_TEST_CASE(tiocsti_without_tty_finds_no_terminal_behind_the_filter) {
   BOOST_TEST(pty_outcome("tiocsti", control).outcome == "errno ENOTTY");
   BOOST_TEST(control.caller_queue == 0);
   BOOST_TEST(control.calibration == 1);
+}
+
+// Failure fixed (a review, session 13): the sandbox's init stayed in the session of the
+// terminal cordon was started from, with that terminal as its controlling terminal (tty_nr of
+// /proc/1/stat was the caller's pts), and a Ctrl-C there signalled init directly. Now the
+// clone child calls setsid first: inside, init leads session 1 of its own, no terminal. The
+// command (without --tty) has none either. Fields of /proc/PID/stat after `(comm)`: state,
+// ppid, pgrp, session, tty_nr.
+BOOST_AUTO_TEST_CASE(the_sandbox_has_no_part_in_the_callers_terminal_session) {
+  PtyRun r = run_on_pty(s.args({}, {"/bin/cat", "/proc/1/stat", "/proc/self/stat"}));
+  BOOST_REQUIRE_MESSAGE(WIFEXITED(r.wait_status) && WEXITSTATUS(r.wait_status) == 0, r.output);
+  auto fields = [&](const std::string& comm) {
+    size_t at = r.output.find("(" + comm + ") ");
+    BOOST_REQUIRE_MESSAGE(at != std::string::npos, r.output);
+    std::istringstream in(r.output.substr(at + comm.size() + 3));
+    std::string state;
+    long ppid = -1, pgrp = -1, session = -1, tty_nr = -1;
+    in >> state >> ppid >> pgrp >> session >> tty_nr;
+    return std::array<long, 3>{pgrp, session, tty_nr};
+  };
+  auto init = fields("cordon-init");
+  BOOST_TEST(init[0] == 1, "init's process group");
+  BOOST_TEST(init[1] == 1, "init's session (0: a session outside the sandbox's pid namespace)");
+  BOOST_TEST(init[2] == 0, "init's controlling terminal");
+  auto command = fields("cat");
+  BOOST_TEST(command[2] == 0, "the command's controlling terminal");
 }
 
 // The kernel truncates the ioctl cmd to 32 bits; a filter comparing 64 would let TIOCSTI
