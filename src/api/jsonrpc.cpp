@@ -52,6 +52,27 @@ size_t nesting_depth(std::string_view text, size_t limit) {
   return deepest;
 }
 
+size_t value_count(std::string_view text, size_t limit) {
+  size_t values = 1;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if ((c == '[' || c == '{' || c == ',') && ++values > limit) {
+      return values;
+    }
+  }
+  return values;
+}
+
 std::vector<LineSplitter::Line> LineSplitter::feed(std::string_view bytes) {
   std::vector<Line> out;
   while (!bytes.empty()) {
@@ -191,6 +212,13 @@ void Dispatcher::handle_line(std::string_view line) {
                                  kMaxDepth)));
     return;
   }
+  if (value_count(line) > kMaxValues) {
+    send_(make_error(nullptr, kInvalidRequest,
+                     fmt::format("Invalid Request: the message holds more than {} values "
+                                 "(arrays, objects and their elements); send smaller messages",
+                                 kMaxValues)));
+    return;
+  }
   json msg = json::parse(line, nullptr, false);
   if (msg.is_discarded()) {
     send_(make_error(nullptr, kParseError,
@@ -216,6 +244,13 @@ void Dispatcher::handle_line(std::string_view line) {
   }
   if (msg.empty()) {
     send_(make_error(nullptr, kInvalidRequest, "Invalid Request: an empty batch"));
+    return;
+  }
+  if (msg.size() > kMaxBatch) {
+    send_(make_error(nullptr, kInvalidRequest,
+                     fmt::format("Invalid Request: a batch of {} messages; at most {} are taken "
+                                 "in one batch, nothing of this one was run: send it in parts",
+                                 msg.size(), kMaxBatch)));
     return;
   }
   // The batch's responses go out together once every member answered (or needs no answer).

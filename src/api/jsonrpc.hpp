@@ -45,6 +45,22 @@ inline constexpr size_t kMaxDepth = 512;
 /// counting at `limit` + 1.
 size_t nesting_depth(std::string_view text, size_t limit = kMaxDepth);
 
+/// The most values (arrays, objects, and the members and elements in them) one line may hold.
+/// Failure fixed (a review, session 13): a parsed value costs ~100 times its bytes, so one
+/// 16 MiB line of `[{},{},…]` took ~450 MB to parse, and eight connections at once 3.8 GB. A
+/// line with more is answered with kInvalidRequest without being parsed (a 4 MiB argv of
+/// 65536 arguments still fits; one big string is one value).
+inline constexpr size_t kMaxValues = 65536;
+
+/// The most requests in one JSON-RPC batch (2024-11-05 and 2025-03-26 sessions). Failure fixed
+/// (the same review): a 559 KB batch of 10 000 `tools/list` grew the daemon by 1 GB and made
+/// one 190 MB reply.
+inline constexpr size_t kMaxBatch = 64;
+
+/// An upper bound of the values in `text` (each `[`, `{` and `,` outside strings, plus one);
+/// stops counting at `limit` + 1.
+size_t value_count(std::string_view text, size_t limit = kMaxValues);
+
 json make_error(const json& id, int code, const std::string& message, const json& data = nullptr);
 json make_result(const json& id, json result);
 json make_notification(const std::string& method, json params);

@@ -222,6 +222,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       check_response(sent[0], {true, nullptr, rpc::kInvalidRequest}, l.text);
       continue;
     }
+    if (rpc::value_count(l.text) > rpc::kMaxValues) {
+      FUZZ_CHECK(sent.size() == 1, "a line of too many values got {} replies", sent.size());
+      check_response(sent[0], {true, nullptr, rpc::kInvalidRequest}, l.text);
+      continue;
+    }
     json msg = json::parse(l.text, nullptr, false);
     if (msg.is_discarded()) {
       FUZZ_CHECK(sent.size() == 1, "bad JSON `{}` got {} replies", show(l.text), sent.size());
@@ -237,7 +242,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       continue;
     }
-    if (!batches || msg.empty()) {
+    if (!batches || msg.empty() || msg.size() > rpc::kMaxBatch) {
       FUZZ_CHECK(sent.size() == 1, "a refused batch got {} replies", sent.size());
       check_response(sent[0], {true, nullptr, rpc::kInvalidRequest}, l.text);
       continue;

@@ -179,6 +179,60 @@ BOOST_AUTO_TEST_CASE(a_message_nested_deeper_than_the_bound_is_refused_unparsed)
   BOOST_TEST(nesting_depth("[{\"a\":\"[{\"}]") == 2u);
 }
 
+// Failure fixed (a review, session 13): a line of many small values (`[{},{},…]`, 16 MiB)
+// took ~450 MB to parse, and a 559 KB batch of 10 000 requests grew the daemon by 1 GB and
+// made a 190 MB reply. A line with more than kMaxValues values is refused unparsed, a batch of
+// more than kMaxBatch requests is refused whole and runs none of them.
+BOOST_AUTO_TEST_CASE(a_line_of_too_many_values_and_an_oversized_batch_are_refused) {
+  Harness h;
+  int echoed = 0;
+  h.d.on("count", [&](const Request& r, Reply reply) {
+    ++echoed;
+    reply(make_result(r.id, 1));
+  });
+  std::string many = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"echo\",\"params\":[";
+  for (size_t i = 0; i < kMaxValues; ++i) many += i == 0 ? "{}" : ",{}";
+  many += "]}";
+  h.d.handle_line(many);
+  BOOST_REQUIRE_EQUAL(h.sent.size(), 1u);
+  BOOST_TEST(error_code(h.sent[0]) == kInvalidRequest);
+  BOOST_TEST(h.sent[0]["id"].is_null());
+  BOOST_TEST(h.sent[0]["error"]["message"].get<std::string>().find("more than 65536 values") !=
+                 std::string::npos,
+             h.sent[0].dump());
+  // Commas and brackets inside strings are not values: one long string is served.
+  h.sent.clear();
+  h.d.handle_line("{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"echo\",\"params\":[\"" +
+                  std::string(200000, ',') + "[{\"]}");
+  BOOST_REQUIRE_EQUAL(h.sent.size(), 1u);
+  BOOST_TEST(h.sent[0].contains("result"));
+  BOOST_TEST(value_count("[1,\"a,b\",{\"c\":[2,3]}]") == 7u);
+
+  h.d.set_allow_batch(true);
+  auto batch = [](size_t n) {
+    std::string b = "[";
+    for (size_t i = 0; i < n; ++i) {
+      b += (i ? "," : "") + std::string("{\"jsonrpc\":\"2.0\",\"id\":") + std::to_string(i) +
+           ",\"method\":\"count\"}";
+    }
+    return b + "]";
+  };
+  h.sent.clear();
+  h.d.handle_line(batch(kMaxBatch + 1));
+  BOOST_REQUIRE_EQUAL(h.sent.size(), 1u);
+  BOOST_TEST(error_code(h.sent[0]) == kInvalidRequest);
+  BOOST_TEST(
+      h.sent[0]["error"]["message"].get<std::string>().find("at most 64") != std::string::npos,
+      h.sent[0].dump());
+  BOOST_TEST(echoed == 0);
+  h.sent.clear();
+  h.d.handle_line(batch(kMaxBatch));
+  BOOST_REQUIRE_EQUAL(h.sent.size(), 1u);
+  BOOST_REQUIRE(h.sent[0].is_array());
+  BOOST_TEST(h.sent[0].size() == kMaxBatch);
+  BOOST_TEST(echoed == static_cast<int>(kMaxBatch));
+}
+
 // The last resort: a handler that reads a field with the wrong type (nlohmann throws) costs
 // that one message an internal error; the dispatcher keeps answering.
 BOOST_AUTO_TEST_CASE(a_throwing_handler_gets_an_internal_error_and_the_next_message_works) {
