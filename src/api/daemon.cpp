@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -471,6 +472,22 @@ int run_daemon(const DaemonOptions& options) {
     log = spdlog::stderr_logger_mt("daemon");
   }
   spdlog::set_default_logger(log);
+  // Failure fixed (a review, session 13): under systemd's default soft limit of 1024 fds, 992
+  // queued jobs (each holds its executable's fd) made every other start and listing fail with
+  // EMFILE. The soft limit goes up to the hard one, as far as the kernel lets an unprivileged
+  // process go; the sandboxes get their own limit (spec.hpp) whatever this one is.
+  struct rlimit nofile {};
+  if (::getrlimit(RLIMIT_NOFILE, &nofile) != 0) {
+    log->warn("getrlimit RLIMIT_NOFILE: {}", errno_name(errno));
+  } else if (nofile.rlim_cur < nofile.rlim_max) {
+    rlim_t was = nofile.rlim_cur;
+    nofile.rlim_cur = nofile.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &nofile) != 0) {
+      log->warn("setrlimit RLIMIT_NOFILE to {}: {}", nofile.rlim_max, errno_name(errno));
+    } else {
+      log->info("open-file limit raised from {} to {}", was, nofile.rlim_max);
+    }
+  }
   auto settings = daemon_policy(options.engine.policy_path);
   if (!settings) {
     log->error("cannot start: {}", settings.error().message());
@@ -516,6 +533,22 @@ int run_daemon(const DaemonOptions& options) {
     }
     own = std::move(*l);
     listener = std::move(own.fd);
+    if (others) {
+      // Failure fixed (the same review): the default socket lives in the 0700 state dir, so
+      // the uids the policy serves got EACCES from connect and the daemon said nothing.
+      for (std::string dir = path.substr(0, path.rfind('/')); !dir.empty();
+           dir = dir.substr(0, dir.rfind('/'))) {
+        struct stat st {};
+        if (::stat(dir.c_str(), &st) == 0 && (st.st_mode & S_IXOTH) == 0) {
+          log->warn(
+              "the socket `{}` is in `{}` (mode {:04o}), which other users may not search: the "
+              "other uids this daemon serves cannot connect unless a group lets them; give "
+              "--socket a path they can reach, e.g. /run/cordon.sock",
+              path, dir, st.st_mode & 07777);
+          break;
+        }
+      }
+    }
   } else {
     listener = std::move(**activated);
     path = "(socket activation)";

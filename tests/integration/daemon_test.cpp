@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -15,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -64,6 +66,35 @@ BOOST_AUTO_TEST_CASE(socket_is_0600_when_only_root_is_served_and_the_kernel_refu
     return fd < 0 ? std::string("connect: ") + std::strerror(errno) : std::string("connected");
   });
   BOOST_TEST(got == "connect: Permission denied");
+}
+
+// Failure fixed (a review, session 13): a daemon started with systemd's default soft fd limit
+// (1024) kept it, so ~1000 queued jobs made every start and listing fail with EMFILE. It raises
+// the soft limit to the hard one. And a daemon that serves other uids on a socket they cannot
+// reach (the default, in the 0700 state dir) said nothing; it warns, naming the directory.
+BOOST_AUTO_TEST_CASE(the_daemon_takes_its_whole_fd_limit_and_warns_of_an_unreachable_socket) {
+  struct rlimit mine {};
+  BOOST_REQUIRE(::getrlimit(RLIMIT_NOFILE, &mine) == 0);
+  BOOST_REQUIRE_MESSAGE(mine.rlim_max > 1024, "the hard limit here: " << mine.rlim_max);
+  struct rlimit low = {1024, mine.rlim_max};
+  BOOST_REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
+  DaemonProcess d(json{{"daemon", {{"allowedUids", json::array({65533})}}}}, {}, false);
+  d.start({});  // the default socket: <state dir>/daemon.sock, in a 0700 directory
+  BOOST_REQUIRE(::setrlimit(RLIMIT_NOFILE, &mine) == 0);
+  BOOST_REQUIRE(d.alive());
+  std::ifstream limits("/proc/" + std::to_string(d.pid()) + "/limits");
+  std::string line, soft, hard;
+  while (std::getline(limits, line)) {
+    if (line.starts_with("Max open files")) {
+      std::istringstream in(line.substr(std::strlen("Max open files")));
+      in >> soft >> hard;
+    }
+  }
+  BOOST_TEST(soft == std::to_string(mine.rlim_max));
+  BOOST_TEST(hard == std::to_string(mine.rlim_max));
+  std::string log = d.log_text();
+  BOOST_TEST(log.find("which other users may not search") != std::string::npos, log);
+  BOOST_TEST(log.find("open-file limit raised from 1024") != std::string::npos, log);
 }
 
 // The socket is bound under a temporary name and renamed into place once it listens: the path
