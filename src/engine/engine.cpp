@@ -2697,10 +2697,16 @@ Result<JobStatus> Engine::start(const std::string& session, const StartOptions& 
     ::unlink((j.dir + "/meta.json").c_str());
     ::unlink((j.dir + "/.meta.json.tmp").c_str());
     ::rmdir(j.dir.c_str());
+    int err = recorded.error().sys_errno();
+    // The hint fits the cause: out of descriptors is not out of disk (a review, session 13).
+    const char* hint = err == EMFILE || err == ENFILE
+                           ? "the engine is out of file descriptors: raise its open-file "
+                             "limit (LimitNOFILE) or wait for running and queued jobs to end"
+                           : "free space in the state dir or remove settled jobs";
     return std::unexpected(std::move(recorded.error())
                                .wrap("the command was not started, its record could not be "
-                                     "written (free space in the state dir or remove settled "
-                                     "jobs, then start it again)"));
+                                     "written ({}, then start it again)",
+                                     hint));
   }
   ++m.jobs_on_disk;
   ++m.counters[session].running;
