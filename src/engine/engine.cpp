@@ -2582,6 +2582,19 @@ Result<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
 }
 
 Result<JobStatus> Engine::start(const std::string& session, const StartOptions& options) {
+  auto r = start_job(session, options);
+  if (!r && (r.error().sys_errno() == EMFILE || r.error().sys_errno() == ENFILE)) {
+    // Out of descriptors is not out of disk, nor the caller's mistake (a review, session 13:
+    // ~1000 queued jobs under a soft limit of 1024).
+    return std::unexpected(
+        std::move(r.error()).wrap("the engine is out of file descriptors (raise its open-file "
+                                  "limit, LimitNOFILE, or wait for running and queued jobs "
+                                  "to end; the command was not started)"));
+  }
+  return r;
+}
+
+Result<JobStatus> Engine::start_job(const std::string& session, const StartOptions& options) {
   auto& m = *impl_;
   if (!valid_name(session)) {
     return refusal("session name `{}` must be 1-128 letters, digits, `-`, `_` or `.`", session);
@@ -2698,15 +2711,14 @@ Result<JobStatus> Engine::start(const std::string& session, const StartOptions& 
     ::unlink((j.dir + "/.meta.json.tmp").c_str());
     ::rmdir(j.dir.c_str());
     int err = recorded.error().sys_errno();
-    // The hint fits the cause: out of descriptors is not out of disk (a review, session 13).
-    const char* hint = err == EMFILE || err == ENFILE
-                           ? "the engine is out of file descriptors: raise its open-file "
-                             "limit (LimitNOFILE) or wait for running and queued jobs to end"
-                           : "free space in the state dir or remove settled jobs";
+    if (err == EMFILE || err == ENFILE) {  // start() names that cause; disk space is not it
+      return std::unexpected(
+          std::move(recorded.error()).wrap("the command's record could not be written"));
+    }
     return std::unexpected(std::move(recorded.error())
                                .wrap("the command was not started, its record could not be "
-                                     "written ({}, then start it again)",
-                                     hint));
+                                     "written (free space in the state dir or remove settled "
+                                     "jobs, then start it again)"));
   }
   ++m.jobs_on_disk;
   ++m.counters[session].running;

@@ -1,5 +1,7 @@
 #define BOOST_TEST_MODULE engine_starts
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <boost/test/unit_test.hpp>
 #include <functional>
@@ -264,4 +266,30 @@ BOOST_AUTO_TEST_CASE(closing_the_engine_during_starts_leaves_no_sandbox) {
     BOOST_TEST(st->settled(), id << " " << st->state);
   }
   BOOST_TEST(e->counters("s").running == 0u);
+}
+
+// Failure fixed (a review, session 13): a start whose record could not be written for want of
+// descriptors (EMFILE: ~1000 queued jobs under a soft limit of 1024) told the caller to free
+// space in the state dir. The refusal names the cause it has.
+BOOST_AUTO_TEST_CASE(a_start_refused_for_want_of_descriptors_says_so) {
+  EngineEnv env;
+  auto e = open_engine(env);
+  struct rlimit mine {};
+  BOOST_REQUIRE(::getrlimit(RLIMIT_NOFILE, &mine) == 0);
+  // The lowest free descriptor is the limit: the next open fails with EMFILE.
+  int probe = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  BOOST_REQUIRE(probe >= 0);
+  ::close(probe);
+  struct rlimit low = {static_cast<rlim_t>(probe), mine.rlim_max};
+  BOOST_REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
+  auto s = e->start("s", {.argv = {"/bin/echo", "x"}});
+  BOOST_REQUIRE(::setrlimit(RLIMIT_NOFILE, &mine) == 0);
+  BOOST_REQUIRE(!s.has_value());
+  const std::string m = s.error().message();
+  BOOST_TEST(m.find("out of file descriptors") != std::string::npos, m);
+  BOOST_TEST(m.find("EMFILE") != std::string::npos, m);
+  BOOST_TEST(m.find("free space") == std::string::npos, m);
+  auto ok = e->start("s", {.argv = {"/bin/echo", "x"}});
+  BOOST_REQUIRE_MESSAGE(ok.has_value(), describe(ok));
+  BOOST_TEST(e->status("s", ok->task_id, 20s)->state == "exited");
 }
