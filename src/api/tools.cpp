@@ -724,11 +724,13 @@ std::vector<Tool> build_table() {
        input_schema({{"taskId", task_id_arg()},
                      {"data", str("Bytes to send as they are.")},
                      {"paste", str("Text to paste (bracketed paste when the program asked "
-                                   "for it). pty only.")},
+                                   "for it; control bytes the terminal would act on, like "
+                                   "Ctrl-C, are dropped). pty only.")},
                      {"keys", strings("Key names in tmux syntax: Enter, Tab, Escape, BSpace, "
                                       "Up, Down, Left, Right, C-c, M-x, F1... pty only.")},
                      {"submit", boolean("Press Enter after the rest. pty only.")},
-                     {"eof", boolean("Close stdin (pipe) or send Ctrl-D (pty).")}},
+                     {"eof", boolean("Close stdin (pipe) or send Ctrl-D (pty; twice after "
+                                     "a partial line, so input ends).")}},
                     {"taskId"}),
        output_schema({{"taskId", str("The job.")},
                       {"accepted", boolean("The input was queued for the command.")}},

@@ -413,6 +413,7 @@ struct Job {
   uint64_t pty_watch = 0;    // the pty master's watch (EPOLLIN, plus EPOLLOUT while input waits)
   bool pty_out_armed = false;
   std::string stdin_closed;  // why input can no longer be delivered (the command closed it)
+  size_t line_len = 0;       // a pty in canonical mode: bytes of the line typed so far
   engine::ModeTracker modes;
   std::vector<uint64_t> watch_ids;  // keys into Impl::watches, dropped when the job settles
 
@@ -2959,6 +2960,62 @@ Result<std::vector<JobStatus>> Engine::kill_many(const std::string& session,
   return out;
 }
 
+namespace {
+
+// The kernel's canonical-mode line buffer (N_TTY_BUF_SIZE 4096, one byte kept for the end).
+constexpr size_t kMaxCanonicalLine = 4095;
+
+// For a terminal in canonical mode (termios `t`): follows the line being typed through
+// `bytes` (the write's encoding, its eof character last when `eof`) and returns its length
+// after them, or refuses a write that would make a line longer than the kernel keeps. Failure
+// fixed (a review, session 13): 10 000 bytes written as one line reached `read` as 4095, the
+// rest dropped without a word. An eof after a partial line is doubled: the first VEOF only
+// hands the partial line over, the second ends the input (a single one left `wc -c` waiting).
+Result<size_t> canonical_line(Job& j, const struct termios& t, std::string& bytes, bool eof) {
+  if ((t.c_lflag & ICANON) == 0) {
+    return size_t{0};  // the program reads bytes, not lines: no line buffer, no limit
+  }
+  auto cc = [&](int i) { return static_cast<unsigned char>(t.c_cc[i]); };
+  const unsigned char veof = cc(VEOF) != _POSIX_VDISABLE ? cc(VEOF) : 0x04;
+  if (eof && !bytes.empty()) {
+    bytes.back() = static_cast<char>(veof);  // the encoder's ^D, as this terminal spells it
+  }
+  size_t len = j.line_len, longest = 0;
+  size_t end = eof ? bytes.size() - 1 : bytes.size();
+  for (size_t i = 0; i < end; ++i) {
+    unsigned char c = static_cast<unsigned char>(bytes[i]);
+    bool ends = c == '\n' || (c == '\r' && (t.c_iflag & ICRNL) != 0 && (t.c_iflag & IGNCR) == 0) ||
+                c == veof || (cc(VEOL) != _POSIX_VDISABLE && c == cc(VEOL)) ||
+                (cc(VEOL2) != _POSIX_VDISABLE && c == cc(VEOL2));
+    if (ends) {
+      len = 0;
+    } else if (cc(VKILL) != _POSIX_VDISABLE && c == cc(VKILL)) {
+      len = 0;
+    } else if (cc(VERASE) != _POSIX_VDISABLE && c == cc(VERASE)) {
+      len -= len > 0 ? 1 : 0;
+    } else {
+      longest = std::max(longest, ++len);
+    }
+  }
+  if (longest > kMaxCanonicalLine) {
+    return refusal(
+        "task `{}`: its terminal is in canonical (line) mode, where the kernel keeps at most {} "
+        "bytes of a line and drops the rest, and this write would make a line of {} bytes; "
+        "nothing of this write was sent: end lines sooner, or put long text in a file under "
+        "the working root for the command to read",
+        j.id, kMaxCanonicalLine, longest);
+  }
+  if (eof) {
+    if (len > 0) {
+      bytes.insert(bytes.size() - 1, 1, static_cast<char>(veof));
+    }
+    len = 0;
+  }
+  return len;
+}
+
+}  // namespace
+
 Result<void> Engine::write(const std::string& session, const std::string& task_id,
                            const WriteInput& input) {
   auto& m = *impl_;
@@ -2976,6 +3033,7 @@ Result<void> Engine::write(const std::string& session, const std::string& task_i
     return refusal("task `{}`: {}; nothing of this write was sent", task_id, j->stdin_closed);
   }
   std::string bytes;
+  size_t line_len = 0;
   if (j->pty) {
     engine::WriteRequest wr;
     wr.data = input.data;
@@ -2983,8 +3041,17 @@ Result<void> Engine::write(const std::string& session, const std::string& task_i
     wr.keys = input.keys;
     wr.submit = input.submit;
     wr.eof = input.eof;
-    CORDON_TRY(enc, engine::encode_write(wr, j->modes.modes()));
+    // The terminal's termios, read through the master (not spawned yet: a fresh pty's).
+    struct termios t = engine::fresh_pty_termios();
+    if (j->pty_master && ::tcgetattr(j->pty_master.get(), &t) != 0) {
+      t = engine::fresh_pty_termios();
+    }
+    engine::TerminalModes modes = j->modes.modes();
+    modes.line_controls = engine::line_controls(t);
+    CORDON_TRY(enc, engine::encode_write(wr, modes));
     bytes = std::move(enc);
+    CORDON_TRY(line, canonical_line(*j, t, bytes, input.eof));
+    line_len = line;
   } else {
     if (!input.keys.empty() || input.paste || input.submit) {
       return refusal("keys, paste and submit need a pty job; for a pipe send `data` (and `eof`)");
@@ -3013,6 +3080,9 @@ Result<void> Engine::write(const std::string& session, const std::string& task_i
   }
   if (!j->pty && input.eof) {
     j->stdin_eof_pending = true;
+  }
+  if (j->pty) {
+    j->line_len = line_len;
   }
   j->pending_stdin += bytes;
   m.flush_stdin(*j);

@@ -300,6 +300,53 @@ Result<std::string> encode_key(std::string_view token, const TerminalModes& mode
   return std::string(token);
 }
 
+// Failure fixed (a review, session 13): a pasted ^C ended a program reading a line with
+// SIGINT; a ^D, ^U or DEL edits or ends the line: the line discipline acts on these bytes
+// whatever the paste's brackets say. They are dropped from a paste, as terminals drop control
+// bytes from one (xterm's default allowPasteControls: false), but only the ones the terminal's
+// termios gives a meaning now: a raw-mode program (readline) still gets a pasted ^A as text.
+std::string line_controls(const struct termios& t) {
+  std::string out;
+  auto add = [&](int index) {
+    unsigned char c = t.c_cc[index];
+    if (c != _POSIX_VDISABLE && c != '\t' && c != '\n' && c != '\r' &&
+        out.find(static_cast<char>(c)) == std::string::npos) {
+      out += static_cast<char>(c);
+    }
+  };
+  if ((t.c_lflag & ISIG) != 0) {
+    for (int i : {VINTR, VQUIT, VSUSP}) add(i);
+  }
+  if ((t.c_lflag & ICANON) != 0) {
+    for (int i : {VEOF, VERASE, VKILL, VEOL, VEOL2}) add(i);
+    if ((t.c_lflag & IEXTEN) != 0) {
+      for (int i : {VWERASE, VLNEXT, VREPRINT}) add(i);
+    }
+  }
+  if ((t.c_iflag & IXON) != 0) {
+    for (int i : {VSTOP, VSTART}) add(i);
+  }
+  return out;
+}
+
+struct termios fresh_pty_termios() {
+  struct termios t {};
+  t.c_iflag = ICRNL | IXON;
+  t.c_lflag = ISIG | ICANON | IEXTEN | ECHO;
+  t.c_cc[VINTR] = 0x03;
+  t.c_cc[VQUIT] = 0x1c;
+  t.c_cc[VSUSP] = 0x1a;
+  t.c_cc[VEOF] = 0x04;
+  t.c_cc[VERASE] = 0x7f;
+  t.c_cc[VKILL] = 0x15;
+  t.c_cc[VWERASE] = 0x17;
+  t.c_cc[VLNEXT] = 0x16;
+  t.c_cc[VREPRINT] = 0x12;
+  t.c_cc[VSTOP] = 0x13;
+  t.c_cc[VSTART] = 0x11;
+  return t;
+}
+
 std::string encode_paste(std::string_view text, const TerminalModes& modes) {
   // Remove the markers while appending, checking only the tail: a marker that forms once an
   // inner one is removed ("\e[20" "\e[201~" "1~") ends at a byte appended later and is caught
@@ -307,6 +354,9 @@ std::string encode_paste(std::string_view text, const TerminalModes& modes) {
   std::string body;
   body.reserve(text.size());
   for (char c : text) {
+    if (modes.line_controls.find(c) != std::string::npos) {
+      continue;
+    }
     body += c;
     if (c == '~' && body.size() >= kPasteEnd.size()) {
       std::string_view tail = std::string_view(body).substr(body.size() - kPasteEnd.size());

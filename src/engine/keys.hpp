@@ -41,6 +41,8 @@
 // "M-", "S-" in either case) or looks like a function key ("F" and digits) must parse as a
 // key; literal text that would look like one belongs in `data`.
 
+#include <termios.h>
+
 #include <optional>
 #include <string>
 #include <string_view>
@@ -54,7 +56,17 @@ namespace cordon::engine {
 struct TerminalModes {
   bool application_cursor = false;  // DECCKM: ESC[?1h on, ESC[?1l off
   bool bracketed_paste = false;     // ESC[?2004h on, ESC[?2004l off
+  // The bytes the pty's line discipline acts on now (its termios: VINTR… under ISIG, VEOF,
+  // VERASE… under ICANON, VSTOP/VSTART under IXON); dropped from a paste. Empty: none.
+  std::string line_controls;
 };
+
+/// The bytes the line discipline of a terminal with termios `t` acts on (see
+/// TerminalModes::line_controls); TAB, LF and CR never (a paste keeps its lines).
+[[nodiscard]] std::string line_controls(const struct termios& t);
+/// A fresh pty's termios, as far as input goes (ICRNL, IXON; ISIG, ICANON, IEXTEN, ECHO; the
+/// default control characters): what a job's terminal is until its program changes it.
+[[nodiscard]] struct termios fresh_pty_termios();
 
 /// Watches what the program writes to the terminal for DECSET/DECRST of modes 1 and 2004
 /// (several parameters in one sequence, e.g. ESC[?1;2004h, count), a full reset (ESC c: both
@@ -94,7 +106,8 @@ struct WriteRequest {
 /// The bytes of one key token under `modes`; kInvalid naming the token and the accepted forms.
 [[nodiscard]] Result<std::string> encode_key(std::string_view token, const TerminalModes& modes);
 
-/// `text` as a terminal would paste it: every ESC[201~ (and ESC[200~) removed, even ones that
+/// `text` as a terminal would paste it: the bytes the line discipline acts on now dropped
+/// (`modes.line_controls`), every ESC[201~ (and ESC[200~) removed, even ones that
 /// only form once an inner one is gone, so the text cannot end the paste early; wrapped in
 /// ESC[200~ … ESC[201~ when bracketed paste is on. Empty text gives nothing.
 [[nodiscard]] std::string encode_paste(std::string_view text, const TerminalModes& modes);

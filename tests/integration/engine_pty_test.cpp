@@ -143,3 +143,55 @@ BOOST_AUTO_TEST_CASE(a_command_that_closes_its_terminal_runs_on_and_input_is_ref
   BOOST_TEST(st->exit_code.value_or(-1) == 0);
   BOOST_TEST(read_file(env.box.root + "/alive") == "alive\n");
 }
+
+// Failure fixed (a review, session 13): a paste is text, but the line discipline acted on the
+// control bytes in it: a pasted ^C killed a program reading a line (SIGINT), a ^U erased it.
+// The bytes the terminal's termios gives a meaning now are dropped from a paste.
+BOOST_AUTO_TEST_CASE(a_paste_holding_control_bytes_stays_text) {
+  EngineEnv env;
+  auto e = open_engine(env);
+  auto s = e->start(
+      "s", {.argv = {"/bin/sh", "-c", "echo ready; read x; echo \"got:$x\""}, .pty = true});
+  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+  const std::string id = s->task_id;
+  BOOST_REQUIRE(eventually([&] { return pty_text(*e, id).find("ready") != std::string::npos; }));
+  BOOST_REQUIRE(e->write("s", id, {.paste = "line\x15 one\x03 rest", .submit = true}).has_value());
+  auto st = e->status("s", id, 20s);
+  BOOST_REQUIRE(st.has_value());
+  BOOST_TEST(st->state == "exited", st->state << " " << st->signal.value_or(""));
+  BOOST_TEST(pty_text(*e, id).find("got:line one rest") != std::string::npos, pty_text(*e, id));
+}
+
+// Failures fixed (a review, session 13), on a terminal in canonical mode: (1) `eof` after a
+// partial line sent one ^D, which only hands the partial line over: `cat` kept waiting; now
+// it is doubled there. (2) A line longer than the kernel's line buffer (4095 bytes) reached
+// `read` cut to 4095, the rest dropped without a word; now the write is refused whole.
+BOOST_AUTO_TEST_CASE(eof_after_a_partial_line_ends_input_and_an_overlong_line_is_refused) {
+  EngineEnv env;
+  auto e = open_engine(env);
+  auto cat = e->start("s", {.argv = {"/bin/cat"}, .pty = true});
+  BOOST_REQUIRE_MESSAGE(cat.has_value(), describe(cat));
+  BOOST_REQUIRE(e->write("s", cat->task_id, {.data = "hello", .eof = true}).has_value());
+  auto st = e->status("s", cat->task_id, 10s);
+  BOOST_REQUIRE(st.has_value());
+  BOOST_TEST(st->state == "exited", st->state << ": cat still waits for input");
+
+  auto rd = e->start(
+      "s", {.argv = {"/bin/sh", "-c", "echo ready; read x; echo \"LEN=${#x}\""}, .pty = true});
+  BOOST_REQUIRE_MESSAGE(rd.has_value(), describe(rd));
+  const std::string id = rd->task_id;
+  BOOST_REQUIRE(eventually([&] { return pty_text(*e, id).find("ready") != std::string::npos; }));
+  // 4000 bytes now and 200 more later make one line of 4200: the second write is refused.
+  BOOST_REQUIRE(e->write("s", id, {.data = std::string(4000, 'a')}).has_value());
+  auto over = e->write("s", id, {.data = std::string(200, 'b'), .submit = true});
+  BOOST_REQUIRE(!over.has_value());
+  BOOST_TEST(over.error().message().find("at most 4095 bytes of a line") != std::string::npos,
+             over.error().message());
+  BOOST_TEST(over.error().message().find("line of 4200 bytes") != std::string::npos,
+             over.error().message());
+  BOOST_REQUIRE(e->write("s", id, {.data = std::string(95, 'c'), .submit = true}).has_value());
+  auto done = e->status("s", id, 10s);
+  BOOST_REQUIRE(done.has_value());
+  BOOST_TEST(done->state == "exited");
+  BOOST_TEST(pty_text(*e, id).find("LEN=4095") != std::string::npos, pty_text(*e, id));
+}

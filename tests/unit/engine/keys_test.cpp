@@ -256,6 +256,38 @@ BOOST_AUTO_TEST_CASE(paste_end_marker_inside_the_text_is_stripped) {
   }
 }
 
+// Failure fixed (a review, session 13): a ^C inside a paste reached the line discipline,
+// which sent SIGINT (the program was killed mid-paste); ^D, ^U, ^W and DEL edit or end a line.
+// Dropped are exactly the bytes the terminal's termios gives a meaning.
+BOOST_AUTO_TEST_CASE(paste_drops_the_bytes_the_line_discipline_acts_on) {
+  TerminalModes cooked = kNormal;
+  cooked.line_controls = line_controls(fresh_pty_termios());
+  BOOST_TEST(cooked.line_controls.size() == 11u);
+  BOOST_TEST(encode_paste("line one\x03 rest", cooked) == "line one rest");
+  BOOST_TEST(encode_paste("a\x04"
+                          "b\x15"
+                          "c\x17"
+                          "d\x7f\x1a\x1c\x11\x13\x16\x12"
+                          "e",
+                          cooked) == "abcde");
+  // Tab, newline, CR, ESC and other controls (^A) stay; so does UTF-8 text.
+  BOOST_TEST(encode_paste("a\tb\nc\rd\x1b[1me\x01 \u00e9", cooked) ==
+             "a\tb\nc\rd\x1b[1me\x01 \u00e9");
+  // A raw-mode program (readline: no ICANON, no IXON, ISIG on) gets ^D and DEL as text.
+  struct termios raw {};
+  raw.c_lflag = ISIG;
+  raw.c_cc[VINTR] = 0x03;
+  raw.c_cc[VQUIT] = 0x1c;
+  raw.c_cc[VSUSP] = 0x1a;
+  raw.c_cc[VEOF] = 0x04;
+  TerminalModes readline = kBracketed;
+  readline.line_controls = line_controls(raw);
+  BOOST_TEST(encode_paste("x\x03y\x04z\x7f", readline) == "\x1b[200~xy\x04z\x7f\x1b[201~");
+  // A disabled character (_POSIX_VDISABLE, 0) is no control: NUL stays.
+  BOOST_TEST(encode_paste(std::string("n\0m", 3), readline) ==
+             "\x1b[200~" + std::string("n\0m", 3) + "\x1b[201~");
+}
+
 BOOST_AUTO_TEST_CASE(write_request_order_is_data_paste_keys_submit_eof) {
   WriteRequest req;
   req.data = "d";
