@@ -577,6 +577,14 @@ int run_main(const RunArgs& a) {
       return refuse_run(a, "--tty needs a terminal on stdin");
     }
     req.terminal_fd = STDIN_FILENO;
+    // The pty is made at the caller's size: the supervisor copies the size again once it has
+    // the master, but the command may have read it by then (`stty size` printed the default
+    // `30 120` in 5 of 60 runs). Should the ioctl fail, the default 120x30 stays.
+    winsize ws{};
+    if (::ioctl(STDIN_FILENO, TIOCGWINSZ, &ws) == 0) {
+      spec.tty_cols = ws.ws_col;
+      spec.tty_rows = ws.ws_row;
+    }
   } else {
     req.stdin_fd = stdin_tty ? -1 : STDIN_FILENO;
   }
