@@ -1348,8 +1348,13 @@ int client_command(const std::string& cmd, int argc, char** argv) {
       }
     } else if (sc.contains("taskId")) {
       std::printf("%s\n", line(sc).c_str());
-      if (std::string tail = jf::str(sc, "tailPreview"); !tail.empty() && cmd != "start") {
-        std::printf("%s\n", tail.c_str());
+      // Failure fixed (session 13, a review): this read `tailPreview`, a field the tool does not
+      // have, so the tail docs/cli.md promises never printed. It is the command's own output on
+      // the operator's terminal: escaped, so an OSC 52 (clipboard) or title sequence the command
+      // printed is shown, not obeyed.
+      if (std::string tail = jf::str(sc, "tail"); !tail.empty() && cmd != "start") {
+        tail = escape_controls(tail);
+        std::printf("%s%s", tail.c_str(), tail.back() == '\n' ? "" : "\n");
       }
     }
   }

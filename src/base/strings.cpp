@@ -8,7 +8,10 @@
 #include <charconv>
 #include <cmath>
 
+#include <fmt/format.h>
+
 #include "base/unique_fd.hpp"
+#include "base/utf8.hpp"
 
 namespace cordon {
 
@@ -171,6 +174,35 @@ std::vector<std::string> split(std::string_view text, char sep) {
     out.emplace_back(text.substr(i, j - i));
     i = j + 1;
   }
+}
+
+std::string escape_controls(std::string_view text, std::string_view keep) {
+  const auto* p = reinterpret_cast<const uint8_t*>(text.data());
+  size_t n = text.size();
+  std::string out;
+  out.reserve(n);
+  for (size_t i = 0; i < n;) {
+    uint8_t b = p[i];
+    if (b < 0x80) {
+      if ((b < 0x20 || b == 0x7f) && keep.find(static_cast<char>(b)) == std::string_view::npos) {
+        out += fmt::format("\\x{:02x}", b);
+      } else {
+        out += static_cast<char>(b);
+      }
+      ++i;
+      continue;
+    }
+    size_t len = utf8_unit_length(p + i, n - i, /*final=*/true);
+    if (utf8_unit_invalid(p + i, len)) {
+      out += fmt::format("\\x{:02x}", b);  // a lone 0x9b is CSI to an 8-bit terminal
+    } else if (b == 0xc2 && p[i + 1] <= 0x9f) {
+      out += fmt::format("\\u{:04x}", p[i + 1]);  // U+0080..U+009F: C1 controls
+    } else {
+      out.append(text.substr(i, len));
+    }
+    i += len;
+  }
+  return out;
 }
 
 }  // namespace cordon

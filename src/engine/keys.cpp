@@ -7,6 +7,8 @@
 #include <string>
 #include <string_view>
 
+#include "base/strings.hpp"
+
 namespace cordon::engine {
 namespace {
 
@@ -125,23 +127,10 @@ bool is_single_code_point(std::string_view s) {
   return true;
 }
 
-// The token as it goes into an error message: control bytes shown as \xNN so a message
-// naming a hostile token cannot itself drive a terminal.
-std::string printable(std::string_view token) {
-  std::string out;
-  for (char c : token) {
-    auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u == 0x7f) {
-      out += fmt::format("\\x{:02x}", u);
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
+// The token is shown with its control characters escaped, so a message naming a hostile token
+// cannot itself drive a terminal.
 std::unexpected<Error> bad_token(std::string_view token, std::string_view why) {
-  return invalid("key `{}`: {}; {}", printable(token), why, kAccepted);
+  return invalid("key `{}`: {}; {}", escape_controls(token, ""), why, kAccepted);
 }
 
 // C-x for a single ASCII character, as xterm and tmux map it to a C0 control; nullopt where a

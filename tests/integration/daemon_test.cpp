@@ -562,6 +562,32 @@ BOOST_AUTO_TEST_CASE(cli_commands_drive_the_daemon) {
   BOOST_TEST(cli({"wait", sleeping, "--timeout-ms", "20000"}).exit_code() == 0);
 }
 
+// Failure fixed (session 13, found by a review): `cordon status` read `tailPreview`, a field
+// command_status does not have, so the tail docs/cli.md promises never printed. The tail is the
+// command's raw output going to the operator's terminal: its ESC, BEL and C1 controls are shown
+// escaped, so the OSC 52 here (which would set the clipboard) is not relayed.
+BOOST_AUTO_TEST_CASE(cli_status_prints_the_tail_with_its_control_characters_escaped) {
+  DaemonProcess d;
+  auto cli = [&](std::vector<std::string> args) {
+    std::vector<std::string> a = {cordon_bin(), args[0], "--socket", d.sock(), "--session", "cli"};
+    a.insert(a.end(), args.begin() + 1, args.end());
+    return run_process(a);
+  };
+  auto started = cli({"start", "--json", "--", "/bin/echo", "-e",
+                      "hello\\0033]52;c;Zm9v\\0007 \\0302\\0233 end\\0011tab"});
+  BOOST_REQUIRE_MESSAGE(started.exit_code() == 0, started.err);
+  std::string id = nlohmann::json::parse(started.out, nullptr, false).value("taskId", "");
+  BOOST_REQUIRE(!id.empty());
+  BOOST_REQUIRE(cli({"wait", id, "--timeout-ms", "20000"}).exit_code() == 0);
+  auto status = cli({"status", id});
+  BOOST_TEST(status.exit_code() == 0, status.err);
+  BOOST_TEST(status.out.find(id + "  exited (exit 0)") == 0u, status.out);
+  BOOST_TEST(status.out.find("\nhello\\x1b]52;c;Zm9v\\x07 \\u009b end\ttab\n") != std::string::npos,
+             status.out);
+  BOOST_TEST(status.out.find_first_of("\x1b\x07") == std::string::npos, status.out);
+  BOOST_TEST(status.out.find("\xc2\x9b") == std::string::npos, status.out);
+}
+
 BOOST_AUTO_TEST_CASE(cli_says_when_no_daemon_listens) {
   Sandbox s;
   auto r = run_process({cordon_bin(), "list", "--socket", s.base + "/none.sock"});

@@ -93,3 +93,17 @@ BOOST_AUTO_TEST_CASE(reads_small_regular_files_only) {
   BOOST_TEST(!read_small_file(big).has_value());
   BOOST_TEST(errno == EFBIG);
 }
+
+// Command output shown on a terminal: no ESC, BEL, DEL or C1 control reaches it raw; text,
+// tabs, newlines and other non-ASCII characters pass as they are.
+BOOST_AUTO_TEST_CASE(escapes_control_characters_but_tab_and_newline) {
+  BOOST_TEST(escape_controls("a\tb\nc") == "a\tb\nc");
+  BOOST_TEST(escape_controls("\x1b]52;c;Zm9v\x07") == "\\x1b]52;c;Zm9v\\x07");
+  BOOST_TEST(escape_controls(std::string("\0\r\x7f", 3)) == "\\x00\\x0d\\x7f");
+  BOOST_TEST(escape_controls("\xc2\x9b"
+                             "2J \xc2\x80\xc2\x9f") == "\\u009b2J \\u0080\\u009f");
+  BOOST_TEST(escape_controls("caf\xc3\xa9 \xc2\xa0\xe2\x82\xac") ==
+             "caf\xc3\xa9 \xc2\xa0\xe2\x82\xac");
+  BOOST_TEST(escape_controls("\x9b\xff\xc2") == "\\x9b\\xff\\xc2");  // not UTF-8
+  BOOST_TEST(escape_controls("a\tb\n", "") == "a\\x09b\\x0a");
+}
