@@ -406,7 +406,7 @@ struct Job {
   sandbox::SetupStep setup_step = sandbox::SetupStep::kNone;
   int setup_errno = 0;
   // Input not yet written to the command, from pending_off on (kept whole until written or
-  // refused: at most kMaxPendingStdin waits before another write is turned away).
+  // refused: once kMaxPendingStdin or more waits, another write is turned away).
   std::string pending_stdin;
   size_t pending_off = 0;
   uint64_t stdin_watch = 0;  // the pipe's EPOLLOUT watch while input waits, else 0
@@ -3071,11 +3071,14 @@ Result<void> Engine::write(const std::string& session, const std::string& task_i
     }
   }
   size_t waiting = j->pending_stdin.size() - j->pending_off;
+  // A write is checked before it is appended and then taken whole, so the backlog can pass the
+  // bound by one write; the message says what is checked (it claimed "at most 4194304 bytes
+  // wait" next to "has not read the 5177344 bytes").
   if (!bytes.empty() && waiting >= kMaxPendingStdin) {
     return refusal(
-        "task `{}` has not read the {} bytes of input it was sent before (at most {} bytes wait "
-        "in the engine); nothing of this write was queued: send it again once the command has "
-        "read its input, or end its input with eof",
+        "task `{}` has not read the {} bytes of input it was sent before (no new write is taken "
+        "while {} bytes or more wait in the engine); nothing of this write was queued: send it "
+        "again once the command has read its input, or end its input with eof",
         task_id, waiting, kMaxPendingStdin);
   }
   if (!j->pty && input.eof) {
