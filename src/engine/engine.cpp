@@ -406,7 +406,7 @@ struct Job {
   sandbox::SetupStep setup_step = sandbox::SetupStep::kNone;
   int setup_errno = 0;
   // Input not yet written to the command, from pending_off on (kept whole until written or
-  // refused: once kMaxPendingStdin or more waits, another write is turned away).
+  // refused: a write that would make more than kMaxPendingStdin wait is turned away).
   std::string pending_stdin;
   size_t pending_off = 0;
   uint64_t stdin_watch = 0;  // the pipe's EPOLLOUT watch while input waits, else 0
@@ -3071,15 +3071,23 @@ Result<void> Engine::write(const std::string& session, const std::string& task_i
     }
   }
   size_t waiting = j->pending_stdin.size() - j->pending_off;
-  // A write is checked before it is appended and then taken whole, so the backlog can pass the
-  // bound by one write; the message says what is checked (it claimed "at most 4194304 bytes
-  // wait" next to "has not read the 5177344 bytes").
-  if (!bytes.empty() && waiting >= kMaxPendingStdin) {
+  // Failure fixed (a review, session 13): a write was checked before it was appended and then
+  // taken whole, so one write of up to the 16 MiB a request line holds went into the backlog,
+  // and 60 queued jobs sent 15 MiB each held 1 GB of the daemon. The backlog, this write
+  // included, never passes kMaxPendingStdin now.
+  if (!bytes.empty() && waiting + bytes.size() > kMaxPendingStdin) {
+    if (bytes.size() > kMaxPendingStdin) {
+      return refusal(
+          "task `{}`: a write of {} bytes is more than the {} bytes of input the engine keeps for "
+          "a command; nothing of it was queued: send it in parts of at most {} bytes, each once "
+          "the command has read the one before",
+          task_id, bytes.size(), kMaxPendingStdin, kMaxPendingStdin);
+    }
     return refusal(
-        "task `{}` has not read the {} bytes of input it was sent before (no new write is taken "
-        "while {} bytes or more wait in the engine); nothing of this write was queued: send it "
-        "again once the command has read its input, or end its input with eof",
-        task_id, waiting, kMaxPendingStdin);
+        "task `{}` has not read the {} bytes of input it was sent before, and with this write's "
+        "{} the engine would keep more than {} bytes for it; nothing of this write was queued: "
+        "send it again once the command has read its input, or end its input with eof",
+        task_id, waiting, bytes.size(), kMaxPendingStdin);
   }
   if (!j->pty && input.eof) {
     j->stdin_eof_pending = true;
