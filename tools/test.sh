@@ -39,8 +39,11 @@ for dir in "${dirs[@]}"; do
   rm -f "$dir/meson-logs/testlog.json"  # a failed build must not count an old run
   if [ ! -f "$dir/build.ninja" ]; then
     if [ "$dir" = build-san ]; then
+      # Line tables are all the sanitizers' reports need (file:line in every frame); full
+      # debug info made the build ~15 % slower (mcp.cpp: 41 s against 34 s).
       CXX=clang++-19 meson setup build-san -Db_sanitize=address,undefined -Dfuzz=true \
-        --buildtype=debugoptimized || { echo "test: meson setup build-san failed"; continue; }
+        --buildtype=debugoptimized -Dcpp_args=-gline-tables-only ||
+        { echo "test: meson setup build-san failed"; continue; }
     else
       meson setup build --buildtype=debugoptimized || { echo "test: meson setup build failed"; continue; }
     fi
