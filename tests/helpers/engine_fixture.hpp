@@ -5,6 +5,7 @@
 // of the job's host uids, wait on a condition with a deadline.
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -28,6 +29,18 @@
 #include "sandbox/cgroup.hpp"
 
 namespace cordon::test {
+
+// A /proc file read with read(2): a process that exits meanwhile makes the read fail (ESRCH),
+// which libstdc++'s filebuf turns into an exception; here it is an empty or short string.
+inline std::string read_proc_file(const std::string& path) {
+  std::string out;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return out;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  return out;
+}
 
 inline std::string build_dir() {
   std::string bin = cordon_bin();
@@ -91,7 +104,7 @@ struct EngineEnv {
     if (d == nullptr) return out;
     while (struct dirent* e = ::readdir(d)) {
       if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-      std::ifstream in(std::string("/proc/") + e->d_name + "/status");
+      std::istringstream in(read_proc_file(std::string("/proc/") + e->d_name + "/status"));
       std::string line;
       while (std::getline(in, line)) {
         // A zombie runs nothing and holds nothing; it waits for whoever reaps orphans.

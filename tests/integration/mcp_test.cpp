@@ -80,8 +80,7 @@ int count_processes(const std::vector<std::string>& argv) {
   DIR* d = ::opendir("/proc");
   while (struct dirent* e = ::readdir(d)) {
     if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-    std::ifstream f(std::string("/proc/") + e->d_name + "/cmdline");
-    std::string cmd((std::istreambuf_iterator<char>(f)), {});
+    std::string cmd = read_proc_file(std::string("/proc/") + e->d_name + "/cmdline");
     if (cmd == want) ++n;
   }
   ::closedir(d);
