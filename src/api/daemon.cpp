@@ -403,6 +403,7 @@ struct Connection {
   UniqueFd fd;
   std::thread thread;
   std::atomic<bool> done{false};
+  uid_t uid = 0;
 };
 
 }  // namespace
@@ -573,6 +574,7 @@ int run_daemon(const DaemonOptions& options) {
   limits.idle_timeout = std::chrono::milliseconds(settings->idle_timeout_ms);
   limits.stall_timeout = std::chrono::milliseconds(settings->stall_timeout_ms);
   size_t max_connections = std::min<size_t>(options.max_connections, settings->max_connections);
+  size_t per_uid = settings->max_connections_per_uid;
   log->info("listening on `{}`; state dir `{}`", path, options.engine.state_dir);
 
   // Served connections count against maxConnections; refusals (a uid not served, a daemon
@@ -637,6 +639,26 @@ int run_daemon(const DaemonOptions& options) {
       refused =
           fmt::format("the daemon serves {} connections already; retry later", max_connections);
       refusals = &refused_full;
+    } else if (cred.uid != 0 && cred.uid != ::geteuid()) {
+      // Failure fixed (a review, session 13): one allowed uid's idle connections (a ping an
+      // hour keeps each) took every slot, and root and every other uid were turned away.
+      size_t mine = 0;
+      for (const auto& other : conns) {
+        mine += other->uid == cred.uid && !other->done ? 1 : 0;
+      }
+      if (mine >= per_uid) {
+        refused = fmt::format(
+            "uid {} holds {} connections to this daemon already, the most one uid may "
+            "(daemon.maxConnectionsPerUid); close one, or share one connection between calls",
+            cred.uid, mine);
+        refusals = &refused_full;
+      } else if (max_connections > 1 && conns.size() + 1 >= max_connections) {
+        refused = fmt::format(
+            "the daemon serves {} connections already and keeps the last of its {} for root; "
+            "retry later",
+            conns.size(), max_connections);
+        refusals = &refused_full;
+      }
     }
     if (!refused.empty()) {
       if (refusals->size() >= kMaxRefusing) {
@@ -662,6 +684,7 @@ int run_daemon(const DaemonOptions& options) {
     }
     auto conn = std::make_unique<Connection>();
     conn->fd = std::move(cfd);
+    conn->uid = cred.uid;
     Connection* raw = conn.get();
     uid_t uid = cred.uid;
     // The connection's thread. One the system refuses (EAGAIN: RLIMIT_NPROC, the pids limit

@@ -958,8 +958,9 @@ Result<Policy> parse_policy(std::string_view json_text) {
   }
   if (j.contains("daemon")) {
     const json& d = j["daemon"];
-    CORDON_CHECK(expect_object(
-        d, "/daemon", {"allowedUids", "idleTimeoutMs", "stallTimeoutMs", "maxConnections"}));
+    CORDON_CHECK(expect_object(d, "/daemon",
+                               {"allowedUids", "idleTimeoutMs", "stallTimeoutMs", "maxConnections",
+                                "maxConnectionsPerUid"}));
     if (d.contains("allowedUids")) {
       if (!d["allowedUids"].is_array()) {
         return invalid("policy: /daemon/allowedUids: expected an array of uids, got {}",
@@ -982,6 +983,10 @@ Result<Policy> parse_policy(std::string_view json_text) {
     if (d.contains("maxConnections")) {
       CORDON_TRY(v, get_uint(d["maxConnections"], "/daemon/maxConnections", 1, 4096));
       p.daemon.max_connections = static_cast<uint32_t>(v);
+    }
+    if (d.contains("maxConnectionsPerUid")) {
+      CORDON_TRY(v, get_uint(d["maxConnectionsPerUid"], "/daemon/maxConnectionsPerUid", 1, 4096));
+      p.daemon.max_connections_per_uid = static_cast<uint32_t>(v);
     }
   }
   if (j.contains("rules")) {

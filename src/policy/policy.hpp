@@ -71,6 +71,9 @@ struct DaemonPolicy {
   uint64_t idle_timeout_ms = 3600000;  // no request and no call in flight; 0: never
   uint64_t stall_timeout_ms = 30000;   // a request line started and not finished
   uint32_t max_connections = 256;
+  // One uid other than root and the daemon's own may hold at most this many (and the others
+  // together never the last slot, kept for root): one user cannot lock the rest out.
+  uint32_t max_connections_per_uid = 64;
 };
 
 /// The optional `git` section: the read-only git tools' repository and their bounds. The git

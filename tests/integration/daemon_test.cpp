@@ -213,6 +213,63 @@ BOOST_AUTO_TEST_CASE(refused_uids_take_no_slot_and_a_full_daemon_says_why) {
   BOOST_TEST((WIFEXITED(st) && WEXITSTATUS(st) == 0));
 }
 
+// Failure fixed (a review, session 13): one allowed uid's idle connections (a ping an hour
+// keeps each open) took all of daemon.maxConnections, and root and every other uid got "retry
+// later". Now one uid holds at most daemon.maxConnectionsPerUid, and the other uids together
+// never the last slot, which is kept for root.
+BOOST_AUTO_TEST_CASE(one_uid_cannot_take_every_connection_and_root_keeps_the_last) {
+  DaemonProcess d(json{{"daemon",
+                        {{"allowedUids", json::array({65533, 65532})},
+                         {"maxConnections", 4},
+                         {"maxConnectionsPerUid", 2}}}});
+  int ready[2], hold[2];
+  BOOST_REQUIRE(::pipe2(ready, O_CLOEXEC) == 0 && ::pipe2(hold, O_CLOEXEC) == 0);
+  pid_t holder = ::fork();
+  if (holder == 0) {
+    ::close(hold[1]);
+    if (::setresgid(65533, 65533, 65533) != 0 || ::setresuid(65533, 65533, 65533) != 0) {
+      ::_exit(2);
+    }
+    LineClient a(d.connect_fd()), b(d.connect_fd()), c(d.connect_fd());
+    std::string said =
+        std::string(a.handshake("a") ? "a " : "- ") + (b.handshake("b") ? "b " : "- ");
+    c.send({{"cordon", "connect"}, {"session", "c"}});
+    said += c.line().value_or("(nothing)");
+    (void)::write(ready[1], said.data(), said.size());
+    ::close(ready[1]);
+    char x;
+    (void)::read(hold[0], &x, 1);  // holds a and b until the test closes its end
+    ::_exit(0);
+  }
+  ::close(ready[1]);
+  ::close(hold[0]);
+  std::string first;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(ready[0], buf, sizeof buf)) > 0;) {
+    first.append(buf, static_cast<size_t>(n));
+  }
+  ::close(ready[0]);
+  BOOST_TEST(first.starts_with("a b {\"error\""), first);
+  BOOST_TEST(first.find("uid 65533 holds 2 connections") != std::string::npos, first);
+  BOOST_TEST(first.find("daemon.maxConnectionsPerUid") != std::string::npos, first);
+  // Two of four slots taken: another uid gets the third, not the fourth.
+  std::string second = as_uid(65532, [&] {
+    LineClient e(d.connect_fd()), f(d.connect_fd());
+    std::string said = e.handshake("e") ? "e " : "- ";
+    f.send({{"cordon", "connect"}, {"session", "f"}});
+    return said + f.line().value_or("(nothing)");
+  });
+  BOOST_TEST(second.starts_with("e {\"error\""), second);
+  BOOST_TEST(second.find("keeps the last of its 4 for root") != std::string::npos, second);
+  // Root gets it.
+  LineClient r(d.connect_fd());
+  BOOST_TEST(r.handshake("r"));
+  ::close(hold[1]);
+  int st = 0;
+  ::waitpid(holder, &st, 0);
+  BOOST_TEST((WIFEXITED(st) && WEXITSTATUS(st) == 0));
+}
+
 BOOST_AUTO_TEST_CASE(sessions_are_per_uid_and_a_named_one_survives_a_reconnect) {
   DaemonProcess d(json{{"daemon", {{"allowedUids", json::array({65533})}}}});
   std::string id;
