@@ -151,6 +151,9 @@ class Engine {
   /// The job's status; waits up to `wait` for it to settle first. Marks it read.
   [[nodiscard]] Result<JobStatus> status(const std::string& session, const std::string& task_id,
                                          std::chrono::milliseconds wait = {});
+  /// The job's status now, without waiting and without marking it read (what list() gives for
+  /// one job, found by id rather than by listing the session).
+  [[nodiscard]] Result<JobStatus> peek(const std::string& session, const std::string& task_id);
   /// Waits until any (or all) of the jobs settled, at most `timeout`; returns their statuses.
   [[nodiscard]] Result<std::vector<JobStatus>> wait(const std::string& session,
                                                     const std::vector<std::string>& task_ids,

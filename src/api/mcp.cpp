@@ -827,16 +827,15 @@ class Server {
   }
 
   // A job's status without marking it read (tasks/get is polling, not reading the result).
+  // Failure fixed (a review, session 13): this listed the whole session (each job's status
+  // under the engine's lock, its log tails read) to find one job: tasks/get took 1.3 s in a
+  // session of 6000 jobs and stalled every other uid's calls meanwhile.
   std::optional<json> find_status(const std::string& id) {
-    auto jobs = engine_->list(session_, std::nullopt);
-    if (jobs) {
-      for (const auto& s : *jobs) {
-        if (s.task_id == id) {
-          return status_json(s);
-        }
-      }
+    auto st = engine_->peek(session_, id);
+    if (!st) {
+      return std::nullopt;
     }
-    return std::nullopt;
+    return status_json(*st);
   }
 
   std::optional<std::string> task_id_param(const rpc::Request& r, const rpc::Reply& reply) {
@@ -883,29 +882,33 @@ class Server {
         }
         from = std::stoul(text);
       }
-      auto jobs = engine_->list(session_, std::nullopt);
-      if (!jobs) {
-        return reply(rpc::make_error(r.id, rpc::kInternalError, jobs.error().message()));
+      // The session's ids, then a status for the page's only (the same review: every job's
+      // status was built to return 100 of them, 985 ms in a session of 6000 jobs).
+      auto ids = engine_->known_ids(session_);
+      if (!ids) {
+        return reply(rpc::make_error(r.id, rpc::kInternalError, ids.error().message()));
       }
-      json all = json::array();
-      for (const auto& s : *jobs) {
-        all.push_back(task_of(status_json(s)));
-      }
+      std::vector<json> refused;
       {
         std::lock_guard<std::mutex> lock(mu_);
         for (const auto& id : refused_order_) {
-          all.push_back(refused_.at(id).task);
+          refused.push_back(refused_.at(id).task);
         }
       }
-      if (from > all.size()) {
+      size_t total = ids->size() + refused.size();
+      if (from > total) {
         return invalid_params(r, reply, "`/cursor` is past the end of the list");
       }
       json page = json::array();
-      for (size_t i = from; i < all.size() && i < from + kTaskPage; ++i) {
-        page.push_back(all[i]);
+      for (size_t i = from; i < total && i < from + kTaskPage; ++i) {
+        if (i >= ids->size()) {
+          page.push_back(refused[i - ids->size()]);
+        } else if (auto st = engine_->peek(session_, (*ids)[i])) {
+          page.push_back(task_of(status_json(*st)));
+        }  // removed since the ids were read: left out of this page
       }
       json result = {{"tasks", page}};
-      if (from + kTaskPage < all.size()) {
+      if (from + kTaskPage < total) {
         result["nextCursor"] = std::to_string(from + kTaskPage);
       }
       reply(rpc::make_result(r.id, std::move(result)));

@@ -3141,6 +3141,13 @@ Result<std::vector<JobStatus>> Engine::list(const std::string& session,
   return out;
 }
 
+Result<JobStatus> Engine::peek(const std::string& session, const std::string& task_id) {
+  auto& m = *impl_;
+  std::unique_lock<std::mutex> lock(m.mu);
+  CORDON_TRY(j, m.owned(session, task_id));
+  return m.status_of(*j);  // as list() does: nothing is marked read
+}
+
 Result<void> Engine::remove(const std::string& session, const std::string& task_id) {
   auto& m = *impl_;
   std::unique_lock<std::mutex> lock(m.mu);

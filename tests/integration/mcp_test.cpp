@@ -593,6 +593,40 @@ BOOST_AUTO_TEST_CASE(a_task_is_completed_whatever_the_exit_code_and_its_result_i
   BOOST_TEST(rpc(s, "tasks/list", {{"cursor", "bogus"}})["error"]["code"] == -32602);
 }
 
+// tasks/list pages the session's jobs (their statuses built for the page only, since session
+// 13) and then its refused tasks, 100 a page; tasks/get finds a job by id.
+BOOST_AUTO_TEST_CASE(tasks_list_pages_jobs_then_refused_tasks) {
+  EngineEnv env;
+  Server s(env);
+  std::vector<std::string> jobs;
+  for (int i = 0; i < 3; ++i) {
+    jobs.push_back(s.sc("run_command", {{"argv", {"/bin/echo", std::to_string(i)}}})["taskId"]);
+  }
+  std::vector<std::string> refused;
+  for (int i = 0; i < 100; ++i) {
+    json created =
+        task_call(s, "run_command", {{"argv", {"/usr/bin/rm", "-rf", "/"}}}, json::object());
+    refused.push_back(created["result"]["task"]["taskId"]);
+  }
+  json first = rpc(s, "tasks/list", json::object());
+  const json& p1 = first["result"]["tasks"];
+  BOOST_REQUIRE(p1.size() == 100u);
+  for (size_t i = 0; i < 3; ++i) {
+    BOOST_TEST(p1[i]["taskId"] == jobs[i]);
+    BOOST_TEST(p1[i]["status"] == "completed");
+  }
+  BOOST_TEST(p1[3]["taskId"] == refused[0]);
+  BOOST_TEST(p1[3]["status"] == "failed");
+  BOOST_REQUIRE(first["result"].contains("nextCursor"));
+  json second = rpc(s, "tasks/list", {{"cursor", first["result"]["nextCursor"]}});
+  const json& p2 = second["result"]["tasks"];
+  BOOST_REQUIRE(p2.size() == 3u);
+  BOOST_TEST(p2[2]["taskId"] == refused[99]);
+  BOOST_TEST(!second["result"].contains("nextCursor"));
+  BOOST_TEST(rpc(s, "tasks/list", {{"cursor", "104"}})["error"]["code"] == -32602);
+  BOOST_TEST(rpc(s, "tasks/get", {{"taskId", jobs[1]}})["result"]["status"] == "completed");
+}
+
 BOOST_AUTO_TEST_CASE(tasks_cancel_kills_the_command_and_the_task_stays_cancelled) {
   EngineEnv env;
   Server s(env);
