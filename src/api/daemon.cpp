@@ -424,21 +424,35 @@ Result<policy::DaemonPolicy> daemon_policy(const std::string& policy_path) {
   return p.daemon;
 }
 
-// An unnamed session ends with its connection: its running jobs are killed (records kept),
-// all signalled under one engine lock before any of them settles (Engine::kill_many).
+// An unnamed session ends with its connection: its running jobs are killed, all signalled
+// under one engine lock before any of them settles (Engine::kill_many), and once they settled
+// every record of the session is removed. Failure fixed (a review, session 13): the records
+// stayed, in a session no client can name again, counted against the policy's job quota: a
+// uid that started jobs unnamed and left (or a `cordon run --socket` interrupted) filled the
+// quota, and every uid's start was refused with advice ("remove settled jobs") nobody could
+// follow. A job that does not settle within the bound (its kill grace is longer) keeps its
+// record, for retention.
+constexpr std::chrono::milliseconds kEndSessionSettle{15000};
+
 void end_session(Engine& engine, const std::string& session) {
   auto jobs = engine.list(session, std::nullopt);
   if (!jobs) {
+    engine.release_session(session);
     return;
   }
-  std::vector<std::string> running;
+  std::vector<std::string> running, all;
   for (const auto& j : *jobs) {
+    all.push_back(j.task_id);
     if (!j.settled()) {
       running.push_back(j.task_id);
     }
   }
   if (!running.empty()) {
     (void)engine.kill_many(session, running);
+    (void)engine.wait(session, running, kEndSessionSettle, /*all=*/true);
+  }
+  for (const auto& id : all) {
+    (void)engine.remove(session, id);  // refused for a job still running: it stays
   }
   engine.release_session(session);
 }
