@@ -301,6 +301,90 @@ BOOST_AUTO_TEST_CASE(sessions_are_per_uid_and_a_named_one_survives_a_reconnect) 
   BOOST_TEST(killed.value("state", "") == "killed", killed.dump());
 }
 
+// docs/security.md: one uid never reaches another's jobs. Another uid, knowing root's task ids
+// and artifact id (ids are time-based, so they must not be a capability), tries every tool
+// and the MCP tasks and resources methods on them: each is answered as an unknown id, nothing
+// of root's output comes back, and root's running job runs on. (Found untested by a review,
+// session 13: only command_list and command_status were tried across uids.)
+BOOST_AUTO_TEST_CASE(another_uid_can_reach_none_of_a_sessions_jobs) {
+  DaemonProcess d(json{{"daemon", {{"allowedUids", json::array({65533})}}}});
+  LineClient root(d.connect_fd());
+  BOOST_REQUIRE(root.handshake("work"));
+  json init = {{"protocolVersion", "2025-11-25"},
+               {"capabilities", json::object()},
+               {"clientInfo", {{"name", "root"}, {"version", "1"}}}};
+  BOOST_REQUIRE(root.request("initialize", init).contains("result"));
+  json done = root.call_content("run_command", {{"argv", {"/bin/echo", "root-secret"}}});
+  const std::string done_id = done.value("taskId", "");
+  BOOST_REQUIRE_MESSAGE(!done_id.empty(), done.dump());
+  const std::string artifact = done["stdoutArtifact"].value("artifactId", "");
+  BOOST_REQUIRE(!artifact.empty());
+  json bg =
+      root.call_content("run_command_bg", {{"argv", {"/bin/sleep", "60"}}, {"stdin", "pipe"}});
+  const std::string live_id = bg.value("taskId", "");
+  BOOST_REQUIRE_MESSAGE(!live_id.empty(), bg.dump());
+
+  std::string other = as_uid(65533, [&] {
+    std::string out;
+    for (const std::string session : {"work", ""}) {  // the same name, and unnamed
+      LineClient c(d.connect_fd());
+      if (!(session.empty() ? c.handshake(std::nullopt) : c.handshake(session)) ||
+          !c.request("initialize", init).contains("result")) {
+        return std::string("no session");
+      }
+      auto tool = [&](const std::string& name, const json& args) {
+        json r = c.call(name, args);
+        out += name + " " + r.dump() + "\n";
+      };
+      tool("command_status", {{"taskId", done_id}});
+      tool("command_output", {{"taskId", done_id}});
+      tool("retrieve_context", {{"artifactId", artifact}});
+      tool("command_wait", {{"taskIds", {live_id}}, {"timeoutMs", 100}});
+      tool("command_write", {{"taskId", live_id}, {"data", "x"}});
+      tool("command_kill", {{"taskId", live_id}, {"signal", "SIGKILL"}});
+      tool("command_remove", {{"taskId", done_id}});
+      for (const char* m : {"tasks/get", "tasks/result", "tasks/cancel"}) {
+        out += std::string(m) + " " + c.request(m, {{"taskId", live_id}}).dump() + "\n";
+      }
+      std::string uri = "cordon://jobs/" + done_id;
+      out += "resources/read " + c.request("resources/read", {{"uri", uri}}).dump() + "\n";
+      out +=
+          "resources/subscribe " + c.request("resources/subscribe", {{"uri", uri}}).dump() + "\n";
+      out += "tasks/list " + c.request("tasks/list", json::object()).dump() + "\n";
+      out += "command_list " + c.call("command_list", json::object()).dump() + "\n";
+    }
+    return out;
+  });
+  BOOST_TEST_MESSAGE(other);
+  BOOST_TEST(other.find("root-secret") == std::string::npos, other);
+  std::istringstream lines(other);
+  size_t answered = 0;
+  for (std::string line; std::getline(lines, line);) {
+    ++answered;
+    std::string what = line.substr(0, line.find(' '));
+    if (what == "tasks/list") {
+      BOOST_TEST(line.find("\"tasks\":[]") != std::string::npos, line);
+    } else if (what == "command_list") {
+      BOOST_TEST(line.find("\"jobs\":[]") != std::string::npos, line);
+    } else if (what.starts_with("tasks/") || what.starts_with("resources/")) {
+      BOOST_TEST((line.find("\"code\":-32602") != std::string::npos ||
+                  line.find("\"code\":-32002") != std::string::npos),
+                 line);
+    } else {
+      BOOST_TEST(line.find("\"isError\":true") != std::string::npos, line);
+      BOOST_TEST((line.find("not-found") != std::string::npos), line);
+    }
+  }
+  BOOST_TEST(answered == 28u);  // 14 attempts from each of the two sessions
+  // Root's jobs are as they were: the running one runs, the settled one is whole.
+  BOOST_TEST(root.call_content("command_status", {{"taskId", live_id}}).value("state", "") ==
+             "running");
+  json out = root.call_content("command_output", {{"taskId", done_id}});
+  BOOST_TEST(out.value("content", "") == "root-secret\n", out.dump());
+  BOOST_TEST(root.call_content("command_kill", {{"taskId", live_id}}).value("state", "") ==
+             "killed");
+}
+
 // Failure fixed (a review, session 13): the ended session's records stayed, in a session no
 // client can name again, counted against the policy's job quota (maxJobs 5: three jobs of a
 // uid that left made another uid's starts fail with "remove settled jobs", which it could not).
