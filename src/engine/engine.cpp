@@ -2987,7 +2987,9 @@ Result<size_t> canonical_line(Job& j, const struct termios& t, std::string& byte
     bool ends = c == '\n' || (c == '\r' && (t.c_iflag & ICRNL) != 0 && (t.c_iflag & IGNCR) == 0) ||
                 c == veof || (cc(VEOL) != _POSIX_VDISABLE && c == cc(VEOL)) ||
                 (cc(VEOL2) != _POSIX_VDISABLE && c == cc(VEOL2));
-    if (ends) {
+    bool signals = (t.c_lflag & ISIG) != 0 && (t.c_lflag & NOFLSH) == 0 && c != _POSIX_VDISABLE &&
+                   (c == cc(VINTR) || c == cc(VQUIT) || c == cc(VSUSP));
+    if (ends || signals) {  // a signal character flushes the line typed so far
       len = 0;
     } else if (cc(VKILL) != _POSIX_VDISABLE && c == cc(VKILL)) {
       len = 0;

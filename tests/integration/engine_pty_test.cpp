@@ -195,3 +195,24 @@ BOOST_AUTO_TEST_CASE(eof_after_a_partial_line_ends_input_and_an_overlong_line_is
   BOOST_TEST(done->state == "exited");
   BOOST_TEST(pty_text(*e, id).find("LEN=4095") != std::string::npos, pty_text(*e, id));
 }
+
+// The line the kernel holds is what the limit counts: a signal character (^C, here ignored by
+// the command) flushes the partial line, so 4000 bytes, ^C and 200 more make a line of 200.
+BOOST_AUTO_TEST_CASE(a_signal_character_starts_the_counted_line_anew) {
+  EngineEnv env;
+  auto e = open_engine(env);
+  auto rd = e->start(
+      "s", {.argv = {"/bin/sh", "-c", "trap '' INT; echo ready; read x; echo \"LEN=${#x}\""},
+            .pty = true});
+  BOOST_REQUIRE_MESSAGE(rd.has_value(), describe(rd));
+  const std::string id = rd->task_id;
+  BOOST_REQUIRE(eventually([&] { return pty_text(*e, id).find("ready") != std::string::npos; }));
+  BOOST_REQUIRE(e->write("s", id, {.data = std::string(4000, 'a')}).has_value());
+  BOOST_REQUIRE(e->write("s", id, {.keys = {"C-c"}}).has_value());
+  auto w = e->write("s", id, {.data = std::string(200, 'b'), .submit = true});
+  BOOST_REQUIRE_MESSAGE(w.has_value(), describe(w));
+  auto done = e->status("s", id, 10s);
+  BOOST_REQUIRE(done.has_value());
+  BOOST_TEST(done->state == "exited");
+  BOOST_TEST(pty_text(*e, id).find("LEN=200") != std::string::npos, pty_text(*e, id));
+}
