@@ -29,11 +29,9 @@
 #include <system_error>
 #include <thread>
 
-#include <spdlog/sinks/stdout_sinks.h>
-#include <spdlog/spdlog.h>
-
 #include "api/mcp.hpp"
 #include "base/json_fields.hpp"
+#include "base/log.hpp"
 #include "base/strings.hpp"
 #include "policy/policy.hpp"
 #include "base/unique_fd.hpp"
@@ -458,7 +456,7 @@ void end_session(Engine& engine, const std::string& session) {
 }
 
 void serve_connection(int fd, uid_t uid, const std::shared_ptr<Engine>& engine,
-                      const ConnectionLimits& limits, const std::shared_ptr<spdlog::logger>& log) {
+                      const ConnectionLimits& limits, const std::shared_ptr<log::Logger>& log) {
   Hello hello = parse_hello(read_line(fd, kMaxHandshake, kHandshakeTimeoutMs));
   if (!hello.error.empty()) {
     send_line(fd, {{"ok", false}, {"error", hello.error}});
@@ -482,11 +480,7 @@ void serve_connection(int fd, uid_t uid, const std::shared_ptr<Engine>& engine,
 }  // namespace
 
 int run_daemon(const DaemonOptions& options) {
-  auto log = spdlog::get("daemon");
-  if (!log) {
-    log = spdlog::stderr_logger_mt("daemon");
-  }
-  spdlog::set_default_logger(log);
+  auto log = log::stderr_logger("daemon");
   // Failure fixed (a review, session 13): under systemd's default soft limit of 1024 fds, 992
   // queued jobs (each holds its executable's fd) made every other start and listing fail with
   // EMFILE. The soft limit goes up to the hard one, as far as the kernel lets an unprivileged

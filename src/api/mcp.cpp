@@ -23,10 +23,9 @@
 #include <thread>
 
 #include <fmt/format.h>
-#include <spdlog/sinks/stdout_sinks.h>
-#include <spdlog/spdlog.h>
 
 #include "base/json_fields.hpp"
+#include "base/log.hpp"
 #include "api/jsonrpc.hpp"
 #include "api/schema.hpp"
 #include "api/tools.hpp"
@@ -104,7 +103,7 @@ std::string tail_chars(const std::string& s, size_t n) {
 
 class Server {
  public:
-  Server(std::shared_ptr<Engine> engine, const McpOptions& o, std::shared_ptr<spdlog::logger> log)
+  Server(std::shared_ptr<Engine> engine, const McpOptions& o, std::shared_ptr<log::Logger> log)
       : engine_(std::move(engine)),
         session_(o.session),
         out_fd_(o.out_fd),
@@ -1125,7 +1124,7 @@ class Server {
   std::string session_;
   int out_fd_;
   size_t max_calls_;
-  std::shared_ptr<spdlog::logger> log_;
+  std::shared_ptr<log::Logger> log_;
   rpc::Dispatcher rpc_;
   uint64_t settle_sub_ = 0;
 
@@ -1154,24 +1153,13 @@ class Server {
   std::thread watcher_;
 };
 
-// The process's one "mcp" logger, made on first use. The daemon serves each connection on a
-// thread of its own, and spdlog throws when a second logger takes a name: two connections that
-// looked it up at once and both made it ended the daemon (std::terminate). A function-local
-// static is made exactly once, whichever thread comes first.
-std::shared_ptr<spdlog::logger> mcp_logger() {
-  static const std::shared_ptr<spdlog::logger> log = [] {
-    auto existing = spdlog::get("mcp");
-    return existing ? existing : spdlog::stderr_logger_mt("mcp");
-  }();
-  return log;
-}
+// The process's one "mcp" logger (made once, whichever thread comes first).
+std::shared_ptr<log::Logger> mcp_logger() { return log::stderr_logger("mcp"); }
 
 }  // namespace
 
 int run_mcp_server(const McpOptions& options) {
-  auto log = mcp_logger();
-  // Anything else that logs through spdlog goes to stderr too: stdout is the protocol's.
-  spdlog::set_default_logger(log);
+  auto log = mcp_logger();  // also the default logger: stdout is the protocol's
   auto engine = Engine::open(options.engine);
   if (!engine) {
     log->error("cannot start: {}", engine.error().message());
