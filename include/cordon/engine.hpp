@@ -42,6 +42,9 @@ struct EngineOptions {
   // Each entry is used by exactly one job; warm_pool_size entries are kept ready.
   bool warm_pool = true;
   size_t warm_pool_size = 4;
+  // Who a session belongs to, for the policy's concurrency.perUid (the daemon maps its
+  // `u<uid>-NAME` and `u<uid>.conn-…` sessions to `u<uid>`). Empty: one owner for all.
+  std::function<std::string(const std::string& session)> session_owner;
 };
 
 enum class StdinMode { kNull, kPipe };

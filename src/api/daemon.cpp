@@ -565,6 +565,11 @@ int run_daemon(const DaemonOptions& options) {
   // A socket in a directory jobs can write is one a job can replace (unlink, bind its own):
   // the engine refuses a policy whose cwdRoot contains the socket's directory.
   EngineOptions engine_options = options.engine;
+  // Sessions are `u<uid>-NAME` and `u<uid>.conn-…` (serve_connection): the uid owns them all,
+  // for the policy's concurrency.perUid.
+  engine_options.session_owner = [](const std::string& session) {
+    return session.substr(0, session.find_first_of("-."));
+  };
   if (own_socket) {
     auto real = sys::fd_path(own.dir.get());
     engine_options.job_unwritable_paths.push_back(real ? *real : own.dir_path);

@@ -394,6 +394,7 @@ struct Job {
   bool timed_out = false, output_limit = false, io_failed = false, killed_by_caller = false;
   int caller_signal = 0;  // the first signal a caller sent, for the settled message
   bool git = false;       // started for the git tools (has_slot)
+  std::string owner;      // EngineOptions::session_owner of its session (concurrency.perUid)
   std::string io_what;    // the failed write and its errno, for the settled error
   bool init_exited = false, have_exit = false, stdin_eof_pending = false;
   bool command_started = false;  // init reported the fork: its signal handlers are in place
@@ -592,7 +593,26 @@ class Engine::Impl {
   std::deque<Job*> queue;
   std::map<std::string, Counters> counters;
   std::map<std::string, uint64_t> running_per_session;
+  std::map<std::string, uint64_t> running_per_owner;
   uint64_t running_total = 0;
+
+  // A job counted as running, or no longer: the engine's total, its session's, its owner's.
+  void count_running(const Job& j) {
+    ++running_total;
+    ++running_per_session[j.session];
+    ++running_per_owner[j.owner];
+  }
+  void uncount_running(const Job& j) {
+    if (running_total > 0) {
+      --running_total;
+    }
+    if (running_per_session[j.session] > 0) {
+      --running_per_session[j.session];
+    }
+    if (running_per_owner[j.owner] > 0) {
+      --running_per_owner[j.owner];
+    }
+  }
   std::map<std::string, policy::Policy> session_policies;  // rootPerSession: root per session
   std::unordered_map<uint64_t, Watch> watches;             // epoll watch id → job and kind
   std::map<uint64_t, SettleCallback> settle_subs;          // subscribe_settled, by id
@@ -1322,8 +1342,7 @@ class Engine::Impl {
     if (queued || waiting != to_spawn.end()) {
       if (queued) {
         queue.erase(std::remove(queue.begin(), queue.end(), j), queue.end());
-        ++running_total;  // settle() counts it down as a running job
-        ++running_per_session[j->session];
+        count_running(*j);  // settle() counts it down as a running job
       } else {
         to_spawn.erase(waiting);
       }
@@ -1841,12 +1860,7 @@ class Engine::Impl {
       --c.running;
     }
     ++c.finished;
-    if (running_total > 0) {
-      --running_total;
-    }
-    if (running_per_session[j.session] > 0) {
-      --running_per_session[j.session];
-    }
+    uncount_running(j);
     // Move to the settled cache.
     auto it = live.find(j.id);
     if (it != live.end()) {
@@ -1889,13 +1903,30 @@ class Engine::Impl {
   // A git tools' job needs a slot of the engine's total only: it is read-only and bounded by
   // git.timeoutMs, and queuing it behind the session's own commands made the tool fail for as
   // long as they ran (a review, session 12).
-  bool has_slot(const std::string& session, bool git = false) const {
+  // concurrency.perUid (session 13, found by a review): one uid's sessions filled `total` and
+  // another uid's command queued behind all of them; the queue skips a job whose owner is at
+  // the bound, so another owner's job takes the free slot.
+  bool has_slot(const Job& j) const {
     if (!pol) {
       return false;
     }
-    auto it = running_per_session.find(session);
-    uint64_t mine = it == running_per_session.end() ? 0 : it->second;
-    return running_total < pol->concurrency.total && (git || mine < pol->concurrency.per_session);
+    if (running_total >= pol->concurrency.total) {
+      return false;
+    }
+    if (j.git) {
+      return true;
+    }
+    auto it = running_per_session.find(j.session);
+    if ((it == running_per_session.end() ? 0 : it->second) >= pol->concurrency.per_session) {
+      return false;
+    }
+    if (pol->concurrency.per_uid > 0) {
+      auto o = running_per_owner.find(j.owner);
+      if ((o == running_per_owner.end() ? 0 : o->second) >= pol->concurrency.per_uid) {
+        return false;
+      }
+    }
+    return true;
   }
 
   // Launches every queued job that has a slot. launch() can settle a job (a failed start),
@@ -1903,8 +1934,7 @@ class Engine::Impl {
   // a launch, the scan starts over instead.
   void start_queued() {
     for (;;) {
-      auto it = std::find_if(queue.begin(), queue.end(),
-                             [this](Job* q) { return has_slot(q->session, q->git); });
+      auto it = std::find_if(queue.begin(), queue.end(), [this](Job* q) { return has_slot(*q); });
       if (it == queue.end()) {
         return;
       }
@@ -1919,8 +1949,7 @@ class Engine::Impl {
   // a start returns at once and other calls go on meanwhile; attach() completes the job.
   // `meta_written`: the caller already wrote meta.json with state running.
   void launch(Job& j, bool meta_written = false) {
-    ++running_total;
-    ++running_per_session[j.session];
+    count_running(j);
     j.state = "running";
     if (!meta_written) {
       j.start_tp = Clock::now();
@@ -2695,7 +2724,8 @@ Result<JobStatus> Engine::start_job(const std::string& session, const StartOptio
   j.err.index->idx_path = idx_path_for(j.err.path);
   // A job that runs now is recorded as running at once: one meta write on the start path.
   j.git = options.policy == JobPolicy::kGit;
-  bool launch_now = !missing_executable && m.has_slot(session, j.git);
+  j.owner = m.opt.session_owner ? m.opt.session_owner(session) : std::string();
+  bool launch_now = !missing_executable && m.has_slot(j);
   if (launch_now) {
     j.state = "running";
   }
@@ -2726,8 +2756,7 @@ Result<JobStatus> Engine::start_job(const std::string& session, const StartOptio
   Job* raw = job.get();
   m.live.emplace(j.id, std::move(job));
   if (missing_executable) {
-    ++m.running_total;
-    ++m.running_per_session[session];
+    m.count_running(*raw);
     std::string id = raw->id;
     Job* s = m.fail_start(*raw, checked_or.error().message());
     if (s == nullptr) {

@@ -914,7 +914,7 @@ Result<Policy> parse_policy(std::string_view json_text) {
   }
   if (j.contains("concurrency")) {
     const json& c = j["concurrency"];
-    CORDON_CHECK(expect_object(c, "/concurrency", {"perSession", "total"}));
+    CORDON_CHECK(expect_object(c, "/concurrency", {"perSession", "total", "perUid"}));
     if (c.contains("perSession")) {
       CORDON_TRY(v, get_uint(c["perSession"], "/concurrency/perSession", 1, kMaxPerSession));
       p.concurrency.per_session = static_cast<uint32_t>(v);
@@ -926,6 +926,14 @@ Result<Policy> parse_policy(std::string_view json_text) {
     if (p.concurrency.per_session > p.concurrency.total) {
       return bad("/concurrency/perSession", "{} is above concurrency.total {}",
                  p.concurrency.per_session, p.concurrency.total);
+    }
+    if (c.contains("perUid")) {
+      CORDON_TRY(v, get_uint(c["perUid"], "/concurrency/perUid", 1, kMaxTotal));
+      if (v > p.concurrency.total) {
+        return bad("/concurrency/perUid", "{} is above concurrency.total {}", v,
+                   p.concurrency.total);
+      }
+      p.concurrency.per_uid = static_cast<uint32_t>(v);
     }
   }
   if (j.contains("quotas")) {

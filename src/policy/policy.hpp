@@ -52,6 +52,8 @@ struct EnvPolicy {
 struct Concurrency {
   uint32_t per_session = 8;
   uint32_t total = 64;
+  // Running jobs of one owner (a daemon's peer uid, all its sessions); 0: no bound but total.
+  uint32_t per_uid = 0;
 };
 
 struct Quotas {

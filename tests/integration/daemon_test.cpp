@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -383,6 +384,60 @@ BOOST_AUTO_TEST_CASE(another_uid_can_reach_none_of_a_sessions_jobs) {
   BOOST_TEST(out.value("content", "") == "root-secret\n", out.dump());
   BOOST_TEST(root.call_content("command_kill", {{"taskId", live_id}}).value("state", "") ==
              "killed");
+}
+
+// Failure fixed (a review, session 13): one uid's sessions (one per connection) filled
+// concurrency.total and another uid's command queued behind all of them. With
+// concurrency.perUid the hog's jobs past the bound wait, and another uid's start runs at once.
+BOOST_AUTO_TEST_CASE(concurrency_per_uid_keeps_slots_for_other_uids) {
+  DaemonProcess d(json{{"daemon", {{"allowedUids", json::array({65533})}}},
+                       {"concurrency", {{"total", 3}, {"perSession", 2}, {"perUid", 2}}}});
+  const std::string secs = std::to_string(60 + ::getpid() % 1000);
+  std::string hog = as_uid(65533, [&] {
+    std::string out;
+    for (const char* name : {"s1", "s2"}) {
+      LineClient c(d.connect_fd());
+      if (!c.handshake(name) || !c.initialize()) return std::string("no session");
+      for (int i = 0; i < 2; ++i) {
+        json r = c.call_content("run_command_bg", {{"argv", {"/bin/sleep", secs}}});
+        out += r.value("taskId", "?") + " " + r.value("state", "?") + "\n";
+      }
+    }
+    return out;
+  });
+  // Four starts, two run (the uid's bound), two wait although `total` has a slot free.
+  BOOST_TEST(std::count(hog.begin(), hog.end(), '\n') == 4, hog);
+  size_t running = 0, queued = 0;
+  for (size_t at = hog.find(" running"); at != std::string::npos; at = hog.find(" running", at + 1))
+    ++running;
+  for (size_t at = hog.find(" queued"); at != std::string::npos; at = hog.find(" queued", at + 1))
+    ++queued;
+  BOOST_TEST(running == 2u, hog);
+  BOOST_TEST(queued == 2u, hog);
+  // Root's command takes the free slot at once.
+  LineClient root(d.connect_fd());
+  BOOST_REQUIRE(root.handshake("root"));
+  BOOST_REQUIRE(root.initialize());
+  json r = root.call_content("run_command", {{"argv", {"/bin/echo", "mine"}}, {"yieldMs", 10000}});
+  BOOST_TEST(r.value("state", "") == "exited", r.dump());
+  // The hog's jobs end (killed by their owner).
+  std::string killed = as_uid(65533, [&] {
+    std::string out;
+    std::istringstream lines(hog);
+    for (const char* name : {"s1", "s2"}) {
+      LineClient c(d.connect_fd());
+      if (!c.handshake(name) || !c.initialize()) return std::string("no session");
+      for (int i = 0; i < 2; ++i) {
+        std::string id, state;
+        lines >> id >> state;
+        out += c.call_content("command_kill", {{"taskId", id}, {"signal", "SIGKILL"}})
+                   .value("state", "?") +
+               " ";
+      }
+    }
+    return out;
+  });
+  BOOST_TEST(killed == "killed killed killed killed ", killed);
 }
 
 // Failure fixed (a review, session 13): the ended session's records stayed, in a session no

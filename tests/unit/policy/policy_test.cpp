@@ -544,6 +544,8 @@ BOOST_AUTO_TEST_CASE(refuses_bad_values_with_the_json_pointer) {
                          "policy: /runAsUid: 0 is out of range [1, 65534]"));
   BOOST_TEST(parse_error(head + R"("concurrency": {"perSession": 9, "total": 8}})") ==
              "policy: /concurrency/perSession: 9 is above concurrency.total 8");
+  BOOST_TEST(parse_error(head + R"("concurrency": {"perUid": 9, "total": 8}})") ==
+             "policy: /concurrency/perUid: 9 is above concurrency.total 8");
   BOOST_TEST(
       parse_error(head + R"("maskPaths": ["/var/secret"]})") ==
       "policy: /maskPaths/0: \"/var/secret\" is not a path under /etc (only /etc is masked)");
@@ -672,7 +674,7 @@ BOOST_AUTO_TEST_CASE(schema_lists_the_same_keys_and_defaults_as_the_parser) {
   const std::map<std::string, std::set<std::string>> nested = {
       {"limits", {"memoryBytes", "pids", "cpus"}},
       {"env", {"set", "pass"}},
-      {"concurrency", {"perSession", "total"}},
+      {"concurrency", {"perSession", "total", "perUid"}},
       {"quotas", {"maxJobs", "maxDiskBytes"}},
       {"retention", {"maxJobs", "maxAgeSeconds", "maxDiskBytes"}},
       {"git", {"repoRoot", "binary", "timeoutMs", "maxOutputBytes", "previewChars"}},
