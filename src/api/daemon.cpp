@@ -598,11 +598,16 @@ int run_daemon(const DaemonOptions& options) {
   // telling an allowed client why it is turned away.
   std::list<std::unique_ptr<Connection>> conns, refused_uids, refused_full;
   auto reap = [](std::list<std::unique_ptr<Connection>>& list, bool all) {
+    if (all) {
+      // Every socket first, then the joins: an ended unnamed session waits for its killed jobs
+      // to settle (end_session), and those waits run side by side, not one after another (a
+      // review, session 13: N connections took N kill graces, past systemd's stop timeout).
+      for (auto& c : list) {
+        ::shutdown(c->fd.get(), SHUT_RDWR);  // its reader sees EOF and ends
+      }
+    }
     for (auto it = list.begin(); it != list.end();) {
       if (all || (*it)->done) {
-        if (all) {
-          ::shutdown((*it)->fd.get(), SHUT_RDWR);  // its reader sees EOF and ends
-        }
         (*it)->thread.join();
         it = list.erase(it);
       } else {

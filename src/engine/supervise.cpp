@@ -90,7 +90,7 @@ class SignalMask {
   Result<void> block() {
     sigset_t set;
     sigemptyset(&set);
-    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGWINCH, SIGPIPE}) {
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH, SIGPIPE}) {
       sigaddset(&set, sig);
     }
     sigpipe_was_pending_ = sys::sigpipe_pending();
@@ -277,7 +277,9 @@ class Supervisor {
     }
     sigset_t set;
     sigemptyset(&set);
-    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGWINCH}) {
+    // The signals init forwards (a terminal's Ctrl-\ is SIGQUIT: since the sandbox has a
+    // session of its own it reaches only cordon, which died of it before, leaving no status).
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH}) {
       sigaddset(&set, sig);
     }
     signal_ = UniqueFd(signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC));

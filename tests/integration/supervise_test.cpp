@@ -629,6 +629,13 @@ BOOST_AUTO_TEST_CASE(caller_sigterm_is_forwarded) { caller_signal_is_forwarded(S
 // the sandbox left the caller's session a Ctrl-C reached the command as SIGTERM.
 BOOST_AUTO_TEST_CASE(caller_sigint_is_forwarded_as_sigint) { caller_signal_is_forwarded(SIGINT); }
 
+// Failure fixed (a review, session 13): a terminal's Ctrl-\ (SIGQUIT) reached only cordon,
+// which was not handling it and died, leaving an empty --json-status and no cleanup.
+BOOST_AUTO_TEST_CASE(caller_sigquit_and_usr1_are_forwarded) {
+  caller_signal_is_forwarded(SIGQUIT);
+  caller_signal_is_forwarded(SIGUSR1);
+}
+
 BOOST_AUTO_TEST_CASE(closed_destination_keeps_the_outcome) {
   // `cordon run … | head`: the reader is gone. No SIGPIPE may kill us, the output is still
   // counted and the command's exit is still reported.
