@@ -1353,7 +1353,13 @@ int client_command(const std::string& cmd, int argc, char** argv) {
       // the operator's terminal: escaped, so an OSC 52 (clipboard) or title sequence the command
       // printed is shown, not obeyed.
       if (std::string tail = jf::str(sc, "tail"); !tail.empty() && cmd != "start") {
-        tail = escape_controls(tail);
+        // A pty's lines end in CRLF: the CR before each LF is the line end, not a control to
+        // show (it printed `\x0d` at the end of every line of a pty job).
+        std::string lines;
+        for (size_t i = 0; i < tail.size(); ++i) {
+          if (!(tail[i] == '\r' && i + 1 < tail.size() && tail[i + 1] == '\n')) lines += tail[i];
+        }
+        tail = escape_controls(lines);
         std::printf("%s%s", tail.c_str(), tail.back() == '\n' ? "" : "\n");
       }
     }

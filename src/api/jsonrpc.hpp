@@ -48,8 +48,8 @@ size_t nesting_depth(std::string_view text, size_t limit = kMaxDepth);
 /// The most values (arrays, objects, and the members and elements in them) one line may hold.
 /// Failure fixed (a review, session 13): a parsed value costs ~100 times its bytes, so one
 /// 16 MiB line of `[{},{},…]` took ~450 MB to parse, and eight connections at once 3.8 GB. A
-/// line with more is answered with kInvalidRequest without being parsed (a 4 MiB argv of
-/// 65536 arguments still fits; one big string is one value).
+/// line with more is answered with kInvalidRequest without being parsed (a tools/call with
+/// an argv of ~65000 arguments still fits; one big string is one value).
 inline constexpr size_t kMaxValues = 65536;
 
 /// The most requests in one JSON-RPC batch (2024-11-05 and 2025-03-26 sessions). Failure fixed

@@ -3005,7 +3005,8 @@ Result<size_t> canonical_line(Job& j, const struct termios& t, std::string& byte
     return size_t{0};  // the program reads bytes, not lines: no line buffer, no limit
   }
   auto cc = [&](int i) { return static_cast<unsigned char>(t.c_cc[i]); };
-  const unsigned char veof = cc(VEOF) != _POSIX_VDISABLE ? cc(VEOF) : 0x04;
+  const bool veof_on = cc(VEOF) != _POSIX_VDISABLE;
+  const unsigned char veof = veof_on ? cc(VEOF) : 0x04;
   if (eof && !bytes.empty()) {
     bytes.back() = static_cast<char>(veof);  // the encoder's ^D, as this terminal spells it
   }
@@ -3013,8 +3014,11 @@ Result<size_t> canonical_line(Job& j, const struct termios& t, std::string& byte
   size_t end = eof ? bytes.size() - 1 : bytes.size();
   for (size_t i = 0; i < end; ++i) {
     unsigned char c = static_cast<unsigned char>(bytes[i]);
-    bool ends = c == '\n' || (c == '\r' && (t.c_iflag & ICRNL) != 0 && (t.c_iflag & IGNCR) == 0) ||
-                c == veof || (cc(VEOL) != _POSIX_VDISABLE && c == cc(VEOL)) ||
+    if (c == '\r' && (t.c_iflag & IGNCR) != 0) {
+      continue;  // the kernel drops it
+    }
+    bool ends = c == '\n' || (c == '\r' && (t.c_iflag & ICRNL) != 0) || (veof_on && c == veof) ||
+                (cc(VEOL) != _POSIX_VDISABLE && c == cc(VEOL)) ||
                 (cc(VEOL2) != _POSIX_VDISABLE && c == cc(VEOL2));
     bool signals = (t.c_lflag & ISIG) != 0 && (t.c_lflag & NOFLSH) == 0 && c != _POSIX_VDISABLE &&
                    (c == cc(VINTR) || c == cc(VQUIT) || c == cc(VSUSP));

@@ -800,6 +800,13 @@ BOOST_AUTO_TEST_CASE(cli_status_prints_the_tail_with_its_control_characters_esca
              status.out);
   BOOST_TEST(status.out.find_first_of("\x1b\x07") == std::string::npos, status.out);
   BOOST_TEST(status.out.find("\xc2\x9b") == std::string::npos, status.out);
+  // A CR before LF is a line end (a pty's), shown as one; a lone CR is shown escaped.
+  auto crlf = cli({"start", "--json", "--", "/bin/echo", "-e", "one\\r\\ntwo\\rthree"});
+  BOOST_REQUIRE_MESSAGE(crlf.exit_code() == 0, crlf.err);
+  std::string crlf_id = nlohmann::json::parse(crlf.out, nullptr, false).value("taskId", "");
+  BOOST_REQUIRE(cli({"wait", crlf_id, "--timeout-ms", "20000"}).exit_code() == 0);
+  auto st2 = cli({"status", crlf_id});
+  BOOST_TEST(st2.out.find("\none\ntwo\\x0dthree\n") != std::string::npos, st2.out);
 }
 
 BOOST_AUTO_TEST_CASE(cli_says_when_no_daemon_listens) {
