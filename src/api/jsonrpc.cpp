@@ -26,8 +26,12 @@ json make_notification(const std::string& method, json params) {
   return n;
 }
 
-size_t nesting_depth(std::string_view text, size_t limit) {
-  size_t depth = 0, deepest = 0;
+namespace {
+
+// Walks `text` outside its strings, calling `on(c)` for each structural character; stops when
+// `on` returns false.
+template <class On>
+void scan_structure(std::string_view text, On on) {
   bool in_string = false, escaped = false;
   for (char c : text) {
     if (in_string) {
@@ -40,36 +44,35 @@ size_t nesting_depth(std::string_view text, size_t limit) {
       }
     } else if (c == '"') {
       in_string = true;
-    } else if (c == '[' || c == '{') {
+    } else if (!on(c)) {
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+size_t nesting_depth(std::string_view text, size_t limit) {
+  size_t depth = 0, deepest = 0;
+  scan_structure(text, [&](char c) {
+    if (c == '[' || c == '{') {
       deepest = std::max(deepest, ++depth);
-      if (deepest > limit) {
-        return deepest;
-      }
     } else if ((c == ']' || c == '}') && depth > 0) {
       --depth;
     }
-  }
+    return deepest <= limit;
+  });
   return deepest;
 }
 
 size_t value_count(std::string_view text, size_t limit) {
   size_t values = 1;
-  bool in_string = false, escaped = false;
-  for (char c : text) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if ((c == '[' || c == '{' || c == ',') && ++values > limit) {
-      return values;
+  scan_structure(text, [&](char c) {
+    if (c == '[' || c == '{' || c == ',') {
+      ++values;
     }
-  }
+    return values <= limit;
+  });
   return values;
 }
 

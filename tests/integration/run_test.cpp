@@ -37,6 +37,40 @@ std::vector<pid_t> processes_of_uid(uid_t uid) {
   return out;
 }
 
+// Runs `args` (a cordon run --tty) with a fresh pty as its controlling terminal and stdio, at
+// `ws` when given and on the CPUs of `affinity` when given; returns the wait status and what
+// the terminal showed (read from the master until EIO: cordon held the last slave).
+std::pair<int, std::string> run_on_new_pty(std::vector<std::string> args,
+                                           const struct winsize* ws = nullptr,
+                                           const cpu_set_t* affinity = nullptr) {
+  int master = -1, slave = -1;
+  BOOST_REQUIRE(::openpty(&master, &slave, nullptr, nullptr, ws) == 0);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    if (affinity != nullptr) (void)::sched_setaffinity(0, sizeof *affinity, affinity);
+    ::setsid();
+    ::ioctl(slave, TIOCSCTTY, 0);
+    ::dup2(slave, 0);
+    ::dup2(slave, 1);
+    ::dup2(slave, 2);
+    std::vector<char*> av;
+    for (auto& a : args) av.push_back(a.data());
+    av.push_back(nullptr);
+    ::execv(av[0], av.data());
+    ::_exit(99);
+  }
+  ::close(slave);
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(master, buf, sizeof buf)) > 0;) {
+    out.append(buf, static_cast<size_t>(n));
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ::close(master);
+  return {status, out};
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(passes_the_exit_code_through) {
@@ -401,37 +435,8 @@ BOOST_AUTO_TEST_CASE(json_status_lists_the_applied_walls) {
 
 BOOST_AUTO_TEST_CASE(tty_gives_the_command_a_terminal_of_its_own) {
   Sandbox s;
-  int master = -1, slave = -1;
-  BOOST_REQUIRE(::openpty(&master, &slave, nullptr, nullptr, nullptr) == 0);
-  ProcessOptions po;
-  po.stdin_fd = slave;
-  po.stdout_fd = slave;
-  auto args = s.args({"--tty"}, {"/bin/sh", "-c", "tty; test -t 0 && echo interactive"});
-  // Read the relayed output from the master while cordon runs.
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    ::setsid();
-    ::ioctl(slave, TIOCSCTTY, 0);
-    ::dup2(slave, 0);
-    ::dup2(slave, 1);
-    ::dup2(slave, 2);
-    std::vector<char*> av;
-    for (auto& a : args) av.push_back(a.data());
-    av.push_back(nullptr);
-    ::execv(av[0], av.data());
-    ::_exit(99);
-  }
-  ::close(slave);
-  std::string out;
-  char buf[4096];
-  for (;;) {
-    ssize_t n = ::read(master, buf, sizeof buf);
-    if (n <= 0) break;  // EIO once cordon (the last holder of the slave) exits
-    out.append(buf, static_cast<size_t>(n));
-  }
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  ::close(master);
+  auto [status, out] =
+      run_on_new_pty(s.args({"--tty"}, {"/bin/sh", "-c", "tty; test -t 0 && echo interactive"}));
   BOOST_TEST(WIFEXITED(status));
   BOOST_TEST(WEXITSTATUS(status) == 0, out);
   BOOST_TEST(out.find("/dev/pts/0") != std::string::npos, out);
@@ -463,33 +468,7 @@ BOOST_AUTO_TEST_CASE(tty_starts_the_command_at_the_callers_window_size) {
     struct winsize ws {};
     ws.ws_row = 37;
     ws.ws_col = 91;
-    int master = -1, slave = -1;
-    BOOST_REQUIRE(::openpty(&master, &slave, nullptr, nullptr, &ws) == 0);
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      (void)::sched_setaffinity(0, sizeof one, &one);
-      ::setsid();
-      ::ioctl(slave, TIOCSCTTY, 0);
-      ::dup2(slave, 0);
-      ::dup2(slave, 1);
-      ::dup2(slave, 2);
-      std::vector<char*> av;
-      for (auto& a : args) av.push_back(a.data());
-      av.push_back(nullptr);
-      ::execv(av[0], av.data());
-      ::_exit(99);
-    }
-    ::close(slave);
-    std::string out;
-    char buf[4096];
-    for (;;) {
-      ssize_t n = ::read(master, buf, sizeof buf);
-      if (n <= 0) break;  // EIO once cordon (the last holder of the slave) exits
-      out.append(buf, static_cast<size_t>(n));
-    }
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    ::close(master);
+    auto [status, out] = run_on_new_pty(args, &ws, &one);
     BOOST_TEST_REQUIRE(WIFEXITED(status));
     BOOST_TEST_REQUIRE(WEXITSTATUS(status) == 0, out);
     BOOST_TEST_REQUIRE(out.substr(0, out.find_first_of("\r\n")) == "37 91",
