@@ -1452,6 +1452,18 @@ class Engine::Impl {
     return ReadEnd::kMore;
   }
 
+  static constexpr const char* kTerminalClosed =
+      "the command closed its terminal (no process holds it open any more)";
+
+  // The command can take no more input (`why`): the reason later writes are refused with, the
+  // bytes still waiting counted in it as not delivered and dropped.
+  void input_closed(Job& j, std::string_view why) {
+    j.stdin_closed = fmt::format("{}; {} bytes of input were not delivered", why,
+                                 j.pending_stdin.size() - j.pending_off);
+    std::string().swap(j.pending_stdin);
+    j.pending_off = 0;
+  }
+
   void read_stream(Job& j, Stream& s, int fd, const char* name) {
     if (read_chunks(j, s, fd, name) != ReadEnd::kEof) {
       return;
@@ -1470,13 +1482,8 @@ class Engine::Impl {
       j.pty_watch = 0;
       j.pty_out_armed = false;
       if (j.stdin_closed.empty()) {
-        j.stdin_closed = fmt::format(
-            "the command closed its terminal (no process holds it open any more); {} bytes of "
-            "input were not delivered",
-            j.pending_stdin.size() - j.pending_off);
+        input_closed(j, kTerminalClosed);
       }
-      std::string().swap(j.pending_stdin);
-      j.pending_off = 0;
     } else {
       s.pipe.reset();
     }
@@ -1513,13 +1520,9 @@ class Engine::Impl {
       }
       // EPIPE: the command closed its stdin; EIO: no process holds the terminal any more.
       int err = n < 0 ? errno : EIO;
-      j.stdin_closed =
-          fmt::format("{} (write: {}); {} bytes of input were not delivered",
-                      j.pty ? "the command closed its terminal (no process holds it open any more)"
-                            : "the command closed its input",
-                      errno_name(err), j.pending_stdin.size() - j.pending_off);
-      std::string().swap(j.pending_stdin);
-      j.pending_off = 0;
+      input_closed(
+          j, fmt::format("{} (write: {})", j.pty ? kTerminalClosed : "the command closed its input",
+                         errno_name(err)));
       if (!j.pty) {
         close_stdin(j);
       }

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "sandbox/prepare.hpp"
+#include "sandbox/status.hpp"
 #include "sys/sigpipe.hpp"
 
 namespace cordon::engine {
@@ -90,9 +91,11 @@ class SignalMask {
   Result<void> block() {
     sigset_t set;
     sigemptyset(&set);
-    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH, SIGPIPE}) {
+    for (int sig : sandbox::kForwardedSignals) {
       sigaddset(&set, sig);
     }
+    sigaddset(&set, SIGWINCH);
+    sigaddset(&set, SIGPIPE);
     sigpipe_was_pending_ = sys::sigpipe_pending();
     int rc = pthread_sigmask(SIG_BLOCK, &set, &old_);
     if (rc != 0) {
@@ -279,9 +282,10 @@ class Supervisor {
     sigemptyset(&set);
     // The signals init forwards (a terminal's Ctrl-\ is SIGQUIT: since the sandbox has a
     // session of its own it reaches only cordon, which died of it before, leaving no status).
-    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH}) {
+    for (int sig : sandbox::kForwardedSignals) {
       sigaddset(&set, sig);
     }
+    sigaddset(&set, SIGWINCH);
     signal_ = UniqueFd(signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC));
     if (!signal_) {
       return sys_error("signalfd");

@@ -45,11 +45,6 @@ void send_record(const StatusRecord& rec) { (void)::write(kFdStatus, &rec, sizeo
 // reaches all of them but init). kill is async-signal-safe.
 void forward_signal(int sig) { ::kill(-1, sig); }
 
-// The signals a caller can send (command_kill's list, but SIGKILL, which the engine sends to
-// the cgroup): init forwards each one. A pid namespace's init silently drops a signal it has
-// no handler for, so one missing here would never reach the command.
-constexpr int kForwardedSignals[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
-
 int load_filter(const struct sock_filter* insns, uint32_t count) {
   struct sock_fprog prog {};
   prog.len = static_cast<unsigned short>(count);

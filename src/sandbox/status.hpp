@@ -5,9 +5,17 @@
 // pty master as SCM_RIGHTS. EOF alone never means success: the supervisor needs a
 // kCommandExited record (or reads init's own wait status) to call a run finished.
 
+#include <signal.h>
+
 #include <cstdint>
 
 namespace cordon::sandbox {
+
+// The signals a caller can send (command_kill's list, but SIGKILL, which the engine sends to
+// the cgroup): init forwards each one (a pid namespace's init silently drops a signal it has
+// no handler for, so one missing here would never reach the command), and `cordon run`'s
+// supervisor passes each one it receives on to init as itself.
+inline constexpr int kForwardedSignals[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
 
 enum class RecordKind : uint32_t {
   kSetupError = 1,      // step + err: a step of the recipe failed; nothing was exec'd

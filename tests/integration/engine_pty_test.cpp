@@ -23,6 +23,16 @@ size_t count(const std::string& hay, const std::string& needle) {
   return n;
 }
 
+// Starts `/bin/sh -c script` on a pty (the script prints "ready" once it is set up) and
+// returns its task id once "ready" is on the terminal.
+std::string start_shell_ready(Engine& e, const std::string& script) {
+  auto s = e.start("s", {.argv = {"/bin/sh", "-c", script}, .pty = true});
+  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+  const std::string id = s->task_id;
+  BOOST_REQUIRE(eventually([&] { return pty_text(e, id).find("ready") != std::string::npos; }));
+  return id;
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(python_repl_takes_keys_paste_and_eof) {
@@ -150,11 +160,7 @@ BOOST_AUTO_TEST_CASE(a_command_that_closes_its_terminal_runs_on_and_input_is_ref
 BOOST_AUTO_TEST_CASE(a_paste_holding_control_bytes_stays_text) {
   EngineEnv env;
   auto e = open_engine(env);
-  auto s = e->start(
-      "s", {.argv = {"/bin/sh", "-c", "echo ready; read x; echo \"got:$x\""}, .pty = true});
-  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
-  const std::string id = s->task_id;
-  BOOST_REQUIRE(eventually([&] { return pty_text(*e, id).find("ready") != std::string::npos; }));
+  const std::string id = start_shell_ready(*e, "echo ready; read x; echo \"got:$x\"");
   BOOST_REQUIRE(e->write("s", id, {.paste = "line\x15 one\x03 rest", .submit = true}).has_value());
   auto st = e->status("s", id, 20s);
   BOOST_REQUIRE(st.has_value());
@@ -176,11 +182,7 @@ BOOST_AUTO_TEST_CASE(eof_after_a_partial_line_ends_input_and_an_overlong_line_is
   BOOST_REQUIRE(st.has_value());
   BOOST_TEST(st->state == "exited", st->state << ": cat still waits for input");
 
-  auto rd = e->start(
-      "s", {.argv = {"/bin/sh", "-c", "echo ready; read x; echo \"LEN=${#x}\""}, .pty = true});
-  BOOST_REQUIRE_MESSAGE(rd.has_value(), describe(rd));
-  const std::string id = rd->task_id;
-  BOOST_REQUIRE(eventually([&] { return pty_text(*e, id).find("ready") != std::string::npos; }));
+  const std::string id = start_shell_ready(*e, "echo ready; read x; echo \"LEN=${#x}\"");
   // 4000 bytes now and 200 more later make one line of 4200: the second write is refused.
   BOOST_REQUIRE(e->write("s", id, {.data = std::string(4000, 'a')}).has_value());
   auto over = e->write("s", id, {.data = std::string(200, 'b'), .submit = true});
@@ -201,12 +203,8 @@ BOOST_AUTO_TEST_CASE(eof_after_a_partial_line_ends_input_and_an_overlong_line_is
 BOOST_AUTO_TEST_CASE(a_signal_character_starts_the_counted_line_anew) {
   EngineEnv env;
   auto e = open_engine(env);
-  auto rd = e->start(
-      "s", {.argv = {"/bin/sh", "-c", "trap '' INT; echo ready; read x; echo \"LEN=${#x}\""},
-            .pty = true});
-  BOOST_REQUIRE_MESSAGE(rd.has_value(), describe(rd));
-  const std::string id = rd->task_id;
-  BOOST_REQUIRE(eventually([&] { return pty_text(*e, id).find("ready") != std::string::npos; }));
+  const std::string id =
+      start_shell_ready(*e, "trap '' INT; echo ready; read x; echo \"LEN=${#x}\"");
   BOOST_REQUIRE(e->write("s", id, {.data = std::string(4000, 'a')}).has_value());
   BOOST_REQUIRE(e->write("s", id, {.keys = {"C-c"}}).has_value());
   auto w = e->write("s", id, {.data = std::string(200, 'b'), .submit = true});
