@@ -115,6 +115,18 @@ struct Counters {
   uint64_t finished = 0;  // settled and not yet read (status or output clears it)
 };
 
+/// A page of a session's jobs, in start order (oldest first).
+struct ListRequest {
+  std::optional<std::string> state;  // only jobs in this state
+  uint64_t offset = 0;               // how many matching jobs to skip
+  uint64_t limit = UINT64_MAX;       // at most this many
+};
+
+struct ListPage {
+  std::vector<JobStatus> jobs;
+  uint64_t total = 0;  // every job that matches `state`, in or out of the page
+};
+
 enum class OutputUnit { kChars, kBytes, kLines };
 
 struct OutputRequest {
@@ -182,6 +194,9 @@ class Engine {
                                     uint16_t cols, uint16_t rows);
   [[nodiscard]] Result<std::vector<JobStatus>> list(const std::string& session,
                                                     const std::optional<std::string>& state);
+  /// One page of list(): statuses (with their output tails) are built only for the jobs in
+  /// the page, so a session of thousands of jobs is listed a page at a time.
+  [[nodiscard]] Result<ListPage> list_page(const std::string& session, const ListRequest& request);
   /// Deletes a settled job's logs and artifacts.
   [[nodiscard]] Result<void> remove(const std::string& session, const std::string& task_id);
   /// Pages an artifact of one of the session's jobs (another session's is unknown to it).
@@ -196,6 +211,13 @@ class Engine {
   /// it): with rootPerSession its working root's fd is closed and the directory removed when
   /// empty. Its jobs and records stay. A later start in that session opens the root again.
   void release_session(const std::string& session);
+  /// Ends a session for good (a daemon connection's unnamed one, when the connection ends):
+  /// its queued and running jobs are killed (as kill_many), waited for at most `settle`, then
+  /// every settled job's logs, artifacts and records are removed, the session's index
+  /// rewritten once, and release_session() runs. A job still running after `settle` (its kill
+  /// grace is longer) keeps its record. Returns how many jobs were removed.
+  [[nodiscard]] Result<size_t> end_session(const std::string& session,
+                                           std::chrono::milliseconds settle);
   /// The policy's git section, or nullopt when the git tools are not enabled.
   [[nodiscard]] std::optional<GitSettings> git_settings();
   /// Calls `callback` for every job of every session that settles from now on, on the thread

@@ -1275,6 +1275,27 @@ int client_command(const std::string& cmd, int argc, char** argv) {
     return 1;
   }
   json sc = jf::object(*r, "structuredContent");
+  // `list` shows every job: command_list answers a page at a time, so read on while there
+  // is a next page (one that does not move forward ends it: a daemon's reply, not trusted).
+  if (cmd == "list") {
+    json all = jf::array(sc, "jobs");
+    for (const json* next = jf::find(sc, "nextOffset");
+         next != nullptr && next->is_number_unsigned() &&
+         next->get<uint64_t>() > jf::u64(sc, "offset");
+         next = jf::find(sc, "nextOffset")) {
+      args["offset"] = next->get<uint64_t>();
+      args["limit"] = 500;
+      auto more = call(tool, args);
+      if (!more || failed(*more)) {
+        return more ? 1 : 3;
+      }
+      sc = jf::object(*more, "structuredContent");
+      for (const auto& j : jf::array(sc, "jobs")) {
+        all.push_back(j);
+      }
+    }
+    sc = {{"count", all.size()}, {"total", jf::u64(sc, "total")}, {"offset", 0}, {"jobs", all}};
+  }
   // A page's bytes: `--unit bytes` pages come base64-encoded (JSON carries only text) and
   // are written decoded, as the command printed them.
   auto page_bytes = [](const json& page) -> std::optional<std::string> {
@@ -1356,8 +1377,8 @@ int client_command(const std::string& cmd, int argc, char** argv) {
         // A pty's lines end in CRLF: the CR before each LF is the line end, not a control to
         // show (it printed `\x0d` at the end of every line of a pty job).
         std::string lines;
-        for (size_t i = 0; i < tail.size(); ++i) {
-          if (!(tail[i] == '\r' && i + 1 < tail.size() && tail[i + 1] == '\n')) lines += tail[i];
+        for (size_t k = 0; k < tail.size(); ++k) {
+          if (!(tail[k] == '\r' && k + 1 < tail.size() && tail[k + 1] == '\n')) lines += tail[k];
         }
         tail = escape_controls(lines);
         std::printf("%s%s", tail.c_str(), tail.back() == '\n' ? "" : "\n");

@@ -422,38 +422,15 @@ Result<policy::DaemonPolicy> daemon_policy(const std::string& policy_path) {
   return p.daemon;
 }
 
-// An unnamed session ends with its connection: its running jobs are killed, all signalled
-// under one engine lock before any of them settles (Engine::kill_many), and once they settled
-// every record of the session is removed. Failure fixed (a review, session 13): the records
-// stayed, in a session no client can name again, counted against the policy's job quota: a
-// uid that started jobs unnamed and left (or a `cordon run --socket` interrupted) filled the
-// quota, and every uid's start was refused with advice ("remove settled jobs") nobody could
-// follow. A job that does not settle within the bound (its kill grace is longer) keeps its
-// record, for retention.
+// An unnamed session ends with its connection (Engine::end_session): its running jobs are
+// killed, all signalled under one engine lock before any of them settles, and once they
+// settled every record of the session is removed, its index rewritten once. Failure fixed (a
+// review, session 13): the records stayed, in a session no client can name again, counted
+// against the policy's job quota: a uid that started jobs unnamed and left (or a `cordon run
+// --socket` interrupted) filled the quota, and every uid's start was refused with advice
+// ("remove settled jobs") nobody could follow. A job that does not settle within the bound
+// (its kill grace is longer) keeps its record, for retention.
 constexpr std::chrono::milliseconds kEndSessionSettle{15000};
-
-void end_session(Engine& engine, const std::string& session) {
-  auto jobs = engine.list(session, std::nullopt);
-  if (!jobs) {
-    engine.release_session(session);
-    return;
-  }
-  std::vector<std::string> running, all;
-  for (const auto& j : *jobs) {
-    all.push_back(j.task_id);
-    if (!j.settled()) {
-      running.push_back(j.task_id);
-    }
-  }
-  if (!running.empty()) {
-    (void)engine.kill_many(session, running);
-    (void)engine.wait(session, running, kEndSessionSettle, /*all=*/true);
-  }
-  for (const auto& id : all) {
-    (void)engine.remove(session, id);  // refused for a job still running: it stays
-  }
-  engine.release_session(session);
-}
 
 void serve_connection(int fd, uid_t uid, const std::shared_ptr<Engine>& engine,
                       const ConnectionLimits& limits, const std::shared_ptr<log::Logger>& log) {
@@ -472,7 +449,10 @@ void serve_connection(int fd, uid_t uid, const std::shared_ptr<Engine>& engine,
   log->info("connection: session `{}`{}", session, hello.name ? "" : " (ends with it)");
   int code = serve_mcp_connection(engine, session, fd, fd, limits, hello.first_message);
   if (!hello.name) {
-    end_session(*engine, session);
+    if (auto ended = engine->end_session(session, kEndSessionSettle); !ended) {
+      log->warn("session `{}` ended; its records could not all be removed: {}", session,
+                ended.error().message());
+    }
   }
   log->info("connection closed{}: session `{}`", code != 0 ? " by a limit" : "", session);
 }

@@ -531,21 +531,33 @@ json command_write(Engine& engine, const std::string& session, const json& args,
   return {{"taskId", id}, {"accepted", true}};
 }
 
+// Failure fixed (session 14): command_list answered every job of the session at once, each
+// with its output tails, built under the engine's lock: a session of 5000 jobs was a reply of
+// megabytes to an agent. Now a page (50 by default), with the total and where to go on.
+constexpr uint64_t kListDefaultLimit = 50;
+constexpr uint64_t kListMaxLimit = 500;
+
 json command_list(Engine& engine, const std::string& session, const json& args,
                   const CallContext&) {
-  std::optional<std::string> state;
+  ListRequest request{.offset = get_u64(args, "offset", 0),
+                      .limit = std::min(get_u64(args, "limit", kListDefaultLimit), kListMaxLimit)};
   if (args.contains("state")) {
-    state = args["state"].get<std::string>();
+    request.state = args["state"].get<std::string>();
   }
-  auto l = engine.list(session, state);
+  auto l = engine.list_page(session, request);
   if (!l) {
     return error_with_ids(engine, session, l.error());
   }
   json jobs = json::array();
-  for (const auto& s : *l) {
+  for (const auto& s : l->jobs) {
     jobs.push_back(status_json(s));
   }
-  return {{"count", jobs.size()}, {"jobs", jobs}};
+  json out = {
+      {"count", jobs.size()}, {"total", l->total}, {"offset", request.offset}, {"jobs", jobs}};
+  if (request.offset + l->jobs.size() < l->total) {
+    out["nextOffset"] = request.offset + l->jobs.size();
+  }
+  return out;
 }
 
 json command_remove(Engine& engine, const std::string& session, const json& args,
@@ -740,12 +752,22 @@ std::vector<Tool> build_table() {
   t.push_back(
       {"command_list",
        "List commands",
-       "Lists this session's commands (oldest first) with their status, optionally only those "
-       "in one state. Listing does not mark anything read.",
-       input_schema({{"state", enumeration("Only jobs in this state.", kStates)}}, {}),
-       output_schema({{"count", integer("How many jobs are listed.")},
+       "Lists this session's commands (oldest first) with their status, a page at a time "
+       "(50 by default; total says how many there are, nextOffset where the next page starts), "
+       "optionally only those in one state. Listing does not mark anything read.",
+       input_schema(
+           {{"state", enumeration("Only jobs in this state.", kStates)},
+            {"offset", integer("How many (matching) jobs to skip, oldest first (default 0).")},
+            {"limit", integer(fmt::format("How many jobs at most (default {}).", kListDefaultLimit),
+                              1, kListMaxLimit)}},
+           {}),
+       output_schema({{"count", integer("How many jobs are in this page.")},
+                      {"total", integer("How many jobs match, in all pages.")},
+                      {"offset", integer("Where this page starts.")},
+                      {"nextOffset", integer("Pass as offset for the next page; only when there "
+                                             "are more jobs after this page.")},
                       {"jobs", {{"type", "array"}, {"items", status_schema()}}}},
-                     {"count", "jobs"}),
+                     {"count", "total", "offset", "jobs"}),
        {{"readOnlyHint", true}, {"openWorldHint", false}},
        command_list});
   t.push_back(

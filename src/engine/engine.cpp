@@ -40,6 +40,7 @@
 #include <system_error>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "base/base64.hpp"
 #include "base/json_fields.hpp"
@@ -1035,6 +1036,50 @@ class Engine::Impl {
   // ---- remove and retention -----------------------------------------------------------------
   // Deletes a settled job's logs, artifacts, record and index entry. `j` is gone afterwards.
   Result<void> remove_settled(Job& j) {
+    const std::string task_id = j.id, session = j.session;
+    CORDON_CHECK(remove_settled_files(j));
+    return drop_from_session_index(session, {task_id});
+  }
+
+  // The same for every settled job of a session, its index rewritten once: a session of N
+  // jobs removed one by one read and rewrote the index N times (and synced it N times).
+  // Running and queued jobs stay. The count removed, or the first error (what was removed
+  // before it stays removed, and the index still drops it).
+  Result<size_t> remove_settled_session(const std::string& session) {
+    CORDON_TRY(ids, session_ids(session));
+    std::unordered_set<std::string> gone;
+    std::optional<Error> first;
+    for (const auto& id : ids) {
+      Job* j = find(id);
+      if (j == nullptr) {
+        // Listed with no record (a crash between the two deletions): nothing to delete but
+        // the line. A record that is there and could not be read (EMFILE) keeps its line.
+        struct stat st {};
+        if (!valid_name(id) ||
+            (::lstat((jobs_dir() + "/" + id).c_str(), &st) != 0 && errno == ENOENT)) {
+          gone.insert(id);
+        }
+        continue;
+      }
+      if (j->session != session || !j->settled()) {
+        continue;
+      }
+      auto r = remove_settled_files(*j);
+      gone.insert(id);
+      if (!r && !first) {
+        first = std::move(r.error());
+      }
+    }
+    auto dropped = drop_from_session_index(session, gone);
+    if (first) {
+      return std::unexpected(std::move(*first));
+    }
+    CORDON_CHECK(dropped);
+    return gone.size();
+  }
+
+  // Everything of a settled job but its line in the session index. `j` is gone afterwards.
+  Result<void> remove_settled_files(Job& j) {
     const std::string task_id = j.id, session = j.session, dir = j.dir;
     uint64_t bytes = j.out_bytes + j.err_bytes;
     disk_bytes -= std::min(disk_bytes, bytes);
@@ -1064,23 +1109,33 @@ class Engine::Impl {
       --jobs_on_disk;
     }
     ensure_reserve();  // the space just freed may refill the reserve a full disk took
-    // Drop it from the session index. Failure fixed: an index that could not be read (EMFILE)
-    // was taken for an empty one and written back so, which dropped every other job of the
-    // session from it for good.
+    return {};
+  }
+
+  // Drops removed jobs' ids from their session's index. Failure fixed: an index that could
+  // not be read (EMFILE) was taken for an empty one and written back so, which dropped every
+  // other job of the session from it for good.
+  Result<void> drop_from_session_index(const std::string& session,
+                                       const std::unordered_set<std::string>& removed) {
+    if (removed.empty()) {
+      return {};
+    }
     auto ids = read_session_ids(session);
     if (!ids) {
       return sys_error(
-          "task {} is removed, but the session index `{}` could not be read to drop it (it "
-          "still lists the id, which nothing shows)",
-          task_id, session_index_path(session));
+          "{} removed, but the session index `{}` could not be read to drop {} (it still "
+          "lists {}, which nothing shows)",
+          removed.size() == 1 ? "task " + *removed.begin() + " is" : "the tasks are",
+          session_index_path(session), removed.size() == 1 ? "it" : "them",
+          removed.size() == 1 ? "the id" : "their ids");
     }
-    ids->erase(std::remove(ids->begin(), ids->end(), task_id), ids->end());
+    std::erase_if(*ids, [&](const std::string& id) { return removed.contains(id); });
     if (ids->empty()) {
       // No index is no ids: a session's last removal leaves no file behind (one per daemon
       // connection would pile up otherwise).
       const std::string idx = session_index_path(session);
       if (::unlink(idx.c_str()) != 0 && errno != ENOENT) {
-        return sys_error("task {} is removed; unlink the empty session index `{}`", task_id, idx);
+        return sys_error("the session's last task is removed; unlink its empty index `{}`", idx);
       }
       mark_dirty();
       return {};
@@ -3162,21 +3217,29 @@ Result<void> Engine::resize(const std::string& session, const std::string& task_
 
 Result<std::vector<JobStatus>> Engine::list(const std::string& session,
                                             const std::optional<std::string>& state) {
+  CORDON_TRY(page, list_page(session, {.state = state}));
+  return std::move(page.jobs);
+}
+
+Result<ListPage> Engine::list_page(const std::string& session, const ListRequest& request) {
   auto& m = *impl_;
   std::unique_lock<std::mutex> lock(m.mu);
-  std::vector<JobStatus> out;
+  ListPage page;
   CORDON_TRY(ids, m.session_ids(session));
   for (const auto& id : ids) {
     Job* j = m.find(id);
     if (j == nullptr || j->session != session) {
       continue;
     }
-    if (state && j->state != *state) {
+    if (request.state && j->state != *request.state) {
       continue;
     }
-    out.push_back(m.status_of(*j));  // listing does not mark anything read
+    if (page.total >= request.offset && page.jobs.size() < request.limit) {
+      page.jobs.push_back(m.status_of(*j));  // listing does not mark anything read
+    }
+    ++page.total;
   }
-  return out;
+  return page;
 }
 
 Result<JobStatus> Engine::peek(const std::string& session, const std::string& task_id) {
@@ -3271,6 +3334,30 @@ Counters Engine::counters(const std::string& session) {
 Result<std::vector<std::string>> Engine::known_ids(const std::string& session) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   return impl_->session_ids(session);
+}
+
+Result<size_t> Engine::end_session(const std::string& session, std::chrono::milliseconds settle) {
+  auto& m = *impl_;
+  std::vector<std::string> unsettled;
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    for (const auto& [id, j] : m.live) {
+      if (j->session == session) {
+        unsettled.push_back(id);
+      }
+    }
+  }
+  if (!unsettled.empty()) {
+    (void)kill_many(session, unsettled);
+    (void)wait(session, unsettled, settle, /*all=*/true);
+  }
+  Result<size_t> removed = 0;
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    removed = m.remove_settled_session(session);
+  }
+  release_session(session);
+  return removed;
 }
 
 // Failure fixed (a review, session 11): with rootPerSession every daemon connection's unnamed

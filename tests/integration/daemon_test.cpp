@@ -776,6 +776,36 @@ BOOST_AUTO_TEST_CASE(cli_commands_drive_the_daemon) {
   BOOST_TEST(cli({"wait", sleeping, "--timeout-ms", "20000"}).exit_code() == 0);
 }
 
+// `cordon list` shows every job of the session: command_list answers a page at a time (50 by
+// default), and the CLI reads on while there is a next page.
+BOOST_AUTO_TEST_CASE(cli_list_shows_every_job_past_one_page) {
+  DaemonProcess d;
+  std::vector<std::string> ids;
+  {
+    LineClient c(d.connect_fd());
+    BOOST_REQUIRE(c.handshake("many"));
+    BOOST_REQUIRE(c.initialize());
+    for (int i = 0; i < 55; ++i) {
+      json r = c.call_content("run_command", {{"argv", {"/bin/echo", std::to_string(i)}}});
+      BOOST_REQUIRE_MESSAGE(r.value("state", "") == "exited", r.dump());
+      ids.push_back(r.value("taskId", ""));
+    }
+  }
+  auto listed = run_process({cordon_bin(), "list", "--socket", d.sock(), "--session", "many"});
+  BOOST_REQUIRE_MESSAGE(listed.exit_code() == 0, listed.err);
+  BOOST_TEST(std::count(listed.out.begin(), listed.out.end(), '\n') == 55, listed.out);
+  BOOST_TEST(listed.out.find(ids.front()) == 0u, listed.out);
+  BOOST_TEST(listed.out.find(ids.back()) != std::string::npos, listed.out);
+  auto as_json =
+      run_process({cordon_bin(), "list", "--socket", d.sock(), "--session", "many", "--json"});
+  BOOST_REQUIRE_MESSAGE(as_json.exit_code() == 0, as_json.err);
+  auto j = nlohmann::json::parse(as_json.out, nullptr, false);
+  BOOST_TEST(j.value("count", 0) == 55, as_json.out);
+  BOOST_TEST(j.value("total", 0) == 55, as_json.out);
+  BOOST_TEST(j["jobs"].size() == 55u);
+  BOOST_TEST(!j.contains("nextOffset"));
+}
+
 // Failure fixed (session 13, found by a review): `cordon status` read `tailPreview`, a field
 // command_status does not have, so the tail docs/cli.md promises never printed. The tail is the
 // command's raw output going to the operator's terminal: its ESC, BEL and C1 controls are shown

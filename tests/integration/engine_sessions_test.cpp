@@ -1,6 +1,7 @@
 #define BOOST_TEST_MODULE engine_sessions
 #include <boost/test/unit_test.hpp>
 #include <filesystem>
+#include <fstream>
 
 #include "helpers/engine_fixture.hpp"
 
@@ -193,6 +194,58 @@ BOOST_AUTO_TEST_CASE(remove_deletes_logs_and_artifacts_and_is_refused_while_runn
   e.reset();
   auto e2 = open_engine(env);
   BOOST_TEST(!e2->status("s", s->task_id).has_value());
+}
+
+// Engine::end_session (a daemon connection's unnamed session, when the connection ends): the
+// running job is killed, then every job of the session is removed (logs, artifacts, records,
+// the index) with one rewrite of its index, and nothing of another session is touched. An id
+// the index lists with no record (a crash between the two deletions) goes with them.
+BOOST_AUTO_TEST_CASE(end_session_kills_the_running_and_removes_every_job_of_the_session) {
+  EngineEnv env;
+  auto e = open_engine(env);
+  std::vector<std::string> ids;
+  std::vector<std::string> artifacts;
+  for (int i = 0; i < 3; ++i) {
+    auto s = e->start("gone", {.argv = {"/bin/echo", std::to_string(i)}});
+    BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+    auto st = e->status("gone", s->task_id, 20s);
+    BOOST_REQUIRE(st.has_value());
+    BOOST_REQUIRE(st->stdout_artifact.has_value());
+    artifacts.push_back(env.artifact_path(st->stdout_artifact->artifact_id));
+    ids.push_back(s->task_id);
+  }
+  auto running = e->start("gone", {.argv = {"/bin/sleep", "1000"}});
+  BOOST_REQUIRE_MESSAGE(running.has_value(), describe(running));
+  ids.push_back(running->task_id);
+  auto kept = e->start("kept", {.argv = {"/bin/echo", "kept"}});
+  BOOST_REQUIRE_MESSAGE(kept.has_value(), describe(kept));
+  BOOST_REQUIRE(e->status("kept", kept->task_id, 20s).value().settled());
+  const std::string index = env.state_dir + "/sessions/gone.jobs";
+  std::ofstream(index, std::ios::app) << "t20000101-000000-0a0b0c\n";
+
+  auto ended = e->end_session("gone", 20s);
+  BOOST_REQUIRE_MESSAGE(ended.has_value(), describe(ended));
+  BOOST_TEST(*ended == 5u);  // three settled, the killed one, the id without a record
+  for (const auto& id : ids) {
+    BOOST_TEST(!fs::exists(env.job_dir(id)), id);
+    BOOST_TEST(!e->status("gone", id).has_value(), id);
+  }
+  for (const auto& a : artifacts) {
+    BOOST_TEST(!fs::exists(a), a);
+  }
+  BOOST_TEST(!fs::exists(index));
+  BOOST_TEST(e->list("gone", std::nullopt).value().empty());
+  BOOST_TEST(env.sandbox_pids().empty());
+  auto k = e->status("kept", kept->task_id);
+  BOOST_REQUIRE_MESSAGE(k.has_value(), describe(k));
+  BOOST_TEST(k->state == "exited");
+  // Ending it again, or a session that never was, removes nothing and is no error.
+  BOOST_TEST(e->end_session("gone", 1s).value_or(99) == 0u);
+  BOOST_TEST(e->end_session("never", 1s).value_or(99) == 0u);
+  e.reset();
+  auto e2 = open_engine(env);
+  BOOST_TEST(e2->list("gone", std::nullopt).value().empty());
+  BOOST_TEST(e2->list("kept", std::nullopt).value().size() == 1u);
 }
 
 BOOST_AUTO_TEST_CASE(retention_max_jobs_removes_the_oldest_settled_jobs_at_settle_time) {

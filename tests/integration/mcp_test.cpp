@@ -191,6 +191,62 @@ BOOST_AUTO_TEST_CASE(background_command_wait_output_and_settle_notification) {
   BOOST_TEST(s.sc("command_list", json::object())["count"] == 0);
 }
 
+// command_list answers a page: `limit` jobs (50 by default) from `offset`, with the total and
+// the next page's offset while there is one. Failure fixed (session 14): it answered every job
+// of the session at once, each with its output tails (megabytes for a session of thousands).
+BOOST_AUTO_TEST_CASE(command_list_answers_a_page_with_the_total_and_the_next_offset) {
+  EngineEnv env;
+  Server s(env);
+  std::vector<std::string> ids;
+  for (int i = 0; i < 7; ++i) {
+    json r = s.sc("run_command", {{"argv", {"/bin/echo", std::to_string(i)}}});
+    BOOST_REQUIRE_MESSAGE(r.value("state", "") == "exited", r.dump());
+    ids.push_back(r["taskId"]);
+  }
+  json running = s.sc("run_command_bg", {{"argv", {"/bin/sleep", "1000"}}});
+  BOOST_REQUIRE_MESSAGE(running.contains("taskId"), running.dump());
+  json first = s.sc("command_list", {{"limit", 3}});
+  BOOST_TEST(first["count"] == 3);
+  BOOST_TEST(first["total"] == 8);
+  BOOST_TEST(first["offset"] == 0);
+  BOOST_TEST(first["nextOffset"] == 3);
+  BOOST_REQUIRE(first["jobs"].size() == 3u);
+  BOOST_TEST(first["jobs"][0]["taskId"] == ids[0]);  // oldest first
+  BOOST_TEST(first["jobs"][2]["taskId"] == ids[2]);
+  json last = s.sc("command_list", {{"offset", 6}, {"limit", 3}});
+  BOOST_TEST(last["count"] == 2);
+  BOOST_TEST(last["total"] == 8);
+  BOOST_TEST(!last.contains("nextOffset"), last.dump());
+  BOOST_TEST(last["jobs"][0]["taskId"] == ids[6]);
+  BOOST_TEST(last["jobs"][1]["taskId"] == running["taskId"]);
+  // The state filter counts and pages only the jobs in that state.
+  json exited = s.sc("command_list", {{"state", "exited"}, {"offset", 5}, {"limit", 10}});
+  BOOST_TEST(exited["total"] == 7);
+  BOOST_TEST(exited["count"] == 2);
+  BOOST_TEST(!exited.contains("nextOffset"), exited.dump());
+  json run = s.sc("command_list", {{"state", "running"}});
+  BOOST_TEST(run["total"] == 1);
+  BOOST_TEST(run["jobs"][0]["taskId"] == running["taskId"]);
+  // Past the end: an empty page, the total still said.
+  json past = s.sc("command_list", {{"offset", 100}});
+  BOOST_TEST(past["count"] == 0);
+  BOOST_TEST(past["total"] == 8);
+  // A limit out of bounds is refused by the schema, with the bound.
+  for (int bad : {0, 501}) {
+    json r = s.call("command_list", {{"limit", bad}});
+    BOOST_TEST(r.value("isError", false) == true, r.dump());
+  }
+  // The default page is 50: 60 jobs need a second page.
+  for (int i = 0; i < 52; ++i) {
+    json r = s.sc("run_command_bg", {{"argv", {"/bin/true"}}});
+    BOOST_REQUIRE_MESSAGE(r.contains("taskId"), r.dump());
+  }
+  json page = s.sc("command_list", json::object());
+  BOOST_TEST(page["count"] == 50);
+  BOOST_TEST(page["total"] == 60);
+  BOOST_TEST(page["nextOffset"] == 50);
+}
+
 BOOST_AUTO_TEST_CASE(unknown_task_id_is_an_in_band_refusal) {
   EngineEnv env;
   Server s(env);
