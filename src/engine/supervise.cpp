@@ -15,6 +15,7 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "sandbox/prepare.hpp"
@@ -655,6 +656,10 @@ class Supervisor {
         }
         return {};
       case sandbox::RecordKind::kCommandStarted:
+        command_started_ = true;
+        if (pending_signal_ != 0 && !init_exited_ && !killed_ && hooks_.signal_init) {
+          hooks_.signal_init(std::exchange(pending_signal_, 0));
+        }
         return {};
       case sandbox::RecordKind::kCommandExited:
         if (!have_wait_status_) {
@@ -772,7 +777,14 @@ class Supervisor {
     }
     if (!term_sent_) {
       term_sent_ = true;
-      if (hooks_.signal_init) {
+      // Until init has forked the command it has no handlers, and a pid namespace's init
+      // drops signals it does not handle: the signal is held until init reports the command
+      // started (as the engine does). Failure fixed (a review, session 14): a SIGTERM to
+      // `cordon run` (or a timeout) in the first ~15 ms was lost, and the command ran on
+      // until the grace's SIGKILL.
+      if (!command_started_) {
+        pending_signal_ = sig;
+      } else if (hooks_.signal_init) {
         hooks_.signal_init(sig);
       }
     }
@@ -861,6 +873,13 @@ class Supervisor {
       o.state = RunState::kSetupFailed;
     } else if (forced_state_) {
       o.state = *forced_state_;
+    } else if (!have_wait_status_ && killed_) {
+      // Our own SIGKILL (the grace ran out after the caller's signal, or the caller asked
+      // twice) reached init and the command together: init could not report, and the command
+      // was killed, not lost. Failure fixed (a review, session 14): this read `init-died`,
+      // exit 125 ("could not set up").
+      o.state = RunState::kKilled;
+      o.term_signal = SIGKILL;
     } else if (!have_wait_status_) {
       o.state = RunState::kInitDied;
     } else if (WIFSIGNALED(wait_status_)) {
@@ -901,6 +920,8 @@ class Supervisor {
 
   std::optional<Clock::time_point> timeout_deadline_, grace_deadline_, drain_deadline_, armed_;
   bool timeout_fired_ = false, term_sent_ = false, killed_ = false, drain_expired_ = false;
+  bool command_started_ = false;
+  int pending_signal_ = 0;  // held until init reports the command started
 
   bool init_exited_ = false, status_eof_ = false;
   bool have_init_wait_status_ = false;

@@ -42,8 +42,16 @@ void send_record(const StatusRecord& rec) { (void)::write(kFdStatus, &rec, sizeo
 }
 
 // Forwards a signal to every process of the sandbox (kill(-1) from PID 1 of a pid namespace
-// reaches all of them but init). kill is async-signal-safe.
-void forward_signal(int sig) { ::kill(-1, sig); }
+// reaches all of them but init). kill is async-signal-safe. A signal that asks the command to
+// end is followed by SIGCONT, as systemd does: a stopped process (a suspended editor, one that
+// raised SIGSTOP) keeps it pending otherwise, and never runs its handler before the grace's
+// SIGKILL. Failure fixed (a review, session 14): a SIGTERM trap of a stopped process never ran.
+void forward_signal(int sig) {
+  ::kill(-1, sig);
+  if (sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT) {
+    ::kill(-1, SIGCONT);
+  }
+}
 
 int load_filter(const struct sock_filter* insns, uint32_t count) {
   struct sock_fprog prog {};

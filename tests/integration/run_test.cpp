@@ -299,6 +299,112 @@ BOOST_AUTO_TEST_CASE(timeout_reaches_a_child_that_ignores_sigterm_and_its_forks)
   BOOST_TEST(processes_of_uid(host).empty());
 }
 
+// Runs `cordon run` with `args` in the background until `marker` (in the working root) exists,
+// sends it `sig`, and returns its wait status.
+int signal_once_running(const Sandbox& s, std::vector<std::string> args, const std::string& marker,
+                        int sig) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    int devnull = ::open("/dev/null", O_RDWR);
+    ::dup2(devnull, 0);
+    std::vector<char*> av;
+    for (auto& a : args) av.push_back(a.data());
+    av.push_back(nullptr);
+    ::execv(av[0], av.data());
+    ::_exit(99);
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!std::filesystem::exists(s.root + "/" + marker) &&
+         std::chrono::steady_clock::now() < deadline) {
+    ::usleep(10000);  // polling a file the kernel gives no event for (inotify aside)
+  }
+  BOOST_TEST(std::filesystem::exists(s.root + "/" + marker));
+  ::kill(pid, sig);
+  int status = 0;
+  BOOST_REQUIRE(::waitpid(pid, &status, 0) == pid);
+  return status;
+}
+
+// Failure fixed (a review, session 14): a signal to `cordon run` from the moment it watches
+// for signals (SIGTERM blocked, read from a signalfd) until init had installed its handlers
+// was dropped (a pid namespace's init ignores signals it does not handle), and the command ran
+// on until the grace's SIGKILL: `init-died`, exit 125, after 10 s. It is held until init
+// reports the command started, and reaches the command as SIGTERM.
+BOOST_AUTO_TEST_CASE(a_signal_before_init_is_ready_still_reaches_the_command) {
+  Sandbox s;
+  const std::string status = s.base + "/st.json";
+  for (int run = 0; run < 5; ++run) {
+    auto args = s.args({"--kill-grace", "10", "--json-status", status}, {"/bin/sleep", "1000"});
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      int devnull = ::open("/dev/null", O_RDWR);
+      ::dup2(devnull, 0);
+      std::vector<char*> av;
+      for (auto& a : args) av.push_back(a.data());
+      av.push_back(nullptr);
+      ::execv(av[0], av.data());
+      ::_exit(99);
+    }
+    // The first moment cordon holds SIGTERM for itself: its mask says so in /proc.
+    const uint64_t term_bit = uint64_t{1} << (SIGTERM - 1);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    bool blocked = false;
+    while (!blocked && std::chrono::steady_clock::now() < deadline) {
+      std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+      for (std::string line; std::getline(in, line);) {
+        if (line.rfind("SigBlk:", 0) == 0) {
+          blocked = (std::stoull(line.substr(7), nullptr, 16) & term_bit) != 0;
+        }
+      }
+      if (!blocked) ::usleep(100);
+    }
+    BOOST_TEST(blocked);
+    ::kill(pid, SIGTERM);
+    int ws = 0;
+    BOOST_REQUIRE(::waitpid(pid, &ws, 0) == pid);
+    BOOST_REQUIRE(WIFEXITED(ws));
+    BOOST_TEST(WEXITSTATUS(ws) == 128 + SIGTERM, "run " << run);
+    std::ifstream in(status);
+    auto st = nlohmann::json::parse(in, nullptr, false);
+    BOOST_TEST(st["state"] == "killed", "run " << run << ": " << st.dump());
+    BOOST_TEST(st["signal"] == "SIGTERM", "run " << run << ": " << st.dump());
+  }
+}
+
+// Failure fixed (a review, session 14): a command that ignores the caller's SIGTERM is killed
+// when the grace ends; that SIGKILL reaches init too, which cannot report, and `cordon run`
+// said `init-died`, exit 125 ("could not set up"). It is `killed` by SIGKILL, exit 137.
+BOOST_AUTO_TEST_CASE(a_command_killed_after_the_callers_grace_is_killed_not_init_died) {
+  Sandbox s;
+  const std::string status = s.base + "/st.json";
+  int ws =
+      signal_once_running(s,
+                          s.args({"--kill-grace", "1", "--json-status", status},
+                                 {"/bin/sh", "-c", "trap '' TERM; touch started; exec sleep 1000"}),
+                          "started", SIGTERM);
+  BOOST_REQUIRE(WIFEXITED(ws));
+  BOOST_TEST(WEXITSTATUS(ws) == 137);
+  std::ifstream in(status);
+  auto st = nlohmann::json::parse(in, nullptr, false);
+  BOOST_TEST(st["state"] == "killed", st.dump());
+  BOOST_TEST(st["signal"] == "SIGKILL", st.dump());
+  BOOST_TEST(st["signalledByCaller"] == true, st.dump());
+}
+
+// Failure fixed (a review, session 14): init forwarded SIGTERM to a process that had stopped
+// itself, where it stayed pending until the grace's SIGKILL: its trap never ran. SIGCONT now
+// follows the signals that ask a command to end, as systemd sends it.
+BOOST_AUTO_TEST_CASE(a_stopped_command_gets_its_sigterm_before_the_grace_ends) {
+  Sandbox s;
+  auto [r, st] = s.run_status(
+      {"--timeout", "1", "--kill-grace", "10"},
+      {"/bin/sh", "-c", "trap 'echo trapped; exit 3' TERM; echo stopping; kill -STOP $$; echo on"});
+  BOOST_TEST(r.exit_code() == 124, r.err);
+  BOOST_TEST(r.out == "stopping\ntrapped\n");
+  BOOST_TEST(st["state"] == "timeout", st.dump());
+  BOOST_TEST(st["waitStatus"] == 3 << 8, st.dump());  // its trap's `exit 3`
+}
+
 BOOST_AUTO_TEST_CASE(output_cap_is_exact_and_kills_the_command) {
   Sandbox s;
   auto [r, st] = s.run_status({"--max-output", "1M"}, {"/usr/bin/yes", "0123456789"});
