@@ -704,6 +704,12 @@ Result<void> JobCgroup::set_limits(const CgroupLimits& limits) {
     if (memsw) {  // memory+swap = memory: no swapping out of the limit
       CORDON_CHECK(write(mem, "memory.memsw.limit_in_bytes", bytes));
     }
+    // v1 counts TCP socket buffers apart, and only once this limit is written (v2 counts
+    // them in memory.max). Failure fixed (a review, session 14): without it a sandbox under
+    // --memory 32M queued 1.1 GiB in loopback connections it never read.
+    if (file_exists_at(mem.fd.get(), "memory.kmem.tcp.limit_in_bytes")) {
+      CORDON_CHECK(write(mem, "memory.kmem.tcp.limit_in_bytes", bytes));
+    }
   }
   if (limits.pids != 0) {
     CORDON_CHECK(

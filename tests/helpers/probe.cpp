@@ -1320,6 +1320,48 @@ std::string probe_memory_hog(Args args) {
   return allowed(std::to_string(mib) + " MiB");
 }
 
+// Opens <conns> loopback TCP connections in the sandbox's own network namespace and sends on
+// each, never reading, until the kernel takes no more: the bytes queued in socket buffers
+// (kernel memory the job's memory limit must bound). Stops early when a socket cannot be
+// made (out of memory, descriptors).
+std::string probe_tcp_fill(Args args) {
+  long conns = parse_long(args[0], "conns");
+  if (conns <= 0) {
+    usage_error("bad conns");
+  }
+  int srv = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  if (srv < 0 || bind(srv, reinterpret_cast<sockaddr*>(&addr), sizeof addr) < 0 ||
+      listen(srv, 1024) < 0 || getsockname(srv, reinterpret_cast<sockaddr*>(&addr), &len) < 0) {
+    return denied(errno);
+  }
+  static char chunk[65536];
+  std::memset(chunk, 'x', sizeof chunk);
+  unsigned long long queued = 0;
+  long made = 0;
+  for (; made < conns; ++made) {
+    int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (c < 0 || connect(c, reinterpret_cast<sockaddr*>(&addr), sizeof addr) < 0) {
+      break;
+    }
+    if (accept4(srv, nullptr, nullptr, SOCK_CLOEXEC) < 0 ||
+        fcntl(c, F_SETFL, fcntl(c, F_GETFL) | O_NONBLOCK) < 0) {
+      break;
+    }
+    for (;;) {
+      ssize_t n = send(c, chunk, sizeof chunk, MSG_NOSIGNAL);
+      if (n <= 0) {
+        break;  // EAGAIN: the buffers are full (or the memory limit is reached)
+      }
+      queued += static_cast<unsigned long long>(n);
+    }
+  }
+  return value("queued " + std::to_string(queued) + " conns " + std::to_string(made));
+}
+
 // ---------------------------------------------------------------------------------------------
 // What the sandbox looks like from inside (walls: uts, net, user, mount namespaces)
 // ---------------------------------------------------------------------------------------------
@@ -1539,6 +1581,7 @@ constexpr Probe kProbes[] = {
     {"inotify-one", "", 0, 0, probe_inotify_one},
     {"fork-bomb", "", 0, 0, probe_fork_bomb},
     {"memory-hog", "<MiB>", 1, 1, probe_memory_hog},
+    {"tcp-fill", "<conns>", 1, 1, probe_tcp_fill},
     {"hostname", "", 0, 0, probe_hostname},
     {"netdevs", "", 0, 0, probe_netdevs},
     {"uid-map", "", 0, 0, probe_uid_map},
