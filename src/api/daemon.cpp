@@ -515,16 +515,10 @@ int run_daemon(const DaemonOptions& options) {
     if (!options.engine.state_dir.empty()) {
       ::mkdir(options.engine.state_dir.c_str(), 0700);  // the default socket lives in it
     }
-    auto l = listen_on(path, others);
-    if (!l) {
-      log->error("cannot listen: {}", l.error().message());
-      return 1;
-    }
-    own = std::move(*l);
-    listener = std::move(own.fd);
     if (others) {
       // Failure fixed (the same review): the default socket lives in the 0700 state dir, so
-      // the uids the policy serves got EACCES from connect and the daemon said nothing.
+      // the uids the policy serves got EACCES from connect and the daemon said nothing. Said
+      // before the socket appears, so whoever waits for it finds the warning already logged.
       for (std::string dir = path.substr(0, path.rfind('/')); !dir.empty();
            dir = dir.substr(0, dir.rfind('/'))) {
         struct stat st {};
@@ -538,6 +532,13 @@ int run_daemon(const DaemonOptions& options) {
         }
       }
     }
+    auto l = listen_on(path, others);
+    if (!l) {
+      log->error("cannot listen: {}", l.error().message());
+      return 1;
+    }
+    own = std::move(*l);
+    listener = std::move(own.fd);
   } else {
     listener = std::move(**activated);
     path = "(socket activation)";

@@ -231,11 +231,31 @@ std::string signal_name(int sig) {
   return abbrev ? std::string("SIG") + abbrev : std::to_string(sig);
 }
 
+// Opens a job's log (or an artifact) to read: a regular file, never through a symlink and
+// never blocking on open. Failure fixed (a review, session 14): a FIFO where a log should be
+// (an operator's mistake, a damaged state dir) blocked Engine::open's recovery for ever, and a
+// settled job's `list`/`status` blocked with the engine's lock held; a symlink to /dev/zero
+// made recovery hash for ever. -1 with errno (EINVAL: not a regular file).
+int open_log(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) {
+    return -1;
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    int err = S_ISREG(st.st_mode) ? errno : EINVAL;
+    ::close(fd);
+    errno = err;
+    return -1;
+  }
+  return fd;
+}
+
 // The last `max_chars` characters of a log, valid UTF-8, read with one bounded pread.
 // `live`: the log may still grow, so a sequence cut short at its end is held back (its next
 // bytes may be on the way), as `output` pages hold it back; a settled log's is U+FFFD.
 std::string file_tail(const std::string& path, size_t max_chars, bool live = false) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = open_log(path);
   if (fd < 0) {
     return {};
   }
@@ -300,7 +320,7 @@ std::string idx_path_for(const std::string& log_path) {
 // The persisted index of a log of `log_size` bytes, fully validated (LogIndex::deserialize);
 // an Error when it is missing, too big to be one, or does not fit the log.
 Result<engine::LogIndex> load_index(const std::string& path, uint64_t log_size) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
   if (!fd) {
     return sys_error("open `{}`", path);
   }
@@ -1037,8 +1057,10 @@ class Engine::Impl {
   // Deletes a settled job's logs, artifacts, record and index entry. `j` is gone afterwards.
   Result<void> remove_settled(Job& j) {
     const std::string task_id = j.id, session = j.session;
-    CORDON_CHECK(remove_settled_files(j));
-    return drop_from_session_index(session, {task_id});
+    auto files = remove_settled_files(j);
+    auto dropped = drop_from_session_index(session, {task_id});
+    CORDON_CHECK(files);
+    return dropped;
   }
 
   // The same for every settled job of a session, its index rewritten once: a session of N
@@ -1099,17 +1121,21 @@ class Engine::Impl {
     cache.remove_if([&](const std::unique_ptr<Job>& x) { return x->id == task_id; });
     for (const char* f :
          {"/meta.json", "/stdout.log", "/stderr.log", "/pty.log", "/stdout.idx", "/stderr.idx",
-          "/pty.idx", "/.stdout.idx.tmp", "/.stderr.idx.tmp", "/.pty.idx.tmp"}) {
+          "/pty.idx", "/.stdout.idx.tmp", "/.stderr.idx.tmp", "/.pty.idx.tmp", "/.meta.json.tmp"}) {
       ::unlink((dir + f).c_str());
     }
+    // With its record gone the job is gone, whatever else is left in its directory (a file
+    // nobody of ours wrote): it is counted out and its index line dropped either way, and the
+    // directory that stays is named in the error.
+    Result<void> gone{};
     if (::rmdir(dir.c_str()) != 0 && errno != ENOENT) {
-      return sys_error("rmdir `{}`", dir);
+      gone = sys_error("task {} is removed, but its directory `{}` stays: rmdir", task_id, dir);
     }
     if (jobs_on_disk > 0) {
       --jobs_on_disk;
     }
     ensure_reserve();  // the space just freed may refill the reserve a full disk took
-    return {};
+    return gone;
   }
 
   // Drops removed jobs' ids from their session's index. Failure fixed: an index that could
@@ -1920,6 +1946,7 @@ class Engine::Impl {
     ++c.finished;
     uncount_running(j);
     // Move to the settled cache.
+    const std::string id = j.id, ended_at = j.ended_at;  // `j` may be gone after the trim
     auto it = live.find(j.id);
     if (it != live.end()) {
       std::unique_ptr<Job> owned = std::move(it->second);
@@ -1931,8 +1958,7 @@ class Engine::Impl {
         cache.pop_back();
       }
     }
-    std::string id = j.id;  // `j` may be gone after the cache trim or the retention
-    track_settled(j.ended_at, id);
+    track_settled(ended_at, id);
     apply_retention(id);
     ensure_reserve();
     cv.notify_all();
@@ -2387,13 +2413,25 @@ class Engine::Impl {
       s->written = 0;
       hasher.reset(*s->digest);
       struct stat st {};
-      if (::stat(s->path.c_str(), &st) == 0) {
+      UniqueFd log(open_log(s->path));
+      if (!log && errno != ENOENT) {
+        j.error += fmt::format("{}the log `{}` could not be read: {}", j.error.empty() ? "" : "; ",
+                               s->path, errno_name(errno));
+      }
+      if (log && ::fstat(log.get(), &st) == 0) {
         later(st);
-        s->written = static_cast<uint64_t>(st.st_size);
-        std::ifstream in(s->path, std::ios::binary);
         std::vector<char> buf(1 << 16);
-        while (in.read(buf.data(), static_cast<std::streamsize>(buf.size())) || in.gcount() > 0) {
-          hasher.feed_now(*s->digest, buf.data(), static_cast<size_t>(in.gcount()));
+        for (ssize_t n; (n = ::read(log.get(), buf.data(), buf.size())) != 0;) {
+          if (n < 0) {
+            if (errno == EINTR) {
+              continue;
+            }
+            j.error += fmt::format("{}read `{}`: {}", j.error.empty() ? "" : "; ", s->path,
+                                   errno_name(errno));
+            break;
+          }
+          hasher.feed_now(*s->digest, buf.data(), static_cast<size_t>(n));
+          s->written += static_cast<uint64_t>(n);
         }
       }
     }
@@ -2513,6 +2551,10 @@ Result<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
   }
   impl->opt = options;
   auto& o = impl->opt;
+  // The job in hand (the one settling, the one just read from disk) is kept in the cache
+  // while the caller uses it. Failure fixed (a review, session 14): settled_cache 0 freed it
+  // at once, and the first settle aborted the process.
+  o.settled_cache = std::max<size_t>(o.settled_cache, 1);
   if (o.state_dir.empty() || o.state_dir[0] != '/') {
     return invalid("the state dir must be an absolute path");
   }
@@ -2955,7 +2997,7 @@ Result<OutputPage> page_fd(int fd, bool complete, SharedIndex& shared, const Out
 
 Result<OutputPage> page_file(const std::string& path, bool complete, SharedIndex& shared,
                              const OutputRequest& req) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = open_log(path);
   if (fd < 0) {
     if (errno == ENOENT) {
       OutputPage out;  // nothing written yet
@@ -3291,7 +3333,7 @@ Result<OutputPage> Engine::retrieve(const std::string& session, const std::strin
     }
   }
   std::string path = m.artifacts_dir() + "/" + artifact_id;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = open_log(path);
   if (fd < 0) {
     if (errno == ENOENT) {
       return unknown();

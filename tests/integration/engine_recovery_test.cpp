@@ -350,6 +350,102 @@ BOOST_AUTO_TEST_CASE(a_record_that_is_no_regular_file_does_not_hang_the_open) {
   BOOST_TEST((::lstat(fifo.c_str(), &st) == 0 && S_ISFIFO(st.st_mode)));  // left as it was
 }
 
+// A log that is no regular file (a FIFO, a symlink to /dev/zero) in a `running` record that
+// recovery abandons, and in a settled one that is listed: neither blocks. Failure fixed (a
+// review, session 14): recovery opened the FIFO blocking (Engine::open hung), and `list` of
+// the settled job blocked in its tail with the engine's lock held (every other call waited).
+BOOST_AUTO_TEST_CASE(a_log_that_is_no_regular_file_blocks_neither_open_nor_list) {
+  EngineEnv env;
+  std::vector<std::string> ids = settled_echoes(env, 4);
+  auto to_fifo = [&](const std::string& path) {
+    BOOST_REQUIRE(::unlink(path.c_str()) == 0);
+    BOOST_REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
+  };
+  // ids[0]: running, its stdout a FIFO; ids[1]: running, its stderr a symlink to /dev/zero.
+  for (int i = 0; i < 2; ++i) {
+    auto m = nlohmann::json::parse(read_file(env.job_dir(ids[i]) + "/meta.json"));
+    m["state"] = "running";
+    std::ofstream(env.job_dir(ids[i]) + "/meta.json") << m.dump();
+  }
+  to_fifo(env.job_dir(ids[0]) + "/stdout.log");
+  const std::string zero = env.job_dir(ids[1]) + "/stderr.log";
+  BOOST_REQUIRE(::unlink(zero.c_str()) == 0);
+  BOOST_REQUIRE(::symlink("/dev/zero", zero.c_str()) == 0);
+  // ids[2]: settled, its stdout a FIFO.
+  to_fifo(env.job_dir(ids[2]) + "/stdout.log");
+  auto unblock = [&] {  // so that a failure fails instead of hanging
+    for (int i : {0, 2}) {
+      int w = ::open((env.job_dir(ids[i]) + "/stdout.log").c_str(), O_WRONLY | O_NONBLOCK);
+      if (w >= 0) ::close(w);
+    }
+  };
+  auto opening = std::async(std::launch::async, [&] { return open_engine(env); });
+  bool in_time = opening.wait_for(20s) == std::future_status::ready;
+  for (int i = 0; !in_time && i < 100; ++i) {
+    unblock();
+    in_time = opening.wait_for(100ms) == std::future_status::ready;
+  }
+  BOOST_REQUIRE_MESSAGE(opening.wait_for(20s) == std::future_status::ready,
+                        "Engine::open blocked on a log that is no regular file");
+  BOOST_TEST(in_time);
+  auto e = opening.get();
+  for (int i = 0; i < 2; ++i) {
+    auto st = e->status("s", ids[i]);
+    BOOST_REQUIRE_MESSAGE(st.has_value(), describe(st));
+    BOOST_TEST(st->state == "abandoned");
+    BOOST_TEST(st->error.find("could not be read") != std::string::npos, st->error);
+  }
+  auto listing = std::async(std::launch::async, [&] { return e->list("s", std::nullopt); });
+  bool listed = listing.wait_for(20s) == std::future_status::ready;
+  for (int i = 0; !listed && i < 100; ++i) {
+    unblock();
+    listed = listing.wait_for(100ms) == std::future_status::ready;
+  }
+  BOOST_TEST(listed, "list blocked on a settled job's FIFO log");
+  BOOST_TEST(listing.get().value().size() == 4u);
+  auto out = e->output("s", ids[2], {});
+  BOOST_TEST(!out.has_value());  // an error that names it, not a hang
+  expect_kept(*e, ids[3]);       // the control
+}
+
+// A record rewritten when the engine was killed mid-write leaves `.meta.json.tmp` in the job's
+// directory; removing the job still removes all of it. Failure fixed (a review, session 14):
+// the rmdir failed (ENOTEMPTY) after the logs and record were gone, the index kept the id for
+// good and the job stayed counted against maxJobs.
+BOOST_AUTO_TEST_CASE(a_job_with_a_leftover_temporary_record_is_removed_whole) {
+  EngineEnv env;
+  std::vector<std::string> ids = settled_echoes(env, 2);
+  std::ofstream(env.job_dir(ids[0]) + "/.meta.json.tmp") << "{\"half";
+  std::ofstream(env.job_dir(ids[1]) + "/notes.txt") << "someone else's";
+  auto e = open_engine(env);
+  auto rm = e->remove("s", ids[0]);
+  BOOST_REQUIRE_MESSAGE(rm.has_value(), describe(rm));
+  BOOST_TEST(!fs::exists(env.job_dir(ids[0])));
+  // A file that is none of ours keeps the directory, and the error names it; the job is
+  // removed all the same (not listed, not counted).
+  auto kept = e->remove("s", ids[1]);
+  BOOST_REQUIRE(!kept.has_value());
+  BOOST_TEST(kept.error().message().find("stays") != std::string::npos, kept.error().message());
+  BOOST_TEST(fs::exists(env.job_dir(ids[1]) + "/notes.txt"));
+  BOOST_TEST(e->known_ids("s").value().empty());
+}
+
+// settled_cache 0 keeps the job in hand all the same. Failure fixed (a review, session 14): the
+// settle freed the job it was settling, and the first settle aborted the process.
+BOOST_AUTO_TEST_CASE(a_settled_cache_of_zero_still_settles_jobs) {
+  EngineEnv env;
+  EngineOptions o = env.options();
+  o.settled_cache = 0;
+  auto e = Engine::open(o);
+  BOOST_REQUIRE_MESSAGE(e.has_value(), describe(e));
+  auto s = (*e)->start("s", {.argv = {"/bin/echo", "kept"}});
+  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+  auto st = (*e)->status("s", s->task_id, 20s);
+  BOOST_REQUIRE_MESSAGE(st.has_value(), describe(st));
+  BOOST_TEST(st->state == "exited");
+  BOOST_TEST((*e)->output("s", s->task_id, {}).value().content == "kept\n");
+}
+
 // A session's index is the engine's own file and grows 30 bytes a job: it is read whole, past
 // read_small_file's 64 MiB default. And a remove that cannot read the index fails, where it
 // took an unreadable index for an empty one and wrote that back, dropping every other job of
