@@ -211,6 +211,8 @@ class Engine {
   /// it): with rootPerSession its working root's fd is closed and the directory removed when
   /// empty. Its jobs and records stay. A later start in that session opens the root again.
   void release_session(const std::string& session);
+  /// The sessions that have jobs on disk (those with a job index), in no order.
+  [[nodiscard]] Result<std::vector<std::string>> sessions();
   /// Ends a session for good (a daemon connection's unnamed one, when the connection ends):
   /// its queued and running jobs are killed (as kill_many), waited for at most `settle`, then
   /// every settled job's logs, artifacts and records are removed, the session's index

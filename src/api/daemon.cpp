@@ -564,6 +564,27 @@ int run_daemon(const DaemonOptions& options) {
     return 1;
   }
   std::shared_ptr<Engine> shared(std::move(*engine));
+  // Unnamed sessions (`u<uid>.conn-…`) end with their connection; those of a daemon that died
+  // (SIGKILL, a crash) never saw it end, and no client can name them: their jobs, abandoned by
+  // the open above, would count against quotas.maxJobs for good. Failure fixed (a review,
+  // session 14): after a daemon restart they filled the quota, and every start was refused
+  // with advice nobody could follow.
+  if (auto sessions = shared->sessions(); !sessions) {
+    log->warn("the sessions of the last run could not be listed: {}", sessions.error().message());
+  } else {
+    for (const auto& session : *sessions) {
+      if (session.find(".conn-") == std::string::npos) {
+        continue;
+      }
+      auto ended = shared->end_session(session, std::chrono::milliseconds(0));
+      if (!ended) {
+        log->warn("the unnamed session `{}` of the last run: {}", session, ended.error().message());
+      } else {
+        log->info("the unnamed session `{}` of the last run ended: {} jobs removed", session,
+                  *ended);
+      }
+    }
+  }
   ConnectionLimits limits;
   limits.idle_timeout = std::chrono::milliseconds(settings->idle_timeout_ms);
   limits.stall_timeout = std::chrono::milliseconds(settings->stall_timeout_ms);

@@ -3378,6 +3378,34 @@ Result<std::vector<std::string>> Engine::known_ids(const std::string& session) {
   return impl_->session_ids(session);
 }
 
+Result<std::vector<std::string>> Engine::sessions() {
+  auto& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.mu);
+  const std::string dir = m.sessions_dir();
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) {
+    if (errno == ENOENT) {
+      return std::vector<std::string>{};
+    }
+    return sys_error("opendir `{}`", dir);
+  }
+  std::vector<std::string> out;
+  constexpr std::string_view kSuffix = ".jobs";
+  errno = 0;
+  for (struct dirent* e; (e = ::readdir(d)) != nullptr; errno = 0) {
+    std::string_view name(e->d_name);
+    if (name.size() > kSuffix.size() && name.ends_with(kSuffix) && name[0] != '.') {
+      out.emplace_back(name.substr(0, name.size() - kSuffix.size()));
+    }
+  }
+  int err = errno;
+  ::closedir(d);
+  if (err != 0) {
+    return std::unexpected(Error::sys(err, fmt::format("readdir `{}`", dir)));
+  }
+  return out;
+}
+
 Result<size_t> Engine::end_session(const std::string& session, std::chrono::milliseconds settle) {
   auto& m = *impl_;
   std::vector<std::string> unsettled;

@@ -443,6 +443,53 @@ BOOST_AUTO_TEST_CASE(concurrency_per_uid_keeps_slots_for_other_uids) {
 // Failure fixed (a review, session 13): the ended session's records stayed, in a session no
 // client can name again, counted against the policy's job quota (maxJobs 5: three jobs of a
 // uid that left made another uid's starts fail with "remove settled jobs", which it could not).
+// The unnamed sessions of a daemon that was SIGKILLed never saw their connections end: the
+// next daemon on the state dir ends them at its start (their jobs were abandoned by recovery).
+// Failure fixed (a review, session 14): their records stayed, in sessions no client can name,
+// counted against quotas.maxJobs: after the restart every start was refused.
+BOOST_AUTO_TEST_CASE(unnamed_sessions_of_a_killed_daemon_end_at_the_next_start) {
+  DaemonProcess d(json{{"quotas", {{"maxJobs", 2}}}});
+  std::vector<std::string> ids;
+  {
+    LineClient c(d.connect_fd());
+    BOOST_REQUIRE(c.initialize());
+    for (int i = 0; i < 2; ++i) {
+      json r = c.call_content("run_command_bg", {{"argv", {"/bin/sleep", "1000"}}});
+      ids.push_back(r.value("taskId", ""));
+      BOOST_REQUIRE_MESSAGE(!ids.back().empty(), r.dump());
+    }
+    BOOST_REQUIRE(::kill(d.pid(), SIGKILL) == 0);
+    BOOST_REQUIRE(d.exited_within(std::chrono::seconds(10)));
+  }
+  // A named session's jobs stay across the restart: the control.
+  d.start({"--socket", d.sock()});
+  BOOST_REQUIRE_MESSAGE(d.alive(), d.death());
+  namespace fs = std::filesystem;
+  // The daemon ends them before it serves anyone (a client that connects meanwhile waits in
+  // the listen backlog); the test reads the log for when.
+  const std::string ended = "of the last run ended: 2 jobs removed";
+  for (int i = 0; i < 2000 && d.log_text().find(ended) == std::string::npos; ++i) {
+    ::usleep(10000);  // bounded: 20 s
+  }
+  BOOST_TEST(d.log_text().find(ended) != std::string::npos, d.log_text());
+  for (const auto& id : ids) {
+    BOOST_TEST(!fs::exists(d.box().state + "/jobs/" + id), id);
+  }
+  LineClient next(d.connect_fd());
+  BOOST_REQUIRE(next.handshake("after"));
+  BOOST_REQUIRE(next.initialize());
+  std::string kept;
+  for (int i = 0; i < 2; ++i) {
+    json r = next.call_content("run_command", {{"argv", {"/bin/echo", "again"}}});
+    BOOST_TEST(r.value("state", "") == "exited", r.dump());
+    kept = r.value("taskId", "");
+  }
+  next.close();
+  d.start({"--socket", d.sock()});  // a named session is no unnamed one: its jobs stay
+  BOOST_REQUIRE_MESSAGE(d.alive(), d.death());
+  BOOST_TEST(fs::exists(d.box().state + "/jobs/" + kept), kept);
+}
+
 BOOST_AUTO_TEST_CASE(an_unnamed_session_ends_with_its_connection) {
   DaemonProcess d(json{{"quotas", {{"maxJobs", 5}}}});
   std::vector<std::string> ids;
