@@ -3034,11 +3034,22 @@ Result<OutputPage> Engine::output(const std::string& session, const std::string&
   // persisted) would otherwise stall every other call and the event loop. The index has its
   // own lock and stays alive with this reference even if the job leaves the settled cache.
   // Settled or not as of now: a job that settles meanwhile is paged as still running once.
+  // The log is opened under the lock, while the job is known to exist: a remove (or another
+  // session's settle running the retention) between the unlock and the open made a removed
+  // job's log read as complete and empty. Failure fixed (a review, session 14).
   const std::string path = s->path;
   const bool complete = j->settled();
   std::shared_ptr<SharedIndex> index = s->index;
+  UniqueFd fd(open_log(path));
+  if (!fd) {
+    if (errno == ENOENT && !complete) {
+      lock.unlock();
+      return page_file(path, complete, *index, request);  // nothing written yet
+    }
+    return sys_error("open the log of task {} `{}`", task_id, path);
+  }
   lock.unlock();
-  return page_file(path, complete, *index, request);
+  return page_fd(fd.get(), complete, *index, request);
 }
 
 Result<JobStatus> Engine::kill(const std::string& session, const std::string& task_id, int signal) {

@@ -430,6 +430,24 @@ BOOST_AUTO_TEST_CASE(a_job_with_a_leftover_temporary_record_is_removed_whole) {
   BOOST_TEST(e->known_ids("s").value().empty());
 }
 
+// A settled job whose log is gone (removed by hand, or by a remove racing the read) is an
+// error that names the log, never a complete, empty page. Failure fixed (a review, session 14):
+// `output` read ENOENT as "nothing written yet" and answered complete with 0 bytes, so a
+// poller stopped early with a truncated log. The open is now under the engine's lock, while
+// the job is known to exist.
+BOOST_AUTO_TEST_CASE(a_settled_log_that_is_gone_is_an_error_not_an_empty_page) {
+  EngineEnv env;
+  std::vector<std::string> ids = settled_echoes(env, 2);
+  BOOST_REQUIRE(::unlink((env.job_dir(ids[0]) + "/stdout.log").c_str()) == 0);
+  auto e = open_engine(env);
+  auto st = e->status("s", ids[0]);
+  BOOST_REQUIRE_MESSAGE(st.has_value(), describe(st));
+  auto out = e->output("s", ids[0], {});
+  BOOST_REQUIRE_MESSAGE(!out.has_value(), "a complete page of " << out->total_size << " bytes");
+  BOOST_TEST(out.error().message().find("stdout.log") != std::string::npos, out.error().message());
+  expect_kept(*e, ids[1]);  // the control
+}
+
 // settled_cache 0 keeps the job in hand all the same. Failure fixed (a review, session 14): the
 // settle freed the job it was settling, and the first settle aborted the process.
 BOOST_AUTO_TEST_CASE(a_settled_cache_of_zero_still_settles_jobs) {
