@@ -1105,6 +1105,11 @@ class Engine::Impl {
     const std::string task_id = j.id, session = j.session, dir = j.dir;
     uint64_t bytes = j.out_bytes + j.err_bytes;
     disk_bytes -= std::min(disk_bytes, bytes);
+    // The record goes first: a crash after it leaves a directory without one, which the next
+    // open deletes with its artifacts and index line (reconcile()). Artifacts first, as it
+    // was, left a job that read `exited` and named an artifact that was gone (a review,
+    // session 14).
+    ::unlink((dir + "/meta.json").c_str());
     for (const auto& a : {j.out_art, j.err_art}) {
       if (a) {
         ::unlink((artifacts_dir() + "/" + a->artifact_id).c_str());
@@ -2462,10 +2467,16 @@ class Engine::Impl {
       }
     }
     ::closedir(d);
+    std::unordered_map<std::string, std::unordered_set<std::string>> recovered;  // by session
     for (const auto& id : ids) {
       std::string dir = jobs_dir() + "/" + id;
       auto text = read_small_file(dir + "/meta.json");
       if (!text) {
+        struct stat st {};
+        if (errno == ENOENT && valid_name(id) && id[0] == 't' &&
+            ::lstat((dir + "/meta.json").c_str(), &st) != 0 && errno == ENOENT) {
+          remove_recordless_dir(id);
+        }
         continue;
       }
       auto j = job_from_meta(dir, *text);
@@ -2475,6 +2486,7 @@ class Engine::Impl {
         continue;
       }
       ++jobs_on_disk;
+      recovered[j->session].insert(j->id);
       if (j->state == "running" || j->state == "queued") {
         // Failure fixed: a meta write that failed here (ENOSPC on a disk that filled up while
         // the previous engine ran, its reserve already spent) failed Engine::open, so the
@@ -2488,7 +2500,95 @@ class Engine::Impl {
       disk_bytes += j->out_bytes + j->err_bytes;
       track_settled(j->ended_at, j->id);
     }
+    reconcile_session_indexes(recovered);
     return {};
+  }
+
+  // A job directory without its record: a start killed between its mkdir and its record, or a
+  // remove killed after it deleted the record. Nothing can name the job: its files, its
+  // artifacts and the directory go (only the names the engine writes; anything else keeps the
+  // directory).
+  void remove_recordless_dir(const std::string& id) {
+    const std::string dir = jobs_dir() + "/" + id;
+    for (const char* stream : {"stdout", "stderr", "pty"}) {
+      const std::string art = artifacts_dir() + "/a" + id.substr(1) + "-" + stream;
+      ::unlink(art.c_str());
+      ::unlink((art + ".json").c_str());
+    }
+    for (const char* f :
+         {"/stdout.log", "/stderr.log", "/pty.log", "/stdout.idx", "/stderr.idx", "/pty.idx",
+          "/.stdout.idx.tmp", "/.stderr.idx.tmp", "/.pty.idx.tmp", "/.meta.json.tmp"}) {
+      ::unlink((dir + f).c_str());
+    }
+    (void)::rmdir(dir.c_str());
+  }
+
+  // Makes every session index list exactly its recovered jobs: a line whose job directory is
+  // gone (a remove killed before its index rewrite) is dropped; a job missing from its index
+  // (a start killed between its record and its index line, or a machine crash that kept one
+  // write and not the other) is listed again, so it can be seen and removed. Failure fixed (a
+  // review, session 14): such a job was counted against maxJobs and in `finished`, and no list
+  // ever showed it. An index that cannot be read or written is left as it is.
+  void reconcile_session_indexes(
+      const std::unordered_map<std::string, std::unordered_set<std::string>>& recovered) {
+    std::unordered_set<std::string> sessions;
+    for (const auto& [session, ids] : recovered) {
+      sessions.insert(session);
+    }
+    if (DIR* d = ::opendir(sessions_dir().c_str())) {
+      constexpr std::string_view kSuffix = ".jobs";
+      while (struct dirent* e = ::readdir(d)) {
+        std::string_view name(e->d_name);
+        if (name.size() > kSuffix.size() && name.ends_with(kSuffix) && name[0] != '.') {
+          sessions.emplace(name.substr(0, name.size() - kSuffix.size()));
+        }
+      }
+      ::closedir(d);
+    }
+    static const std::unordered_set<std::string> kNone;
+    for (const auto& session : sessions) {
+      auto it = recovered.find(session);
+      const auto& jobs = it == recovered.end() ? kNone : it->second;
+      auto listed = read_session_ids(session);
+      if (!listed) {
+        continue;
+      }
+      std::vector<std::string> kept;
+      std::unordered_set<std::string> seen;
+      bool changed = false;
+      for (const auto& id : *listed) {
+        struct stat st {};
+        bool gone = !jobs.contains(id) &&
+                    (!valid_name(id) ||
+                     (::lstat((jobs_dir() + "/" + id).c_str(), &st) != 0 && errno == ENOENT));
+        if (gone || !seen.insert(id).second) {
+          changed = true;
+          continue;
+        }
+        kept.push_back(id);
+      }
+      std::vector<std::string> missing;
+      for (const auto& id : jobs) {
+        if (!seen.contains(id)) {
+          missing.push_back(id);
+        }
+      }
+      std::sort(missing.begin(), missing.end());  // ids sort by start time
+      changed = changed || !missing.empty();
+      if (!changed) {
+        continue;
+      }
+      kept.insert(kept.end(), missing.begin(), missing.end());
+      if (kept.empty()) {
+        (void)::unlink(session_index_path(session).c_str());
+        continue;
+      }
+      std::string text;
+      for (const auto& id : kept) {
+        text += id + "\n";
+      }
+      (void)write_meta(sessions_dir(), session_index_name(session), text, /*use_reserve=*/false);
+    }
   }
 };
 
