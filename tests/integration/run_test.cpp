@@ -37,6 +37,23 @@ std::vector<pid_t> processes_of_uid(uid_t uid) {
   return out;
 }
 
+// Starts `args` (a cordon run) as a child of the test with stdin (and, `quiet`, stdout) on
+// /dev/null; the caller waits for it.
+pid_t start_in_background(std::vector<std::string> args, bool quiet = false) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    int devnull = ::open("/dev/null", O_RDWR);
+    ::dup2(devnull, 0);
+    if (quiet) ::dup2(devnull, 1);
+    std::vector<char*> av;
+    for (auto& a : args) av.push_back(a.data());
+    av.push_back(nullptr);
+    ::execv(av[0], av.data());
+    ::_exit(99);
+  }
+  return pid;
+}
+
 // Runs `args` (a cordon run --tty) with a fresh pty as its controlling terminal and stdio, at
 // `ws` when given and on the CPUs of `affinity` when given; returns the wait status and what
 // the terminal showed (read from the master until EIO: cordon held the last slave).
@@ -303,16 +320,7 @@ BOOST_AUTO_TEST_CASE(timeout_reaches_a_child_that_ignores_sigterm_and_its_forks)
 // sends it `sig`, and returns its wait status.
 int signal_once_running(const Sandbox& s, std::vector<std::string> args, const std::string& marker,
                         int sig) {
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    int devnull = ::open("/dev/null", O_RDWR);
-    ::dup2(devnull, 0);
-    std::vector<char*> av;
-    for (auto& a : args) av.push_back(a.data());
-    av.push_back(nullptr);
-    ::execv(av[0], av.data());
-    ::_exit(99);
-  }
+  pid_t pid = start_in_background(std::move(args));
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (!std::filesystem::exists(s.root + "/" + marker) &&
          std::chrono::steady_clock::now() < deadline) {
@@ -335,16 +343,7 @@ BOOST_AUTO_TEST_CASE(a_signal_before_init_is_ready_still_reaches_the_command) {
   const std::string status = s.base + "/st.json";
   for (int run = 0; run < 5; ++run) {
     auto args = s.args({"--kill-grace", "10", "--json-status", status}, {"/bin/sleep", "1000"});
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      int devnull = ::open("/dev/null", O_RDWR);
-      ::dup2(devnull, 0);
-      std::vector<char*> av;
-      for (auto& a : args) av.push_back(a.data());
-      av.push_back(nullptr);
-      ::execv(av[0], av.data());
-      ::_exit(99);
-    }
+    pid_t pid = start_in_background(std::move(args));
     // The first moment cordon holds SIGTERM for itself: its mask says so in /proc.
     const uint64_t term_bit = uint64_t{1} << (SIGTERM - 1);
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
@@ -586,17 +585,7 @@ BOOST_AUTO_TEST_CASE(a_sigkilled_cordon_leaves_nothing_behind_after_the_next_sta
   Sandbox s;
   auto args = s.args({"--json-status", s.base + "/st.json"},
                      {"/bin/sh", "-c", "touch started; exec sleep 1000"});
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    int devnull = ::open("/dev/null", O_RDWR);
-    ::dup2(devnull, 0);
-    ::dup2(devnull, 1);
-    std::vector<char*> av;
-    for (auto& a : args) av.push_back(a.data());
-    av.push_back(nullptr);
-    ::execv(av[0], av.data());
-    ::_exit(99);
-  }
+  pid_t pid = start_in_background(std::move(args), /*quiet=*/true);
   // Wait until the command runs: its marker file exists and so does the job record.
   std::string records = s.state + "/cgroups";
   std::vector<std::string> paths;
