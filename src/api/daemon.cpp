@@ -397,6 +397,29 @@ std::string random_hex() {
   return fmt::format("{:016x}", v);
 }
 
+// Whether `session` is an unnamed session as serve_connection names one: exactly
+// `u<uid>.conn-<16 hex digits>`. A named session may hold `.conn-` too (`u1000-ci.conn-1`):
+// the whole form is matched, never a part of it. Failure fixed (a review of session 14's
+// change): a substring match would have ended such a named session at the next start.
+bool is_connection_session(const std::string& session) {
+  size_t dot = session.find('.');
+  if (session.size() < 2 || session[0] != 'u' || dot == std::string::npos || dot < 2) {
+    return false;
+  }
+  for (size_t i = 1; i < dot; ++i) {
+    if (session[i] < '0' || session[i] > '9') {
+      return false;
+    }
+  }
+  const std::string_view rest = std::string_view(session).substr(dot);
+  constexpr std::string_view kConn = ".conn-";
+  if (!rest.starts_with(kConn) || rest.size() != kConn.size() + 16) {
+    return false;
+  }
+  return std::all_of(rest.begin() + kConn.size(), rest.end(),
+                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
 struct Connection {
   UniqueFd fd;
   std::thread thread;
@@ -573,7 +596,7 @@ int run_daemon(const DaemonOptions& options) {
     log->warn("the sessions of the last run could not be listed: {}", sessions.error().message());
   } else {
     for (const auto& session : *sessions) {
-      if (session.find(".conn-") == std::string::npos) {
+      if (!is_connection_session(session)) {
         continue;
       }
       auto ended = shared->end_session(session, std::chrono::milliseconds(0));

@@ -1065,13 +1065,22 @@ class Engine::Impl {
 
   // The same for every settled job of a session, its index rewritten once: a session of N
   // jobs removed one by one read and rewrote the index N times (and synced it N times).
-  // Running and queued jobs stay. The count removed, or the first error (what was removed
+  // Running and queued jobs stay. `lock` (holding mu) is let go every kRemoveChunk jobs, so a
+  // session of thousands does not stall the event loop and every other call for the whole
+  // batch (a review, session 14). The count removed, or the first error (what was removed
   // before it stays removed, and the index still drops it).
-  Result<size_t> remove_settled_session(const std::string& session) {
+  static constexpr size_t kRemoveChunk = 64;
+  Result<size_t> remove_settled_session(const std::string& session,
+                                        std::unique_lock<std::mutex>& lock) {
     CORDON_TRY(ids, session_ids(session));
     std::unordered_set<std::string> gone;
     std::optional<Error> first;
+    size_t done = 0;
     for (const auto& id : ids) {
+      if (++done % kRemoveChunk == 0) {
+        lock.unlock();
+        lock.lock();
+      }
       Job* j = find(id);
       if (j == nullptr) {
         // Listed with no record (a crash between the two deletions): nothing to delete but
@@ -2510,6 +2519,10 @@ class Engine::Impl {
   // directory).
   void remove_recordless_dir(const std::string& id) {
     const std::string dir = jobs_dir() + "/" + id;
+    struct stat st {};
+    if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+      return;  // a symlink (or anything else) named like a job: never followed
+    }
     for (const char* stream : {"stdout", "stderr", "pty"}) {
       const std::string art = artifacts_dir() + "/a" + id.substr(1) + "-" + stream;
       ::unlink(art.c_str());
@@ -3519,23 +3532,30 @@ Result<std::vector<std::string>> Engine::sessions() {
 
 Result<size_t> Engine::end_session(const std::string& session, std::chrono::milliseconds settle) {
   auto& m = *impl_;
-  std::vector<std::string> unsettled;
+  Result<size_t> removed = 0;
   {
-    std::lock_guard<std::mutex> lock(m.mu);
+    std::unique_lock<std::mutex> lock(m.mu);
+    // Every unsettled job is signalled under this one hold of the lock (a queued one settles
+    // `killed` at once, which changes `live`: the ids first). Failure fixed (a review, session
+    // 14): the ids were taken, the lock let go, then kill_many, which refuses the whole call
+    // for one id that retention removed meanwhile: the session's other jobs ran on.
+    std::vector<std::string> unsettled;
     for (const auto& [id, j] : m.live) {
       if (j->session == session) {
         unsettled.push_back(id);
       }
     }
-  }
-  if (!unsettled.empty()) {
-    (void)kill_many(session, unsettled);
-    (void)wait(session, unsettled, settle, /*all=*/true);
-  }
-  Result<size_t> removed = 0;
-  {
-    std::lock_guard<std::mutex> lock(m.mu);
-    removed = m.remove_settled_session(session);
+    for (const auto& id : unsettled) {
+      if (auto it = m.live.find(id); it != m.live.end()) {
+        (void)m.kill_job(*it->second, SIGTERM);
+      }
+    }
+    auto still_running = [&] {
+      return std::any_of(m.live.begin(), m.live.end(),
+                         [&](const auto& entry) { return entry.second->session == session; });
+    };
+    m.cv.wait_for(lock, settle, [&] { return !still_running(); });
+    removed = m.remove_settled_session(session, lock);
   }
   release_session(session);
   return removed;

@@ -475,8 +475,9 @@ BOOST_AUTO_TEST_CASE(unnamed_sessions_of_a_killed_daemon_end_at_the_next_start) 
   for (const auto& id : ids) {
     BOOST_TEST(!fs::exists(d.box().state + "/jobs/" + id), id);
   }
+  // The control: a named session whose name holds `.conn-` too is no unnamed one.
   LineClient next(d.connect_fd());
-  BOOST_REQUIRE(next.handshake("after"));
+  BOOST_REQUIRE(next.handshake("ci.conn-0123456789abcdef"));
   BOOST_REQUIRE(next.initialize());
   std::string kept;
   for (int i = 0; i < 2; ++i) {
@@ -487,6 +488,11 @@ BOOST_AUTO_TEST_CASE(unnamed_sessions_of_a_killed_daemon_end_at_the_next_start) 
   next.close();
   d.start({"--socket", d.sock()});  // a named session is no unnamed one: its jobs stay
   BOOST_REQUIRE_MESSAGE(d.alive(), d.death());
+  LineClient again(d.connect_fd());  // served only once the start's cleanup is done
+  BOOST_REQUIRE(again.handshake("ci.conn-0123456789abcdef"));
+  BOOST_REQUIRE(again.initialize());
+  json status = again.call_content("command_status", {{"taskId", kept}});
+  BOOST_TEST(status.value("state", "") == "exited", status.dump());
   BOOST_TEST(fs::exists(d.box().state + "/jobs/" + kept), kept);
 }
 
