@@ -107,6 +107,11 @@ constexpr size_t kSpawners = kStarters;  // 1 would have both starters share one
 // (two writers filling the disk together) nothing.
 constexpr off_t kReserveBytes = 1 << 20;
 constexpr off_t kReserveStep = 64 << 10;
+// Every file the engine writes in a job's directory but its record (meta.json): what a remove
+// deletes after the record, and what the open deletes from a directory left without one.
+constexpr const char* kJobFiles[] = {
+    "/stdout.log", "/stderr.log",      "/pty.log",         "/stdout.idx",   "/stderr.idx",
+    "/pty.idx",    "/.stdout.idx.tmp", "/.stderr.idx.tmp", "/.pty.idx.tmp", "/.meta.json.tmp"};
 
 std::string rfc3339_at(time_t seconds, long nanoseconds = 0) {
   struct timespec ts {};
@@ -679,7 +684,10 @@ class Engine::Impl {
   std::string artifacts_dir() const { return opt.state_dir + "/artifacts"; }
   std::string sessions_dir() const { return opt.state_dir + "/sessions"; }
   // A session's index of its job ids, one per line: <sessions_dir>/<session>.jobs.
-  static std::string session_index_name(const std::string& session) { return session + ".jobs"; }
+  static constexpr std::string_view kIndexSuffix = ".jobs";
+  static std::string session_index_name(const std::string& session) {
+    return session + std::string(kIndexSuffix);
+  }
   std::string session_index_path(const std::string& session) const {
     return sessions_dir() + "/" + session_index_name(session);
   }
@@ -925,6 +933,33 @@ class Engine::Impl {
     return cache.front().get();
   }
 
+  // The sessions with a job index, from the names in the sessions dir (none when it is not
+  // there).
+  Result<std::vector<std::string>> session_names() const {
+    const std::string dir = sessions_dir();
+    DIR* d = ::opendir(dir.c_str());
+    if (d == nullptr) {
+      if (errno == ENOENT) {
+        return std::vector<std::string>{};
+      }
+      return sys_error("opendir `{}`", dir);
+    }
+    std::vector<std::string> out;
+    errno = 0;
+    for (struct dirent* e; (e = ::readdir(d)) != nullptr; errno = 0) {
+      std::string_view name(e->d_name);
+      if (name.size() > kIndexSuffix.size() && name.ends_with(kIndexSuffix) && name[0] != '.') {
+        out.emplace_back(name.substr(0, name.size() - kIndexSuffix.size()));
+      }
+    }
+    int err = errno;
+    ::closedir(d);
+    if (err != 0) {
+      return std::unexpected(Error::sys(err, fmt::format("readdir `{}`", dir)));
+    }
+    return out;
+  }
+
   // The session's index of job ids; nullopt (errno set) when it is there and could not be
   // read (no index is no ids). The engine writes it and maxJobs bounds it: no size cap (30
   // bytes a job, 64 MiB at 2.2 million).
@@ -1063,6 +1098,15 @@ class Engine::Impl {
     return dropped;
   }
 
+  // An index line that names no job directory (gone, or no job's name at all): nothing of it
+  // is left to delete. A directory that is there and whose record could not be read (EMFILE)
+  // is not gone.
+  bool job_dir_gone(const std::string& id) const {
+    struct stat st {};
+    return !valid_name(id) ||
+           (::lstat((jobs_dir() + "/" + id).c_str(), &st) != 0 && errno == ENOENT);
+  }
+
   // The same for every settled job of a session, its index rewritten once: a session of N
   // jobs removed one by one read and rewrote the index N times (and synced it N times).
   // Running and queued jobs stay. `lock` (holding mu) is let go every kRemoveChunk jobs, so a
@@ -1085,9 +1129,7 @@ class Engine::Impl {
       if (j == nullptr) {
         // Listed with no record (a crash between the two deletions): nothing to delete but
         // the line. A record that is there and could not be read (EMFILE) keeps its line.
-        struct stat st {};
-        if (!valid_name(id) ||
-            (::lstat((jobs_dir() + "/" + id).c_str(), &st) != 0 && errno == ENOENT)) {
+        if (job_dir_gone(id)) {
           gone.insert(id);
         }
         continue;
@@ -1133,9 +1175,7 @@ class Engine::Impl {
     }
     forget_settled(j.ended_at, task_id);
     cache.remove_if([&](const std::unique_ptr<Job>& x) { return x->id == task_id; });
-    for (const char* f :
-         {"/meta.json", "/stdout.log", "/stderr.log", "/pty.log", "/stdout.idx", "/stderr.idx",
-          "/pty.idx", "/.stdout.idx.tmp", "/.stderr.idx.tmp", "/.pty.idx.tmp", "/.meta.json.tmp"}) {
+    for (const char* f : kJobFiles) {
       ::unlink((dir + f).c_str());
     }
     // With its record gone the job is gone, whatever else is left in its directory (a file
@@ -2528,9 +2568,7 @@ class Engine::Impl {
       ::unlink(art.c_str());
       ::unlink((art + ".json").c_str());
     }
-    for (const char* f :
-         {"/stdout.log", "/stderr.log", "/pty.log", "/stdout.idx", "/stderr.idx", "/pty.idx",
-          "/.stdout.idx.tmp", "/.stderr.idx.tmp", "/.pty.idx.tmp", "/.meta.json.tmp"}) {
+    for (const char* f : kJobFiles) {
       ::unlink((dir + f).c_str());
     }
     (void)::rmdir(dir.c_str());
@@ -2548,15 +2586,8 @@ class Engine::Impl {
     for (const auto& [session, ids] : recovered) {
       sessions.insert(session);
     }
-    if (DIR* d = ::opendir(sessions_dir().c_str())) {
-      constexpr std::string_view kSuffix = ".jobs";
-      while (struct dirent* e = ::readdir(d)) {
-        std::string_view name(e->d_name);
-        if (name.size() > kSuffix.size() && name.ends_with(kSuffix) && name[0] != '.') {
-          sessions.emplace(name.substr(0, name.size() - kSuffix.size()));
-        }
-      }
-      ::closedir(d);
+    if (auto names = session_names()) {
+      sessions.insert(names->begin(), names->end());
     }
     static const std::unordered_set<std::string> kNone;
     for (const auto& session : sessions) {
@@ -2570,11 +2601,7 @@ class Engine::Impl {
       std::unordered_set<std::string> seen;
       bool changed = false;
       for (const auto& id : *listed) {
-        struct stat st {};
-        bool gone = !jobs.contains(id) &&
-                    (!valid_name(id) ||
-                     (::lstat((jobs_dir() + "/" + id).c_str(), &st) != 0 && errno == ENOENT));
-        if (gone || !seen.insert(id).second) {
+        if ((!jobs.contains(id) && job_dir_gone(id)) || !seen.insert(id).second) {
           changed = true;
           continue;
         }
@@ -3503,31 +3530,8 @@ Result<std::vector<std::string>> Engine::known_ids(const std::string& session) {
 }
 
 Result<std::vector<std::string>> Engine::sessions() {
-  auto& m = *impl_;
-  std::lock_guard<std::mutex> lock(m.mu);
-  const std::string dir = m.sessions_dir();
-  DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) {
-    if (errno == ENOENT) {
-      return std::vector<std::string>{};
-    }
-    return sys_error("opendir `{}`", dir);
-  }
-  std::vector<std::string> out;
-  constexpr std::string_view kSuffix = ".jobs";
-  errno = 0;
-  for (struct dirent* e; (e = ::readdir(d)) != nullptr; errno = 0) {
-    std::string_view name(e->d_name);
-    if (name.size() > kSuffix.size() && name.ends_with(kSuffix) && name[0] != '.') {
-      out.emplace_back(name.substr(0, name.size() - kSuffix.size()));
-    }
-  }
-  int err = errno;
-  ::closedir(d);
-  if (err != 0) {
-    return std::unexpected(Error::sys(err, fmt::format("readdir `{}`", dir)));
-  }
-  return out;
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->session_names();
 }
 
 Result<size_t> Engine::end_session(const std::string& session, std::chrono::milliseconds settle) {
