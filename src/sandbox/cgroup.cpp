@@ -377,11 +377,16 @@ Result<void> wait_v1_empty(int dirfd, const std::string& path, int64_t deadline)
   }
 }
 
-Result<void> remove_dir(const std::string& path) {
-  if (::rmdir(path.c_str()) != 0 && errno != ENOENT) {
-    return sys_error("rmdir `{}`", path);
+// rmdir; false when the cgroup is busy (a process arrived since it was seen empty) and the
+// deadline has not passed, for the caller to kill and wait again.
+Result<bool> remove_dir_unless_busy(const std::string& path, int64_t deadline) {
+  if (::rmdir(path.c_str()) == 0 || errno == ENOENT) {
+    return true;
   }
-  return {};
+  if (errno == EBUSY && now_ms() < deadline) {
+    return false;
+  }
+  return sys_error("rmdir `{}`", path);
 }
 
 }  // namespace
@@ -812,23 +817,44 @@ Result<void> JobCgroup::destroy() {
     return {};
   }
   int64_t deadline = now_ms() + kEmptyTimeout.count();
-  CORDON_CHECK_CTX(kill(), "destroy job cgroup");
-  if (v2_.fd.valid()) {
-    CORDON_CHECK_CTX(wait_v2_empty(v2_.fd.get(), v2_.path, deadline), "destroy job cgroup");
-  }
-  for (const Dir& d : v1_) {
-    CORDON_CHECK_CTX(wait_v1_empty(d.fd.get(), d.path, deadline), "destroy job cgroup");
-  }
-  // v1 first: a retry after a failure then still has the v2 cgroup that tracks the job.
-  while (!v1_.empty()) {
-    CORDON_CHECK_CTX(remove_dir(v1_.back().path), "destroy job cgroup");
-    v1_.pop_back();
+  // A process can still arrive after the cgroup was seen empty: the spawner of an engine that
+  // was killed may be finishing a spawn into the very cgroups a new engine's sweep is
+  // destroying (the sandbox is born into the v2 cgroup and moves itself into the v1 ones).
+  // Its rmdir then fails with EBUSY; kill and wait again until the deadline. Failure fixed
+  // (session 15): the sweep gave up, and the record stayed until the next engine's open.
+  for (;;) {
+    CORDON_CHECK_CTX(kill(), "destroy job cgroup");
+    if (v2_.fd.valid()) {
+      CORDON_CHECK_CTX(wait_v2_empty(v2_.fd.get(), v2_.path, deadline), "destroy job cgroup");
+    }
+    for (const Dir& d : v1_) {
+      CORDON_CHECK_CTX(wait_v1_empty(d.fd.get(), d.path, deadline), "destroy job cgroup");
+    }
+    // v1 first: a retry after a failure then still has the v2 cgroup that tracks the job.
+    bool busy = false;
+    while (!v1_.empty() && !busy) {
+      CORDON_TRY_CTX(removed, remove_dir_unless_busy(v1_.back().path, deadline),
+                     "destroy job cgroup");
+      if (removed) {
+        v1_.pop_back();
+      } else {
+        busy = true;
+      }
+    }
+    if (!busy && !v2_.path.empty()) {
+      CORDON_TRY_CTX(removed, remove_dir_unless_busy(v2_.path, deadline), "destroy job cgroup");
+      if (removed) {
+        v2_ = Dir{};
+      } else {
+        busy = true;
+      }
+    }
+    if (!busy) {
+      break;
+    }
+    ::usleep(1000);  // not a spin, should the cgroup stay busy for another reason
   }
   v1_memory_ = v1_pids_ = v1_cpu_ = -1;
-  if (!v2_.path.empty()) {
-    CORDON_CHECK_CTX(remove_dir(v2_.path), "destroy job cgroup");
-    v2_ = Dir{};
-  }
   return {};
 }
 

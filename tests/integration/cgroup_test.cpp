@@ -11,10 +11,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <boost/test/unit_test.hpp>
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/strings.hpp"
@@ -476,5 +478,77 @@ BOOST_FIXTURE_TEST_CASE(sweep_leaves_record_of_a_live_owner_alone, Host) {
   BOOST_TEST(!exists(record));
   for (const std::string& p : *paths) {
     BOOST_TEST(!exists(p), p);
+  }
+}
+
+// The spawner of a killed engine may still be finishing a spawn into the cgroups the next
+// engine's sweep destroys: the sandbox is born into the v2 cgroup (CLONE_INTO_CGROUP) and moves
+// itself into the v1 ones, after destroy() saw them empty. A feeder thread does that in a loop
+// until the cgroups are gone (or 2000 processes, or 3 s); destroy() must still remove them all.
+// It gave up with EBUSY from rmdir, failing before the fix (the sweep then left the record and
+// the cgroups to the next engine's open) — in about one round in five, so ten rounds.
+BOOST_FIXTURE_TEST_CASE(destroy_outlasts_processes_that_arrive_after_it_saw_the_cgroup_empty,
+                        Host) {
+  for (int round = 0; round < 10; ++round) {
+    auto job = JobCgroup::create(layout, "latecomers-" + std::to_string(round), {});
+    BOOST_TEST_REQUIRE(job.has_value(), why(job));
+    std::vector<std::string> paths = job->paths();
+    std::vector<UniqueFd> v1_procs;
+    for (int fd : job->v1_dirfds()) {
+      v1_procs.emplace_back(::openat(fd, "cgroup.procs", O_WRONLY | O_CLOEXEC));
+      BOOST_TEST_REQUIRE(v1_procs.back().valid());
+    }
+    UniqueFd v2(::dup(job->v2_dirfd()));  // the feeder's own: destroy() closes the job's
+    BOOST_TEST_REQUIRE(v2.valid());
+    Pipe block;
+    std::atomic<int> born{0};
+    std::atomic<int> clone_errno{0};
+    std::vector<pid_t> kids;
+    std::thread feeder([&] {
+      const auto stop = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+      while (std::chrono::steady_clock::now() < stop && born < 2000) {
+        struct clone_args args {};
+        args.flags = CLONE_INTO_CGROUP;
+        args.exit_signal = SIGCHLD;
+        args.cgroup = static_cast<uint64_t>(v2.get());
+        long pid = sys::clone3(&args);
+        if (pid == 0) {
+          for (const UniqueFd& procs : v1_procs) {
+            if (::write(procs.get(), "0", 1) != 1) {
+              ::_exit(1);  // the v1 cgroup is gone
+            }
+          }
+          char b;
+          (void)!::read(block.r.get(), &b, 1);
+          ::_exit(0);
+        }
+        if (pid < 0) {
+          clone_errno = errno;  // the v2 cgroup is gone
+          return;
+        }
+        kids.push_back(static_cast<pid_t>(pid));
+        ++born;
+      }
+    });
+    // Destroy while the feeder runs, once a few sandboxes are in.
+    for (int i = 0; i < kWaitMs && born < 20; ++i) {
+      ::usleep(1000);
+    }
+    auto d = job->destroy();
+    feeder.join();
+    block.w.reset();
+    for (pid_t pid : kids) {
+      ::waitpid(pid, nullptr, 0);
+    }
+    BOOST_TEST_REQUIRE(born >= 20);
+    BOOST_TEST(d.has_value(), "round " << round << ": " << why(d));
+    BOOST_TEST(clone_errno != 0,
+               "round " << round << ": the feeder ran on; the v2 cgroup was not removed");
+    for (const std::string& p : paths) {
+      BOOST_TEST(!exists(p), p);
+    }
+    if (!d.has_value()) {
+      break;  // the fixture removes what is left
+    }
   }
 }

@@ -635,6 +635,7 @@ struct Host {
 struct RecordScan {
   std::set<std::string> paths, held_paths;
   size_t stale = 0;
+  std::string stale_names;  // "name (age ms): paths; ..." for the report
 };
 RecordScan scan_records(const std::string& state) {
   RecordScan r;
@@ -645,7 +646,22 @@ RecordScan scan_records(const std::string& state) {
     bool held = ::flock(fd, LOCK_EX | LOCK_NB) != 0;
     ::close(fd);
     r.stale += held ? 0 : 1;
-    std::istringstream in(slurp(e.path().string()));
+    std::string text = slurp(e.path().string());
+    if (!held) {
+      struct stat st {};
+      int64_t age = -1;
+      if (::stat(e.path().c_str(), &st) == 0) {
+        timespec now{};
+        ::clock_gettime(CLOCK_REALTIME, &now);
+        age =
+            (now.tv_sec - st.st_mtim.tv_sec) * 1000 + (now.tv_nsec - st.st_mtim.tv_nsec) / 1000000;
+      }
+      std::string paths = text;
+      std::replace(paths.begin(), paths.end(), '\n', ' ');
+      r.stale_names +=
+          e.path().filename().string() + " (" + std::to_string(age) + " ms old): " + paths + "; ";
+    }
+    std::istringstream in(text);
     for (std::string line; std::getline(in, line);) {
       if (line.empty()) continue;
       r.paths.insert(line);
@@ -730,7 +746,7 @@ int run_chaos(const std::string& self, const Setup& s, uint64_t kills, uint64_t 
     if (cg != 0) note_bad(std::to_string(cg) + " job cgroups left");
     size_t rec = now.stale;
     leftover_records += rec;
-    if (rec != 0) note_bad(std::to_string(rec) + " cgroup records left");
+    if (rec != 0) note_bad(std::to_string(rec) + " cgroup records left: " + now.stale_names);
     for (pid_t p : spawner_pids) {
       int fd = cordon::sys::pidfd_open(p, 0);
       if (fd < 0) continue;  // gone (ESRCH)
