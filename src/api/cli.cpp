@@ -1071,6 +1071,20 @@ int mcp_command(int argc, char** argv) {
     // A thin front for a running daemon: its jobs outlive this process and the agent's.
     return run_mcp_connect(*a.connect, a.session);
   }
+  // The state dir may later be a daemon's, which ends every session of its unnamed form at
+  // its start: such a name here would lose its jobs then.
+  if (!valid_session(a.session)) {
+    return refuse(
+        fmt::format("mcp: --session `{}` is no session name: {}", a.session, kSessionNameRule), 2);
+  }
+  if (is_connection_session(a.session)) {
+    return refuse(fmt::format("mcp: --session `{}` has the form `u<uid>.conn-<16 hex digits>` a "
+                              "daemon gives the session of a connection without a handshake, and "
+                              "a daemon started on this state dir would end it, jobs and all: "
+                              "pick another name",
+                              a.session),
+                  2);
+  }
   McpOptions o;
   o.session = a.session;
   if (auto code = engine_options(a, "mcp", o.engine)) {

@@ -397,6 +397,15 @@ std::string random_hex() {
   return fmt::format("{:016x}", v);
 }
 
+struct Connection {
+  UniqueFd fd;
+  std::thread thread;
+  std::atomic<bool> done{false};
+  uid_t uid = 0;
+};
+
+}  // namespace
+
 // Whether `session` is an unnamed session as serve_connection names one: exactly
 // `u<uid>.conn-<16 hex digits>`. A named session may hold `.conn-` too (`u1000-ci.conn-1`):
 // the whole form is matched, never a part of it. Failure fixed (a review of session 14's
@@ -419,15 +428,6 @@ bool is_connection_session(const std::string& session) {
   return std::all_of(rest.begin() + kConn.size(), rest.end(),
                      [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
-
-struct Connection {
-  UniqueFd fd;
-  std::thread thread;
-  std::atomic<bool> done{false};
-  uid_t uid = 0;
-};
-
-}  // namespace
 
 namespace {
 

@@ -64,6 +64,10 @@ class DaemonClient {
 bool valid_session(const std::string& name);
 inline constexpr const char* kSessionNameRule =
     "1-100 letters, digits, `-`, `_` or `.`, not starting with `.`";
+/// Whether `session` is an unnamed session as the daemon names one for a connection without a
+/// handshake: exactly `u<uid>.conn-<16 hex digits>`. A daemon starting on a state dir ends every
+/// such session (its connection died with the daemon before it), jobs and all.
+bool is_connection_session(const std::string& session);
 
 /// Refuses arguments holding a string that is not UTF-8 (JSON would carry U+FFFD instead, and
 /// the daemon would run another argv than the one asked for), naming the field and byte.

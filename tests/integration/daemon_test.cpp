@@ -910,6 +910,18 @@ BOOST_AUTO_TEST_CASE(cli_says_when_no_daemon_listens) {
     BOOST_TEST(bad.exit_code() == 2, args[1] << ": " << bad.err);
     BOOST_TEST(bad.err.find("is no session name: 1-100 letters") != std::string::npos, bad.err);
   }
+  // A standalone `cordon mcp` may not take the unnamed form a daemon gives a connection's
+  // session: a daemon later started on the state dir would end it, jobs and all. A named
+  // session holding `.conn-` is no such form (the control: refused only for its policy).
+  auto unnamed = run_process(
+      {cordon_bin(), "mcp", "--session", "u1000.conn-0123456789abcdef", "--state-dir", s.base});
+  BOOST_TEST(unnamed.exit_code() == 2, unnamed.err);
+  BOOST_TEST(unnamed.err.find("has the form `u<uid>.conn-<16 hex digits>`") != std::string::npos,
+             unnamed.err);
+  auto named = run_process(
+      {cordon_bin(), "mcp", "--session", "ci.conn-0123456789abcdef", "--state-dir", s.base});
+  BOOST_TEST(named.err.find("is no session name") == std::string::npos, named.err);
+  BOOST_TEST(named.err.find("--policy") != std::string::npos, named.err);
   // A number that does not parse is named as such (it was "needs a value"), before connecting.
   auto bad_number = run_process(
       {cordon_bin(), "output", "T1", "--offset", "abc", "--socket", s.base + "/none.sock"});
