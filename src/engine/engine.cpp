@@ -646,6 +646,26 @@ class Engine::Impl {
   uint64_t next_watch = kFirstJobWatch;
   uint64_t jobs_on_disk = 0;
   uint64_t disk_bytes = 0;  // the logs of settled jobs (running ones: their streams' written)
+  // The same two per owner (EngineOptions::session_owner: a daemon's peer uid over all its
+  // sessions), for quotas.maxJobsPerUid and maxDiskBytesPerUid.
+  struct OwnerUse {
+    uint64_t jobs = 0, bytes = 0;
+  };
+  std::map<std::string, OwnerUse> owner_use;
+  std::string owner_of(const std::string& session) const {
+    return opt.session_owner ? opt.session_owner(session) : std::string();
+  }
+  // A job's record and logs on disk, counted in or out (start, recovery, settle, remove).
+  void count_on_disk(const std::string& session, int64_t jobs, int64_t bytes) {
+    OwnerUse& u = owner_use[owner_of(session)];
+    auto add = [](uint64_t& v, int64_t d) {
+      v = d >= 0 ? v + static_cast<uint64_t>(d) : v - std::min(v, static_cast<uint64_t>(-d));
+    };
+    add(jobs_on_disk, jobs);
+    add(u.jobs, jobs);
+    add(disk_bytes, bytes);
+    add(u.bytes, bytes);
+  }
   // Settled jobs by end time (RFC 3339 UTC sorts as text), for the retention policy; kept only
   // when a retention limit is set (see track_settled).
   std::multimap<std::string, std::string> settled_by_end;
@@ -1154,8 +1174,7 @@ class Engine::Impl {
   // Everything of a settled job but its line in the session index. `j` is gone afterwards.
   Result<void> remove_settled_files(Job& j) {
     const std::string task_id = j.id, session = j.session, dir = j.dir;
-    uint64_t bytes = j.out_bytes + j.err_bytes;
-    disk_bytes -= std::min(disk_bytes, bytes);
+    count_on_disk(session, 0, -static_cast<int64_t>(j.out_bytes + j.err_bytes));
     // The record goes first: a crash after it leaves a directory without one, which the next
     // open deletes with its artifacts and index line (reconcile()). Artifacts first, as it
     // was, left a job that read `exited` and named an artifact that was gone (a review,
@@ -1185,9 +1204,7 @@ class Engine::Impl {
     if (::rmdir(dir.c_str()) != 0 && errno != ENOENT) {
       gone = sys_error("task {} is removed, but its directory `{}` stays: rmdir", task_id, dir);
     }
-    if (jobs_on_disk > 0) {
-      --jobs_on_disk;
-    }
+    count_on_disk(session, -1, 0);
     ensure_reserve();  // the space just freed may refill the reserve a full disk took
     return gone;
   }
@@ -1982,7 +1999,7 @@ class Engine::Impl {
     }
     j.out_bytes = j.out.written;
     j.err_bytes = j.err.written;
-    disk_bytes += j.out_bytes + j.err_bytes;
+    count_on_disk(j.session, 0, static_cast<int64_t>(j.out_bytes + j.err_bytes));
     j.out_art = bank(j, j.out, j.pty ? "pty" : "stdout");
     j.err_art = bank(j, j.err, "stderr");
     j.ended_at = rfc3339_now();
@@ -2534,7 +2551,7 @@ class Engine::Impl {
         // leaves it. Abandoning it would name artifact paths after an id that is not there.
         continue;
       }
-      ++jobs_on_disk;
+      count_on_disk(j->session, 1, 0);
       recovered[j->session].insert(j->id);
       if (j->state == "running" || j->state == "queued") {
         // Failure fixed: a meta write that failed here (ENOSPC on a disk that filled up while
@@ -2546,7 +2563,7 @@ class Engine::Impl {
       if (!j->read) {
         ++counters[j->session].finished;
       }
-      disk_bytes += j->out_bytes + j->err_bytes;
+      count_on_disk(j->session, 0, static_cast<int64_t>(j->out_bytes + j->err_bytes));
       track_settled(j->ended_at, j->id);
     }
     reconcile_session_indexes(recovered);
@@ -2911,6 +2928,32 @@ Result<JobStatus> Engine::start_job(const std::string& session, const StartOptio
           m.pol->quotas.max_disk_bytes);
     }
   }
+  // The same bounds per owner (a daemon's peer uid, over all its sessions), so that one uid
+  // cannot fill the engine's quotas and have every other uid's start refused.
+  if (const std::string owner = m.owner_of(session);
+      m.pol && !owner.empty() &&
+      (m.pol->quotas.max_jobs_per_uid != 0 || m.pol->quotas.max_disk_bytes_per_uid != 0)) {
+    const Impl::OwnerUse use = m.owner_use[owner];
+    if (m.pol->quotas.max_jobs_per_uid != 0 && use.jobs >= m.pol->quotas.max_jobs_per_uid) {
+      return refusal(
+          "the job quota of `{}` ({} jobs over all its sessions, quotas.maxJobsPerUid) is "
+          "reached; remove settled jobs with command_remove (in any of its sessions)",
+          owner, m.pol->quotas.max_jobs_per_uid);
+    }
+    uint64_t used = use.bytes;
+    for (const auto& [id, live] : m.live) {
+      if (live->owner == owner) {
+        used += live->out.written + live->err.written;
+      }
+    }
+    if (m.pol->quotas.max_disk_bytes_per_uid != 0 && used >= m.pol->quotas.max_disk_bytes_per_uid) {
+      return refusal(
+          "the disk quota of `{}` ({} bytes of logs over all its sessions, "
+          "quotas.maxDiskBytesPerUid) is reached; remove settled jobs with command_remove (in "
+          "any of its sessions)",
+          owner, m.pol->quotas.max_disk_bytes_per_uid);
+    }
+  }
   // The reserve is for settles, so that a running command's end reaches the disk: a start
   // never takes it, and is refused while it is short. Failure fixed (a review, session 12):
   // starts on a full disk each freed a step of it for their own record, 154 of them spent it,
@@ -2991,7 +3034,7 @@ Result<JobStatus> Engine::start_job(const std::string& session, const StartOptio
                                      "written (free space in the state dir or remove settled "
                                      "jobs, then start it again)"));
   }
-  ++m.jobs_on_disk;
+  m.count_on_disk(session, 1, 0);
   ++m.counters[session].running;
   Job* raw = job.get();
   m.live.emplace(j.id, std::move(job));

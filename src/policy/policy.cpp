@@ -938,7 +938,8 @@ Result<Policy> parse_policy(std::string_view json_text) {
   }
   if (j.contains("quotas")) {
     const json& q = j["quotas"];
-    CORDON_CHECK(expect_object(q, "/quotas", {"maxJobs", "maxDiskBytes"}));
+    CORDON_CHECK(expect_object(q, "/quotas",
+                               {"maxJobs", "maxDiskBytes", "maxJobsPerUid", "maxDiskBytesPerUid"}));
     if (q.contains("maxJobs")) {
       CORDON_TRY(v, get_uint(q["maxJobs"], "/quotas/maxJobs", 1, kBig));
       p.quotas.max_jobs = v;
@@ -946,6 +947,22 @@ Result<Policy> parse_policy(std::string_view json_text) {
     if (q.contains("maxDiskBytes")) {
       CORDON_TRY(v, get_uint(q["maxDiskBytes"], "/quotas/maxDiskBytes", kMinDiskBytes, kBig));
       p.quotas.max_disk_bytes = v;
+    }
+    if (q.contains("maxJobsPerUid")) {
+      CORDON_TRY(v, get_uint(q["maxJobsPerUid"], "/quotas/maxJobsPerUid", 1, kBig));
+      if (v > p.quotas.max_jobs) {
+        return bad("/quotas/maxJobsPerUid", "{} is above quotas.maxJobs {}", v, p.quotas.max_jobs);
+      }
+      p.quotas.max_jobs_per_uid = v;
+    }
+    if (q.contains("maxDiskBytesPerUid")) {
+      CORDON_TRY(
+          v, get_uint(q["maxDiskBytesPerUid"], "/quotas/maxDiskBytesPerUid", kMinDiskBytes, kBig));
+      if (v > p.quotas.max_disk_bytes) {
+        return bad("/quotas/maxDiskBytesPerUid", "{} is above quotas.maxDiskBytes {}", v,
+                   p.quotas.max_disk_bytes);
+      }
+      p.quotas.max_disk_bytes_per_uid = v;
     }
   }
   if (j.contains("retention")) {

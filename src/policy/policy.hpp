@@ -59,6 +59,9 @@ struct Concurrency {
 struct Quotas {
   uint64_t max_jobs = 10000;
   uint64_t max_disk_bytes = 10ULL << 30;
+  // The same over all sessions of one owner (a daemon's peer uid); 0: only the engine-wide one.
+  uint64_t max_jobs_per_uid = 0;
+  uint64_t max_disk_bytes_per_uid = 0;
 };
 
 struct Retention {

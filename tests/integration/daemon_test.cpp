@@ -440,6 +440,83 @@ BOOST_AUTO_TEST_CASE(concurrency_per_uid_keeps_slots_for_other_uids) {
   BOOST_TEST(killed == "killed killed killed killed ", killed);
 }
 
+// quotas.maxJobsPerUid and maxDiskBytesPerUid: one uid's jobs, over all its sessions, stop at
+// its own bounds while another uid still starts. Failure fixed (a known limit until session
+// 15): quotas.maxJobs and maxDiskBytes were shared by every uid, so one uid could fill them and
+// have every other uid's start refused until it removed its jobs.
+BOOST_AUTO_TEST_CASE(quotas_per_uid_keep_room_for_other_uids) {
+  DaemonProcess d(
+      json{{"allowedExecutables", {"/bin/echo", "/bin/sleep", "/usr/bin/head"}},
+           {"daemon", {{"allowedUids", json::array({65533})}}},
+           {"quotas", {{"maxJobs", 10}, {"maxJobsPerUid", 2}, {"maxDiskBytesPerUid", 1048576}}}});
+  auto text_of = [](const json& r) {
+    return r.is_object() && r.contains("result") ? r["result"].dump() : r.dump();
+  };
+  // The uid: one job in each of two sessions, the second writing 1.1 MB; a third start is
+  // refused for the job count, and after one removal still for the bytes.
+  std::string hog = as_uid(65533, [&] {
+    std::string out;
+    LineClient a(d.connect_fd()), b(d.connect_fd());
+    if (!a.handshake("a") || !a.initialize() || !b.handshake("b") || !b.initialize())
+      return std::string("no session");
+    json one = a.call_content("run_command", {{"argv", {"/bin/echo", "one"}}, {"yieldMs", 20000}});
+    json big = b.call_content(
+        "run_command",
+        {{"argv", {"/usr/bin/head", "-c", "1100000", "/dev/zero"}}, {"yieldMs", 20000}});
+    out += one.value("state", "?") + " " + big.value("state", "?") + "\n";
+    out += text_of(a.call("run_command", {{"argv", {"/bin/echo", "three"}}})) + "\n";
+    json rm = a.call_content("command_remove", {{"taskId", one.value("taskId", "")}});
+    out += "removed " + rm.dump() + "\n";
+    out += text_of(a.call("run_command", {{"argv", {"/bin/echo", "three"}}})) + "\n";
+    b.call_content("command_remove", {{"taskId", big.value("taskId", "")}});
+    out += a.call_content("run_command", {{"argv", {"/bin/echo", "four"}}, {"yieldMs", 20000}})
+               .value("state", "?") +
+           "\n";
+    return out;
+  });
+  std::istringstream lines(hog);
+  std::string first, by_count, removed, by_bytes, after;
+  std::getline(lines, first);
+  std::getline(lines, by_count);
+  std::getline(lines, removed);
+  std::getline(lines, by_bytes);
+  std::getline(lines, after);
+  BOOST_TEST(first == "exited exited", hog);
+  BOOST_TEST(by_count.find("\"isError\":true") != std::string::npos, by_count);
+  BOOST_TEST(by_count.find("the job quota of `u65533` (2 jobs over all its sessions, "
+                           "quotas.maxJobsPerUid) is reached") != std::string::npos,
+             by_count);
+  BOOST_TEST(by_bytes.find("\"isError\":true") != std::string::npos, by_bytes);
+  BOOST_TEST(by_bytes.find("the disk quota of `u65533` (1048576 bytes of logs over all its "
+                           "sessions, quotas.maxDiskBytesPerUid) is reached") != std::string::npos,
+             by_bytes);
+  BOOST_TEST(after == "exited", hog);
+  // Root, a uid like any other here, starts its own two while the uid is at its bound (the
+  // engine-wide maxJobs 10 is far from reached); its third is refused as the uid's was.
+  LineClient root(d.connect_fd());
+  BOOST_REQUIRE(root.handshake("root"));
+  BOOST_REQUIRE(root.initialize());
+  for (int i = 0; i < 2; ++i) {
+    json r =
+        root.call_content("run_command", {{"argv", {"/bin/echo", "mine"}}, {"yieldMs", 20000}});
+    BOOST_TEST(r.value("state", "") == "exited", r.dump());
+  }
+  std::string third = text_of(root.call("run_command", {{"argv", {"/bin/echo", "mine"}}}));
+  BOOST_TEST(third.find("the job quota of `u0` (2 jobs") != std::string::npos, third);
+  root.close();
+  // The counts are rebuilt from the state dir by the next daemon.
+  BOOST_REQUIRE(::kill(d.pid(), SIGKILL) == 0);
+  BOOST_REQUIRE(d.exited_within(std::chrono::seconds(10)));
+  d.start({"--socket", d.sock()});
+  BOOST_REQUIRE_MESSAGE(d.alive(), d.death());
+  LineClient again(d.connect_fd());
+  BOOST_REQUIRE(again.handshake("root"));
+  BOOST_REQUIRE(again.initialize());
+  std::string after_restart = text_of(again.call("run_command", {{"argv", {"/bin/echo", "m"}}}));
+  BOOST_TEST(after_restart.find("the job quota of `u0` (2 jobs") != std::string::npos,
+             after_restart);
+}
+
 // Failure fixed (a review, session 13): the ended session's records stayed, in a session no
 // client can name again, counted against the policy's job quota (maxJobs 5: three jobs of a
 // uid that left made another uid's starts fail with "remove settled jobs", which it could not).

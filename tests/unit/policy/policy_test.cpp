@@ -450,7 +450,8 @@ BOOST_AUTO_TEST_CASE(every_field_parses) {
     "env": {"set": {"CI": "1"}, "pass": ["http_proxy"]},
     "seccompProfile": "/etc/cordon/strict.json", "runAsUid": 2000,
     "concurrency": {"perSession": 2, "total": 4},
-    "quotas": {"maxJobs": 50, "maxDiskBytes": 1073741824},
+    "quotas": {"maxJobs": 50, "maxDiskBytes": 1073741824, "maxJobsPerUid": 20,
+               "maxDiskBytesPerUid": 268435456},
     "retention": {"maxJobs": 40, "maxAgeSeconds": 86400, "maxDiskBytes": 536870912},
     "daemon": {"allowedUids": [1000, 1001], "idleTimeoutMs": 0, "stallTimeoutMs": 5000,
                "maxConnections": 8},
@@ -468,6 +469,8 @@ BOOST_AUTO_TEST_CASE(every_field_parses) {
   BOOST_TEST(p->env.pass == std::vector<std::string>{"http_proxy"});
   BOOST_TEST(p->run_as_uid == 2000u);
   BOOST_TEST(p->retention.max_age_seconds.value_or(0) == 86400u);
+  BOOST_TEST(p->quotas.max_jobs_per_uid == 20u);
+  BOOST_TEST(p->quotas.max_disk_bytes_per_uid == 268435456u);
   BOOST_TEST(p->rules.size() == 2u);
   BOOST_TEST(p->rules[0].argv_prefix == (std::vector<std::string>{"/usr/bin/git", "push"}));
   BOOST_TEST(p->rules[1].argv_contains.value_or("") == "--force");
@@ -546,6 +549,11 @@ BOOST_AUTO_TEST_CASE(refuses_bad_values_with_the_json_pointer) {
              "policy: /concurrency/perSession: 9 is above concurrency.total 8");
   BOOST_TEST(parse_error(head + R"("concurrency": {"perUid": 9, "total": 8}})") ==
              "policy: /concurrency/perUid: 9 is above concurrency.total 8");
+  BOOST_TEST(parse_error(head + R"("quotas": {"maxJobs": 8, "maxJobsPerUid": 9}})") ==
+             "policy: /quotas/maxJobsPerUid: 9 is above quotas.maxJobs 8");
+  BOOST_TEST(parse_error(head + R"("quotas": {"maxDiskBytesPerUid": 10737418241}})") ==
+             "policy: /quotas/maxDiskBytesPerUid: 10737418241 is above quotas.maxDiskBytes "
+             "10737418240");
   BOOST_TEST(
       parse_error(head + R"("maskPaths": ["/var/secret"]})") ==
       "policy: /maskPaths/0: \"/var/secret\" is not a path under /etc (only /etc is masked)");
@@ -675,7 +683,7 @@ BOOST_AUTO_TEST_CASE(schema_lists_the_same_keys_and_defaults_as_the_parser) {
       {"limits", {"memoryBytes", "pids", "cpus"}},
       {"env", {"set", "pass"}},
       {"concurrency", {"perSession", "total", "perUid"}},
-      {"quotas", {"maxJobs", "maxDiskBytes"}},
+      {"quotas", {"maxJobs", "maxDiskBytes", "maxJobsPerUid", "maxDiskBytesPerUid"}},
       {"retention", {"maxJobs", "maxAgeSeconds", "maxDiskBytes"}},
       {"git", {"repoRoot", "binary", "timeoutMs", "maxOutputBytes", "previewChars"}},
   };
