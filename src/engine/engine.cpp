@@ -207,10 +207,14 @@ Result<void> atomic_write(const std::string& dir, const std::string& name, const
   if (!sync) {
     return {};
   }
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
+  // The rename is visible now; what fails here is its survival of a machine crash, which the
+  // caller asked for. Failure fixed (session 15): the directory's fsync was not checked.
+  UniqueFd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dfd) {
+    return sys_error("open `{}` to fsync it", dir);
+  }
+  if (::fsync(dfd.get()) != 0) {
+    return sys_error("fsync `{}`", dir);
   }
   return {};
 }
@@ -1835,8 +1839,14 @@ class Engine::Impl {
     a.size_bytes = s.written;
     a.sha256 = Sha256::hex(hasher.finish(*s.digest));
     if (s.file) {
-      if (strict_sync()) {
-        ::fsync(s.file.get());
+      // A failed fsync is a write error of the device (or its space gone under a thin or a
+      // loop-backed disk): the bytes may be lost even without a crash, once the page cache
+      // lets them go. The caller is told. Failure fixed (session 15): it was not checked, and
+      // such a job read as banked.
+      if (strict_sync() && ::fsync(s.file.get()) != 0) {
+        j.error +=
+            fmt::format("{}{} was not written to the disk (fsync `{}`: {}): its bytes may be lost",
+                        j.error.empty() ? "" : "; ", stream, s.path, errno_name(errno));
       }
       mark_dirty();
       ::fchmod(s.file.get(), 0444);  // immutable from now on: never reopened for writing
@@ -2008,7 +2018,14 @@ class Engine::Impl {
     j.deadline.reset();
     j.kill_deadline.reset();
     j.drain_deadline.reset();
-    (void)write_job_meta(j);
+    if (auto recorded = write_job_meta(j); !recorded) {
+      // Told to the caller while the engine runs (a restart reads the record that is on disk).
+      // Failure fixed (session 15): the settle's record write was not checked.
+      j.error += fmt::format(
+          "{}its end could not be recorded on disk when it settled ({}); a restart may read it "
+          "as `abandoned`",
+          j.error.empty() ? "" : "; ", recorded.error().message());
+    }
 
     auto& c = counters[j.session];
     if (c.running > 0) {

@@ -1,7 +1,9 @@
 #define BOOST_TEST_MODULE faults
 #include <fcntl.h>
+#include <linux/loop.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -44,6 +46,64 @@ struct SmallDisk {
     }
   }
   ~SmallDisk() { ::umount2(path.c_str(), MNT_DETACH); }
+};
+
+// A disk whose writes fail, as a failing device's do: an ext4 filesystem of 64 MiB on a loop
+// device whose image lives on a tmpfs of 6 MiB. Writes land in the page cache; writeback
+// past what the tmpfs holds fails (the loop device's write of its image gets ENOSPC), and
+// fsync reports it (ENOSPC, then EIO). No journal, so the filesystem stays mounted read-write.
+// The loop device clears itself once unmounted (LO_FLAGS_AUTOCLEAR).
+struct FailingDisk {
+  std::string backing, path;
+  explicit FailingDisk(const std::string& base) : backing(base + "/backing"), path(base + "/disk") {
+    fs::create_directories(backing);
+    fs::create_directories(path);
+    if (::mount("cordon-faults", backing.c_str(), "tmpfs", MS_NOSUID | MS_NODEV,
+                "mode=0700,size=6m") != 0) {
+      throw std::runtime_error("mount tmpfs: " + std::string(strerror(errno)));
+    }
+    const std::string image = backing + "/disk.img";
+    {
+      UniqueFd img(::open(image.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+      BOOST_REQUIRE(img.valid());
+      BOOST_REQUIRE(::ftruncate(img.get(), 64 << 20) == 0);
+    }
+    auto mkfs = run_process({"/sbin/mkfs.ext4", "-q", "-F", "-O", "^has_journal", "-E",
+                             "lazy_itable_init=1,nodiscard", image});
+    BOOST_REQUIRE_MESSAGE(mkfs.exit_code() == 0, "mkfs.ext4: " << mkfs.err);
+    UniqueFd ctl(::open("/dev/loop-control", O_RDWR | O_CLOEXEC));
+    BOOST_REQUIRE_MESSAGE(ctl.valid(), "open /dev/loop-control: " << strerror(errno));
+    UniqueFd img(::open(image.c_str(), O_RDWR | O_CLOEXEC));
+    BOOST_REQUIRE(img.valid());
+    std::string device;
+    for (int attempt = 0; attempt < 20 && device.empty(); ++attempt) {
+      int n = ::ioctl(ctl.get(), LOOP_CTL_GET_FREE);
+      BOOST_REQUIRE_MESSAGE(n >= 0, "ioctl LOOP_CTL_GET_FREE: " << strerror(errno));
+      std::string dev = "/dev/loop" + std::to_string(n);
+      UniqueFd loop(::open(dev.c_str(), O_RDWR | O_CLOEXEC));
+      BOOST_REQUIRE_MESSAGE(loop.valid(), "open " << dev << ": " << strerror(errno));
+      struct loop_config cfg {};
+      cfg.fd = static_cast<uint32_t>(img.get());
+      cfg.info.lo_flags = LO_FLAGS_AUTOCLEAR;
+      if (::ioctl(loop.get(), LOOP_CONFIGURE, &cfg) != 0) {
+        BOOST_REQUIRE_MESSAGE(errno == EBUSY, "ioctl LOOP_CONFIGURE: " << strerror(errno));
+        continue;  // taken by someone else between the two calls
+      }
+      if (::mount(dev.c_str(), path.c_str(), "ext4", MS_NOSUID | MS_NODEV,
+                  "noinit_itable,errors=continue") != 0) {
+        int err = errno;
+        ::ioctl(loop.get(), LOOP_CLR_FD, 0);
+        BOOST_FAIL("mount " << dev << ": " << strerror(err));
+      }
+      device = dev;
+    }
+    BOOST_REQUIRE_MESSAGE(!device.empty(), "no free loop device");
+    ::chmod(path.c_str(), 0700);
+  }
+  ~FailingDisk() {
+    ::umount2(path.c_str(), MNT_DETACH);
+    ::umount2(backing.c_str(), MNT_DETACH);
+  }
 };
 
 }  // namespace
@@ -628,4 +688,58 @@ BOOST_AUTO_TEST_CASE(cordon_run_timeout_leaves_nothing_of_any_escapee) {
       BOOST_TEST(!uid_has_processes(st["sandbox"]["hostUid"].get<uid_t>()));
     }
   }
+}
+
+// With strict sync (sync_interval_ms 0) the engine promises every settled log and record on
+// disk before it answers. On a disk that fails its writes, the job's status says what did not
+// reach it. Failure fixed (session 15): the log's fsync and the settle's record write were not
+// checked, and such a job read `exited` with no error, its bytes reported banked.
+BOOST_AUTO_TEST_CASE(strict_sync_reports_a_disk_that_fails_its_writes) {
+  EngineEnv env;
+  FailingDisk disk(env.box.base);
+  env.state_dir = disk.path + "/state";
+  auto o = env.options();
+  o.sync_interval_ms = 0;
+  auto e = Engine::open(o);
+  BOOST_REQUIRE_MESSAGE(e.has_value(), describe(e));
+  // The control: while the disk has room, a job settles without an error.
+  auto small = (*e)->start("s", {.argv = {"/bin/echo", "fine"}});
+  BOOST_REQUIRE_MESSAGE(small.has_value(), describe(small));
+  auto s1 = (*e)->status("s", small->task_id, 20s);
+  BOOST_REQUIRE(s1.has_value());
+  BOOST_TEST(s1->state == "exited");
+  BOOST_TEST(s1->error == "");
+  // A job that waits for its input meanwhile (started while the disk has room).
+  auto waiter = (*e)->start("s", {.argv = {"/bin/sh", "-c", "read x; echo \"$x\"; exit 3"},
+                                  .stdin_mode = StdinMode::kPipe});
+  BOOST_REQUIRE_MESSAGE(waiter.has_value(), describe(waiter));
+  // 8 MB the 6 MiB under the disk cannot hold.
+  auto big = (*e)->start("s", {.argv = {"/usr/bin/head", "-c", "8000000", "/dev/zero"}});
+  BOOST_REQUIRE_MESSAGE(big.has_value(), describe(big));
+  auto s2 = (*e)->status("s", big->task_id, 60s);
+  BOOST_REQUIRE(s2.has_value());
+  BOOST_TEST(s2->settled());
+  BOOST_TEST(s2->stdout_bytes == 8000000u);
+  BOOST_TEST(s2->error.find("stdout was not written to the disk (fsync `") != std::string::npos,
+             s2->error);
+  BOOST_TEST(s2->error.find("its bytes may be lost") != std::string::npos, s2->error);
+  BOOST_TEST_MESSAGE("the big job's error: " << s2->error);
+  // The last of the device goes (a file fills the tmpfs under it); then the waiter prints and
+  // ends: neither its log nor its end reach the disk, and it says so.
+  {
+    std::ofstream fill(disk.backing + "/fill", std::ios::binary);
+    const std::string block(4096, 'x');
+    while (fill.write(block.data(), static_cast<std::streamsize>(block.size()))) {
+    }
+  }
+  BOOST_REQUIRE((*e)->write("s", waiter->task_id, {.data = "late\n", .eof = true}).has_value());
+  auto s3 = (*e)->status("s", waiter->task_id, 20s);
+  BOOST_REQUIRE(s3.has_value());
+  BOOST_TEST(s3->state == "exited");
+  BOOST_TEST(s3->exit_code.value_or(-1) == 3);
+  BOOST_TEST(s3->error.find("stdout was not written to the disk") != std::string::npos, s3->error);
+  BOOST_TEST(
+      s3->error.find("its end could not be recorded on disk when it settled") != std::string::npos,
+      s3->error);
+  BOOST_TEST_MESSAGE("the waiter's error: " << s3->error);
 }
