@@ -7,9 +7,10 @@ cd "$(dirname "$0")/.."
 
 # clang-19 + libclang-rt-19-dev: the libFuzzer harnesses (tools/fuzz.sh, run by the suite);
 # Debian 12's default clang 14 cannot compile std::expected.
+# e2fsprogs (mkfs.ext4): the faults suite builds a failing disk on a loop device.
 packages=(meson ninja-build pkg-config g++ git python3 libseccomp-dev libcap-dev
           nlohmann-json3-dev libspdlog-dev libfmt-dev libboost-test-dev clang-format bubblewrap
-          clang-19 libclang-rt-19-dev)
+          clang-19 libclang-rt-19-dev e2fsprogs)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
