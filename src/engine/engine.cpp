@@ -2950,7 +2950,8 @@ Result<JobStatus> Engine::start_job(const std::string& session, const StartOptio
   if (const std::string owner = m.owner_of(session);
       m.pol && !owner.empty() &&
       (m.pol->quotas.max_jobs_per_uid != 0 || m.pol->quotas.max_disk_bytes_per_uid != 0)) {
-    const Impl::OwnerUse use = m.owner_use[owner];
+    auto found = m.owner_use.find(owner);
+    const Impl::OwnerUse use = found == m.owner_use.end() ? Impl::OwnerUse{} : found->second;
     if (m.pol->quotas.max_jobs_per_uid != 0 && use.jobs >= m.pol->quotas.max_jobs_per_uid) {
       return refusal(
           "the job quota of `{}` ({} jobs over all its sessions, quotas.maxJobsPerUid) is "
@@ -3024,7 +3025,7 @@ Result<JobStatus> Engine::start_job(const std::string& session, const StartOptio
   j.err.index->idx_path = idx_path_for(j.err.path);
   // A job that runs now is recorded as running at once: one meta write on the start path.
   j.git = options.policy == JobPolicy::kGit;
-  j.owner = m.opt.session_owner ? m.opt.session_owner(session) : std::string();
+  j.owner = m.owner_of(session);
   bool launch_now = !missing_executable && m.has_slot(j);
   if (launch_now) {
     j.state = "running";
