@@ -8,9 +8,11 @@ cd "$(dirname "$0")/.."
 # clang-19 + libclang-rt-19-dev: the libFuzzer harnesses (tools/fuzz.sh, run by the suite);
 # Debian 12's default clang 14 cannot compile std::expected.
 # e2fsprogs (mkfs.ext4): the faults suite builds a failing disk on a loop device.
+# qemu-system-x86 + busybox-static: the pure cgroup v2 suite boots a kernel of its own
+# (tests/vm; this host's controllers are on cgroup v1).
 packages=(meson ninja-build pkg-config g++ git python3 libseccomp-dev libcap-dev
           nlohmann-json3-dev libspdlog-dev libfmt-dev libboost-test-dev clang-format bubblewrap
-          clang-19 libclang-rt-19-dev e2fsprogs)
+          clang-19 libclang-rt-19-dev e2fsprogs qemu-system-x86 busybox-static)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -35,6 +37,31 @@ if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
 fi
 if [ ! -d tests/e2e/node_modules/@modelcontextprotocol/sdk ]; then
   (cd tests/e2e && npm ci --no-audit --no-fund --loglevel=error)
+fi
+# The pure cgroup v2 suite (tests/vm) boots Debian's cloud kernel in qemu. The kernel package
+# is downloaded and unpacked under /var/cache/cordon/vm, not installed: this host's own
+# kernel, /boot and boot loader stay as they are.
+vm_dir=/var/cache/cordon/vm
+if [ ! -f "$vm_dir/vmlinuz" ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "setup: the VM kernel is missing ($vm_dir/vmlinuz); run this as root" >&2
+    exit 1
+  fi
+  # The metapackage names the current image package (linux-image-6.1.0-N-cloud-amd64).
+  kpkg=$(apt-cache depends linux-image-cloud-amd64 | sed -n 's/^ *Depends: \(linux-image-[0-9].*\)$/\1/p' | head -1)
+  if [ -z "$kpkg" ]; then
+    apt-get update -qq
+    kpkg=$(apt-cache depends linux-image-cloud-amd64 | sed -n 's/^ *Depends: \(linux-image-[0-9].*\)$/\1/p' | head -1)
+  fi
+  [ -n "$kpkg" ] || { echo "setup: no package for linux-image-cloud-amd64" >&2; exit 1; }
+  echo "setup: fetching $kpkg for the pure cgroup v2 VM tests"
+  tmp=$(mktemp -d /var/tmp/cordon-vmk.XXXXXX)
+  (cd "$tmp" && apt-get download -q "$kpkg" 2>/dev/null && dpkg-deb -x ./*.deb x)
+  mkdir -p "$vm_dir"
+  cp "$tmp"/x/boot/vmlinuz-* "$vm_dir/vmlinuz.new"
+  echo "$kpkg" > "$vm_dir/package"
+  mv "$vm_dir/vmlinuz.new" "$vm_dir/vmlinuz"
+  rm -rf "$tmp"
 fi
 [ "${1:-}" = "--deps" ] && exit 0
 
