@@ -76,7 +76,14 @@ cat > "$demo/hello.c" <<'C'
 int main(void) { puts("hello from inside the sandbox"); return 0; }
 C
 printf 'test: hello\n\t./hello\nhello: hello.c\n\tcc -o hello hello.c\n' > "$demo/Makefile"
-echo "setup: build/cordon run --root $demo -- /usr/bin/make test"
-build/cordon run --root "$demo" --json-status "$demo/status.json" -- /usr/bin/make test
+# On a pure cgroup v2 host under systemd, this shell's cgroup (its login session's scope) holds
+# other processes: cordon runs in a scope of its own, delegated to it (docs/security.md).
+cordon=("$PWD/build/cordon")
+if [ -f /sys/fs/cgroup/cgroup.controllers ] && [ -d /run/systemd/system ] &&
+   [ "$(cut -d: -f3 /proc/self/cgroup)" != / ]; then
+  cordon=(systemd-run --scope -p Delegate=yes --quiet --collect -- "${cordon[@]}")
+fi
+echo "setup: ${cordon[*]} run --root $demo -- /usr/bin/make test"
+"${cordon[@]}" run --root "$demo" --json-status "$demo/status.json" -- /usr/bin/make test
 echo "setup: outcome:"; cat "$demo/status.json"
-build/cordon doctor
+"${cordon[@]}" doctor

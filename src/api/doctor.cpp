@@ -36,7 +36,8 @@ int doctor_main(const std::string& state_dir, const std::string& seccomp_profile
 
   sandbox::FeatureCheck cg{"cgroups", false, true, "", ""};
   auto layout = sandbox::detect_cgroup_layout();
-  auto delegation = layout ? sandbox::check_v2_delegation(*layout) : Result<void>{};
+  auto delegation =
+      layout ? sandbox::check_v2_delegation(*layout) : Result<sandbox::V2Delegation>{};
   if (layout && !delegation) {
     cg.detail = delegation.error().message();
     cg.guarantee = "limits and kill-everything";
@@ -44,6 +45,11 @@ int doctor_main(const std::string& state_dir, const std::string& seccomp_profile
     cg.ok = true;
     if (layout->mode == sandbox::CgroupMode::kUnified) {
       cg.detail = "cgroup v2 with memory, pids, cpu: jobs under `" + layout->v2_parent + "`";
+      if (!delegation->leaf.empty()) {
+        cg.detail += "; cordon's own cgroup `" + delegation->own +
+                     "` holds only cordon, which moves itself into `" + delegation->leaf +
+                     "` and passes the controllers on (a delegated cgroup; doctor changes nothing)";
+      }
     } else {
       cg.detail = "hybrid: v1 memory `" + layout->v1_memory_parent + "`, pids `" +
                   layout->v1_pids_parent + "`, cpu `" + layout->v1_cpu_parent +

@@ -389,6 +389,65 @@ Result<bool> remove_dir_unless_busy(const std::string& path, int64_t deadline) {
   return sys_error("rmdir `{}`", path);
 }
 
+// `dir` without a trailing `/cordon-self`: a cordon that moved itself into that leaf of its
+// own cgroup (prepare_parents) still counts the cgroup above it as its own.
+std::string without_self_leaf(std::string dir) {
+  const std::string suffix = "/" + std::string(kSelfLeafName);
+  if (dir.size() > suffix.size() && dir.ends_with(suffix)) {
+    dir.resize(dir.size() - suffix.size());
+  }
+  return dir;
+}
+
+// The parent of `pid` (/proc/<pid>/stat, after the command name); 0 when it is gone.
+pid_t parent_of(pid_t pid) {
+  auto stat = read_small_file(fmt::format("/proc/{}/stat", pid));
+  size_t close = stat ? stat->rfind(')') : std::string::npos;
+  if (close == std::string::npos || close + 4 >= stat->size()) {
+    return 0;
+  }
+  std::string_view rest = std::string_view(*stat).substr(close + 4);  // ") S <ppid> ..."
+  auto ppid = parse_uint(rest.substr(0, rest.find(' ')));
+  return ppid ? static_cast<pid_t>(*ppid) : 0;
+}
+
+bool is_self_or_descendant(pid_t pid) {
+  const pid_t self = ::getpid();
+  for (int depth = 0; pid > 0 && depth < 4096; ++depth) {
+    if (pid == self) {
+      return true;
+    }
+    pid = parent_of(pid);
+  }
+  return false;
+}
+
+std::string comm_of(pid_t pid) {
+  auto comm = read_small_file(fmt::format("/proc/{}/comm", pid));
+  return comm ? std::string(trim(*comm)) : "gone";
+}
+
+// Moves this process and its descendants out of our own cgroup into its leaf `cordon-self`,
+// then lets our own cgroup pass memory, pids and cpu on to the jobs' parent.
+Result<void> pass_controllers_on(const V2Delegation& d) {
+  if (::mkdir(d.leaf.c_str(), 0755) != 0 && errno != EEXIST) {
+    return sys_error("mkdir `{}`", d.leaf);
+  }
+  CORDON_TRY_CTX(leaf, open_dir(d.leaf), "open cordon's own leaf cgroup");
+  for (pid_t pid : d.to_move) {
+    auto moved = sys::write_file_at(leaf.get(), "cgroup.procs", std::to_string(pid));
+    if (!moved && ::kill(pid, 0) == 0) {  // one that exited meanwhile needs no move
+      return std::unexpected(std::move(moved.error()).wrap("move pid {} into `{}`", pid, d.leaf));
+    }
+  }
+  CORDON_TRY_CTX(own, open_dir(d.own), "open our own cgroup");
+  CORDON_CHECK_CTX(sys::write_file_at(own.get(), "cgroup.subtree_control", "+memory +pids +cpu"),
+                   "enable memory, pids and cpu in `{}` once its processes moved to `{}` (EBUSY: "
+                   "a process that is not cordon's joined it meanwhile)",
+                   d.own, d.leaf);
+  return {};
+}
+
 }  // namespace
 
 std::string_view to_string(CgroupMode mode) {
@@ -425,7 +484,8 @@ Result<CgroupLayout> detect_cgroup_layout(std::string_view proc_self_cgroup,
                                           std::string_view v2_own_controllers) {
   CORDON_TRY(lines, parse_proc_cgroup(proc_self_cgroup));
   CORDON_TRY(mounts, parse_cgroup_mounts(proc_self_mountinfo));
-  CORDON_TRY(v2_own, v2_dir(lines, mounts));
+  CORDON_TRY(v2_dir_found, v2_dir(lines, mounts));
+  const std::string v2_own = without_self_leaf(std::move(v2_dir_found));
 
   std::array<std::optional<std::string>, kControllers.size()> on_v1;
   std::array<bool, kControllers.size()> on_v2{};
@@ -472,24 +532,26 @@ Result<CgroupLayout> detect_cgroup_layout() {
   if (!mountinfo) {
     return sys_error("read `/proc/self/mountinfo`");
   }
-  CORDON_TRY(own, own_v2_cgroup_dir(*cgroup, *mountinfo));
+  CORDON_TRY(own_found, own_v2_cgroup_dir(*cgroup, *mountinfo));
+  const std::string own = without_self_leaf(std::move(own_found));
   // Unreadable controllers are "none available": the decision then rests on v1 alone.
   std::string controllers = read_small_file(join_path(own, "cgroup.controllers")).value_or("");
   return detect_cgroup_layout(*cgroup, *mountinfo, controllers);
 }
 
-Result<void> check_v2_delegation(const CgroupLayout& layout) {
+Result<V2Delegation> check_v2_delegation(const CgroupLayout& layout) {
+  V2Delegation d;
   if (layout.mode != CgroupMode::kUnified) {
-    return {};
+    return d;
   }
   size_t slash = layout.v2_parent.rfind('/');
   if (slash == std::string::npos || slash == 0) {
     return invalid("cgroup parent `{}` has no parent cgroup", layout.v2_parent);
   }
-  const std::string own = layout.v2_parent.substr(0, slash);
-  CORDON_TRY_CTX(fd, open_dir(own), "open our own cgroup");
+  d.own = layout.v2_parent.substr(0, slash);
+  CORDON_TRY_CTX(fd, open_dir(d.own), "open our own cgroup");
   CORDON_TRY_CTX(passed, sys::read_file_at(fd.get(), "cgroup.subtree_control"),
-                 "read cgroup.subtree_control of `{}`", own);
+                 "read cgroup.subtree_control of `{}`", d.own);
   bool all_passed = true;
   for (std::string_view c : kControllers) {
     all_passed = all_passed && contains_token(trim(passed), c, ' ');
@@ -497,23 +559,49 @@ Result<void> check_v2_delegation(const CgroupLayout& layout) {
   // The hierarchy's root is the one cgroup without cgroup.type, and the one the rule exempts
   // (a cgroup namespace's root is not: it has the file, and the rule holds there).
   if (all_passed || !file_exists_at(fd.get(), "cgroup.type")) {
-    return {};
+    return d;
+  }
+  CORDON_TRY_CTX(procs, sys::read_file_at(fd.get(), "cgroup.procs"), "read cgroup.procs of `{}`",
+                 d.own);
+  std::string others;
+  size_t n_others = 0;
+  for (std::string_view line : split(procs, '\n')) {
+    auto pid = parse_uint(trim(line));
+    if (!pid) {
+      continue;
+    }
+    if (is_self_or_descendant(static_cast<pid_t>(*pid))) {
+      d.to_move.push_back(static_cast<pid_t>(*pid));
+    } else if (++n_others <= 5) {
+      others += fmt::format("{}pid {} `{}`", others.empty() ? "" : ", ", *pid,
+                            comm_of(static_cast<pid_t>(*pid)));
+    }
+  }
+  if (n_others == 0) {
+    d.leaf = join_path(d.own, kSelfLeafName);
+    return d;
+  }
+  if (n_others > 5) {
+    others += fmt::format(" and {} more", n_others - 5);
   }
   return unsupported(
-      "cordon's own cgroup `{}` holds processes (cordon among them), and cgroup v2 lets a "
-      "cgroup that holds processes pass no controller on to its children (the "
-      "no-internal-process rule), so jobs under `{}` could get no memory, pids or cpu limits. "
-      "On a pure cgroup v2 host cordon runs today only from the hierarchy's root cgroup (e.g. "
-      "as root: `echo $$ > /sys/fs/cgroup/cgroup.procs`, then start cordon from that shell); a "
-      "delegated cgroup of its own (systemd Delegate=yes) is not supported yet "
-      "(docs/security.md, known limits)",
-      own, layout.v2_parent);
+      "cordon's own cgroup `{}` holds processes that are not cordon's ({}), and cgroup v2 passes "
+      "no controller on from a cgroup that holds processes (the no-internal-process rule), so "
+      "jobs under `{}` could get no memory, pids or cpu limits. Start cordon in a cgroup of its "
+      "own, delegated to it: `systemd-run --scope -p Delegate=yes --quiet -- cordon ...` for one "
+      "command, `Delegate=yes` in the unit of a `cordon serve` service (or from the hierarchy's "
+      "root cgroup); cordon then moves itself into `<that cgroup>/{}` and passes memory, pids "
+      "and cpu on to its jobs (docs/security.md)",
+      d.own, others, layout.v2_parent, kSelfLeafName);
 }
 
 Result<void> prepare_parents(const CgroupLayout& layout) {
   // Before anything is made: nothing is left in a cgroup that cannot serve (a review, session
   // 12: `<own>/cordon` was made first and stayed in a cgroup cordon does not own).
-  CORDON_CHECK(check_v2_delegation(layout));
+  CORDON_TRY(delegation, check_v2_delegation(layout));
+  if (!delegation.leaf.empty()) {
+    CORDON_CHECK(pass_controllers_on(delegation));
+  }
   std::vector<std::string> parents = {layout.v2_parent};
   if (layout.mode == CgroupMode::kHybrid) {
     for (const std::string* p :

@@ -52,16 +52,35 @@ struct CgroupLayout {
 /// Reads /proc/self/{cgroup,mountinfo} and our v2 cgroup.controllers, then decides as above.
 [[nodiscard]] Result<CgroupLayout> detect_cgroup_layout();
 
-/// On kUnified: whether the job parent can get memory, pids and cpu at all. cgroup v2's
-/// no-internal-process rule lets a cgroup other than the hierarchy's root enable controllers
-/// for its children only while no process is in it, and cordon runs in its own cgroup (the
-/// parent's parent). Fine when that cgroup already passes the three on or is the root; else a
-/// refusal naming the rule and what works. Reads only; an error for anything unreadable.
-[[nodiscard]] Result<void> check_v2_delegation(const CgroupLayout& layout);
+/// The leaf of cordon's own v2 cgroup that cordon moves itself into on a pure v2 host, so its
+/// own cgroup can pass controllers on (below). A process found in `<own>/cordon-self` counts
+/// `<own>` as its own cgroup, so every cordon process of that cgroup agrees on the layout.
+inline constexpr std::string_view kSelfLeafName = "cordon-self";
+
+/// What cgroup v2's no-internal-process rule asks of cordon's own cgroup (the job parent's
+/// parent) on kUnified: a cgroup other than the hierarchy's root can enable controllers for its
+/// children only while no process is in it, and cordon is in it.
+struct V2Delegation {
+  /// The processes in our own cgroup, all of them this process or its descendants, that
+  /// prepare_parents moves into `<own>/cordon-self` before it passes the controllers on. Empty
+  /// when nothing needs to move (hybrid, the root, or the three already passed on).
+  std::vector<pid_t> to_move;
+  std::string own;   // our own cgroup's directory (kUnified)
+  std::string leaf;  // `<own>/cordon-self` when something moves
+};
+
+/// Reads what V2Delegation says. Refuses (naming the processes, the rule and what to run
+/// instead: a cgroup of cordon's own, delegated to it) when our own cgroup holds a process that
+/// is neither this one nor its descendant: moving someone else's processes is not cordon's to
+/// do. Reads only; an error for anything unreadable.
+[[nodiscard]] Result<V2Delegation> check_v2_delegation(const CgroupLayout& layout);
 
 /// Creates the layout's parent dirs (only those; an existing one is reused) and, on kUnified,
-/// enables memory, pids and cpu in the parent's cgroup.subtree_control. Fails with a message
-/// naming the controllers when our own cgroup does not delegate them.
+/// enables memory, pids and cpu in the parent's cgroup.subtree_control. When our own cgroup
+/// holds only our processes and does not pass the three on yet (a systemd unit or scope with
+/// Delegate=yes), first moves them into `<own>/cordon-self` and enables the three in our own
+/// cgroup's cgroup.subtree_control (what a delegated cgroup's owner does). Fails with a message
+/// naming the controllers when our own cgroup does not get them from its parent.
 [[nodiscard]] Result<void> prepare_parents(const CgroupLayout& layout);
 
 struct CgroupUsage {

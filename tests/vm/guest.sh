@@ -93,6 +93,106 @@ check timeout_escalates_and_reaches_every_descendant "state $state, left: $(pido
   '[ "$state" = timeout ] && [ -z "$(pidof probe)" ]'
 check no_job_cgroup_is_left_at_the_root "left: $(ls $CG/cordon)" 'no_jobs_left $CG/cordon'
 
+# --- 2. a delegated service (systemd: Delegate=yes), cordon its only process ---------------
+S=$CG/system.slice
+mkdir $S
+echo "+memory +pids +cpu" > $S/cgroup.subtree_control
+O=$S/cordon.service
+mkdir $O
+in_cgroup $O $C doctor > /tmp/doctor2.out 2>&1
+rc=$?
+echo "doctor: $(grep -A1 cgroups /tmp/doctor2.out)"
+check doctor_approves_a_delegated_cgroup "exit $rc: $(cat /tmp/doctor2.out)" '[ $rc = 0 ]'
+check doctor_in_a_delegated_cgroup_changes_nothing "made: $(ls $O)" \
+  '[ ! -e $O/cordon ] && [ ! -e $O/cordon-self ] && [ -z "$(cat $O/cgroup.subtree_control)" ]'
+
+in_cgroup $O $C run --root $W --memory 64M --json-status /tmp/svc.json -- $P memory-hog 300 > /dev/null 2> /tmp/svc.err
+state=$(field /tmp/svc.json state)
+check run_in_a_delegated_cgroup_gets_its_limits "state $state: $(cat /tmp/svc.json /tmp/svc.err)" \
+  '[ "$state" = oom ]'
+check cordon_moved_itself_into_a_leaf_of_its_cgroup \
+  "$(ls $O), subtree_control: $(cat $O/cgroup.subtree_control)" \
+  '[ -d $O/cordon-self ] && has $O/cgroup.subtree_control memory &&
+   has $O/cgroup.subtree_control pids && has $O/cgroup.subtree_control cpu'
+# The service's cgroup passes controllers on now, so the kernel lets no process join it; a
+# process cordon starts is born in the leaf, and a cordon there finds the same layout.
+in_cgroup $O/cordon-self $C run --root $W --pids 40 -- /usr/bin/true
+rc=$?
+check a_cordon_in_the_leaf_uses_the_same_layout "exit $rc, $(ls $O/cordon-self)" \
+  '[ $rc = 0 ] && [ ! -e $O/cordon-self/cordon ]'
+check no_job_cgroup_is_left_in_the_service "left: $(ls $O/cordon)" 'no_jobs_left $O/cordon'
+
+# --- 3. a cgroup shared with processes that are not cordon's (a login session's scope) ------
+U=$CG/user.slice
+mkdir $U
+echo "+memory +pids +cpu" > $U/cgroup.subtree_control
+Q=$U/session-1.scope
+mkdir $Q
+sleep 600 &
+other=$!
+echo $other > $Q/cgroup.procs
+in_cgroup $Q $C run --root $W -- /usr/bin/true > /tmp/scope.out 2>&1
+rc=$?
+echo "refusal: $(cat /tmp/scope.out)"
+check a_shared_cgroup_is_refused "exit $rc: $(cat /tmp/scope.out)" \
+  '[ $rc = 125 ] && has /tmp/scope.out "pid $other" && has /tmp/scope.out "Delegate=yes"'
+check a_refusal_leaves_the_shared_cgroup_as_it_was \
+  "$(ls $Q), subtree_control: $(cat $Q/cgroup.subtree_control), procs: $(cat $Q/cgroup.procs)" \
+  '[ ! -e $Q/cordon ] && [ ! -e $Q/cordon-self ] && [ -z "$(cat $Q/cgroup.subtree_control)" ] &&
+   has $Q/cgroup.procs "^$other\$"'
+in_cgroup $Q $C doctor > /tmp/doctor3.out 2>&1
+rc=$?
+check doctor_refuses_a_shared_cgroup "exit $rc: $(cat /tmp/doctor3.out)" \
+  '[ $rc = 1 ] && has /tmp/doctor3.out "pid $other"'
+kill $other
+wait $other 2>/dev/null
+
+# --- 4. the daemon in a delegated service, restarted ----------------------------------------
+D=$S/cordon-daemon.service
+stop_daemon() {
+  kill -TERM $daemon
+  wait $daemon
+  left=$(find $D -name cgroup.procs -exec cat {} + 2>/dev/null)
+  [ -n "$left" ] && kill -KILL $left
+  find $D -depth -type d -exec rmdir {} + 2>/dev/null
+  [ ! -e $D ]
+}
+mkdir -p /etc/cordon
+cat > /etc/cordon/policy.json <<EOF
+{"allowedExecutables": ["$P", "/usr/bin/true"], "cwdRoot": "$W",
+ "limits": {"memoryBytes": 67108864, "pids": 64, "cpus": 1}}
+EOF
+# As systemd starts a unit (its main process alone in the unit's fresh cgroup) and stops it
+# (everything left in the cgroup killed, the cgroup removed with its subgroups).
+start_daemon() {
+  mkdir $D
+  sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' $D $C serve --policy /etc/cordon/policy.json \
+    --state-dir /var/lib/cordon-d --socket /run/cordon.sock > /tmp/daemon.log 2>&1 &
+  daemon=$!
+  for i in $(seq 1 150); do [ -S /run/cordon.sock ] && break; sleep 0.2; done
+}
+start_daemon
+cd $W
+$C run --socket /run/cordon.sock --json-status /tmp/d1.json -- $P memory-hog 300 > /dev/null 2> /tmp/d1.err
+state=$(field /tmp/d1.json state)
+check daemon_in_a_delegated_cgroup_gets_its_limits \
+  "state $state: $(cat /tmp/d1.json /tmp/d1.err /tmp/daemon.log)" '[ "$state" = oom ]'
+check the_daemon_runs_in_the_leaf "$(cat /proc/$daemon/cgroup)" \
+  'grep -q "^0::/system.slice/cordon-daemon.service/cordon-self$" /proc/$daemon/cgroup'
+check the_daemon_keeps_its_warm_pool_in_the_service "$(ls $D/cordon)" \
+  '[ -n "$(ls -d $D/cordon/pool-*/ 2>/dev/null)" ]'
+settled=$(ls -d $D/cordon/*/ 2>/dev/null | grep -v /pool-)
+check a_settled_job_of_the_daemon_leaves_no_cgroup "left: $settled" '[ -z "$settled" ]'
+stop_daemon
+check a_stopped_daemon_leaves_no_process_in_its_cgroup "left: $left" '[ -z "$left" ]'
+start_daemon
+$C run --socket /run/cordon.sock -- /usr/bin/true
+rc=$?
+check a_restarted_daemon_runs_again "exit $rc: $(cat /tmp/daemon.log)" '[ $rc = 0 ]'
+stop_daemon
+check a_restarted_daemon_stops_as_cleanly "left: $left" '[ -z "$left" ]'
+cd /
+
 echo "VMTEST end"
 sync
 poweroff -f

@@ -102,6 +102,13 @@ BOOST_AUTO_TEST_CASE(detects_unified_layout_under_own_cgroup) {
   BOOST_TEST((layout->mode == CgroupMode::kUnified));
   BOOST_TEST(layout->v2_parent == "/sys/fs/cgroup/system.slice/cordon.service/cordon");
   BOOST_TEST(layout->v1_memory_parent.empty());
+
+  // A cordon that moved itself into its leaf (prepare_parents) counts the cgroup above as its
+  // own, so every cordon process of that service puts jobs in the same place.
+  auto moved = detect_cgroup_layout("0::/system.slice/cordon.service/cordon-self\n",
+                                    kUnifiedMountinfo, kAllControllers);
+  BOOST_TEST_REQUIRE(moved.has_value(), why(moved));
+  BOOST_TEST(moved->v2_parent == "/sys/fs/cgroup/system.slice/cordon.service/cordon");
 }
 
 BOOST_AUTO_TEST_CASE(finds_comounted_controllers_and_escaped_mount_points) {
@@ -229,24 +236,65 @@ BOOST_AUTO_TEST_CASE(a_unified_own_cgroup_that_holds_processes_is_refused_before
   std::string own = tmp.path + "/own";
   BOOST_TEST_REQUIRE(::mkdir(own.c_str(), 0755) == 0);
   put(own + "/cgroup.type", "domain\n");
-  put(own + "/cgroup.procs", "4242\n");
+  // Ours, and pid 1, which is nobody's descendant: someone else's, so not cordon's to move.
+  put(own + "/cgroup.procs", std::to_string(::getpid()) + "\n1\n");
   put(own + "/cgroup.subtree_control", "");
   CgroupLayout layout{CgroupMode::kUnified, own + "/cordon", "", "", ""};
   auto checked = check_v2_delegation(layout);
   BOOST_TEST_REQUIRE(!checked.has_value());
-  BOOST_TEST(checked.error().message().find("no-internal-process rule") != std::string::npos,
-             checked.error().message());
+  for (std::string_view want :
+       {"no-internal-process rule", "pid 1 `", "Delegate=yes", "systemd-run --scope"}) {
+    BOOST_TEST(checked.error().message().find(want) != std::string::npos,
+               want << " in: " << checked.error().message());
+  }
+  BOOST_TEST(checked.error().message().find(std::to_string(::getpid())) == std::string::npos);
   auto refused = prepare_parents(layout);
   BOOST_TEST_REQUIRE(!refused.has_value());
   BOOST_TEST(refused.error().message() == checked.error().message());
   BOOST_TEST(!std::filesystem::exists(layout.v2_parent));  // nothing left in a cgroup not ours
-  // Passing the three on already (delegated and set up so), the check holds.
+  BOOST_TEST(!std::filesystem::exists(own + "/cordon-self"));
+  BOOST_TEST(slurp(own + "/cgroup.subtree_control").empty());
+  // Passing the three on already (delegated and set up so), the check holds, nothing to move.
   put(own + "/cgroup.subtree_control", "cpu io memory pids\n");
-  BOOST_TEST(check_v2_delegation(layout).has_value(), why(check_v2_delegation(layout)));
+  auto passed = check_v2_delegation(layout);
+  BOOST_TEST_REQUIRE(passed.has_value(), why(passed));
+  BOOST_TEST(passed->leaf.empty());
+  BOOST_TEST(passed->to_move.empty());
   // Hybrid never needs it.
   BOOST_TEST(
       check_v2_delegation(CgroupLayout{CgroupMode::kHybrid, "/nonexistent/cordon", "", "", ""})
           .has_value());
+}
+
+// A cgroup that holds only cordon (a systemd scope or service with Delegate=yes): cordon moves
+// itself into `<own>/cordon-self` and passes the controllers on, as a delegated cgroup's owner
+// does. Laid out like cgroupfs here; tests/vm (vm_cgroup_v2) does it on a real pure v2 kernel.
+BOOST_AUTO_TEST_CASE(a_unified_own_cgroup_that_holds_only_cordon_is_passed_on_after_a_move) {
+  TempDir tmp;
+  std::string own = tmp.path + "/own";
+  BOOST_TEST_REQUIRE(::mkdir(own.c_str(), 0755) == 0);
+  put(own + "/cgroup.type", "domain\n");
+  put(own + "/cgroup.procs", std::to_string(::getpid()) + "\n");
+  put(own + "/cgroup.subtree_control", "");
+  CgroupLayout layout{CgroupMode::kUnified, own + "/cordon", "", "", ""};
+  auto checked = check_v2_delegation(layout);
+  BOOST_TEST_REQUIRE(checked.has_value(), why(checked));
+  BOOST_TEST(checked->own == own);
+  BOOST_TEST(checked->leaf == own + "/cordon-self");
+  BOOST_TEST(checked->to_move == std::vector<pid_t>{::getpid()}, boost::test_tools::per_element());
+  BOOST_TEST(!std::filesystem::exists(own + "/cordon-self"));  // the check only reads
+
+  // What the kernel would put in the new cgroups.
+  BOOST_TEST_REQUIRE(::mkdir((own + "/cordon-self").c_str(), 0755) == 0);
+  put(own + "/cordon-self/cgroup.procs", "");
+  BOOST_TEST_REQUIRE(::mkdir(layout.v2_parent.c_str(), 0755) == 0);
+  put(layout.v2_parent + "/cgroup.controllers", "cpu memory pids\n");
+  put(layout.v2_parent + "/cgroup.subtree_control", "");
+  auto ok = prepare_parents(layout);
+  BOOST_TEST_REQUIRE(ok.has_value(), why(ok));
+  BOOST_TEST(slurp(own + "/cordon-self/cgroup.procs") == std::to_string(::getpid()));
+  BOOST_TEST(slurp(own + "/cgroup.subtree_control") == "+memory +pids +cpu");
+  BOOST_TEST(slurp(layout.v2_parent + "/cgroup.subtree_control") == "+memory +pids +cpu");
 }
 
 BOOST_AUTO_TEST_CASE(unified_job_writes_v2_limits_reads_usage_and_kills) {
