@@ -91,7 +91,23 @@ $C run --root $W --timeout 2 --kill-grace 1 --json-status /tmp/to.json -- $P ign
 state=$(field /tmp/to.json state)
 check timeout_escalates_and_reaches_every_descendant "state $state, left: $(pidof probe)" \
   '[ "$state" = timeout ] && [ -z "$(pidof probe)" ]'
-check no_job_cgroup_is_left_at_the_root "left: $(ls $CG/cordon)" 'no_jobs_left $CG/cordon'
+
+# A SIGKILLed cordon: its sandbox dies with it, and the next start sweeps its cgroups.
+$C run --root $W -- /usr/bin/sleep 600 &
+runner=$!
+for i in $(seq 1 100); do
+  job=$(ls -d $CG/cordon/*/ 2>/dev/null | head -1)
+  [ -n "$job" ] && [ -n "$(pidof sleep)" ] && break
+  sleep 0.2
+done
+kill -KILL $runner
+wait $runner 2>/dev/null
+for i in $(seq 1 50); do [ -z "$(pidof sleep)" ] && break; sleep 0.2; done
+check a_sigkilled_cordon_takes_its_sandbox_with_it "left: $(pidof sleep)" '[ -z "$(pidof sleep)" ]'
+killed=$(ls -d $CG/cordon/*/ 2>/dev/null)
+$C run --root $W -- /usr/bin/true
+check the_next_start_sweeps_the_killed_cordons_cgroups "killed: $killed, left: $(ls $CG/cordon)" \
+  '[ -n "$killed" ] && no_jobs_left $CG/cordon'
 
 # --- 2. a delegated service (systemd: Delegate=yes), cordon its only process ---------------
 S=$CG/system.slice
