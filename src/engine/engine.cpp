@@ -1982,6 +1982,17 @@ class Engine::Impl {
       // Escalated to SIGKILL of the whole sandbox before init could report.
       j.state = "killed";
       j.signal = signal_name(SIGKILL);
+    } else if (j.usage.oom_kills > 0) {
+      // Failure fixed (session 16, found on a pure cgroup v2 kernel): the OOM killer picks the
+      // process with the most memory of its own, and memory no process maps (socket buffers,
+      // pipes, files in /tmp) counts against the limit too, so it can pick the sandbox's init:
+      // the whole sandbox dies without a status, which read as a failure of cordon's.
+      j.state = "oom";
+      j.signal = signal_name(SIGKILL);
+      j.error =
+          "the sandbox was killed by the OOM killer at its memory limit (the kernel chose the "
+          "sandbox's init: memory no process maps, such as socket buffers, pipes or files in "
+          "/tmp, counts against the limit too); its output is banked";
     } else {
       j.state = "failed";
       j.error = "the sandbox init died without reporting the command's status; output is banked";

@@ -277,6 +277,18 @@ Result<OneshotReport> run_oneshot(const OneshotRequest& req) {
           fmt::format("could not exec `{}`: {}", report.argv.empty() ? "" : report.argv[0],
                       errno_name(o.setup_errno));
     }
+  } else if (o.state == RunState::kInitDied && report.oom_kills > 0 && o.have_init_wait_status &&
+             WIFSIGNALED(o.init_wait_status) && WTERMSIG(o.init_wait_status) == SIGKILL) {
+    // Failure fixed (session 16, found on a pure cgroup v2 kernel): memory no process maps
+    // (socket buffers, pipes, files in /tmp) counts against the limit, so the OOM killer can
+    // choose the sandbox's init; the sandbox then died without the command's status.
+    report.state = "oom";
+    report.term_signal = SIGKILL;
+    report.message = fmt::format(
+        "the sandbox was killed by the OOM killer at its memory limit of {} bytes (the kernel "
+        "chose the sandbox's init: memory no process maps, such as socket buffers, pipes or "
+        "files in /tmp, counts against the limit too)",
+        req.memory_bytes);
   } else if (o.state == RunState::kInitDied) {
     report.message = "the sandbox init died without reporting the command's status";
   } else if (o.state == RunState::kTimeout) {

@@ -67,7 +67,7 @@ struct EngineEnv {
     policy = {{"allowedExecutables",
                {"/bin/sh", "/usr/bin/sh", "/bin/echo", "/usr/bin/echo", "/bin/cat", "/usr/bin/cat",
                 "/bin/sleep", "/usr/bin/sleep", "/usr/bin/head", "/usr/bin/yes", "/usr/bin/env",
-                "/usr/bin/python3", "/usr/bin/true", "/bin/true", "/usr/bin/git"}},
+                "/usr/bin/python3", "/usr/bin/true", "/bin/true", "/usr/bin/git", "/bin/dd"}},
               {"cwdRoot", box.root}};
     for (auto& [k, v] : extra.items()) policy[k] = v;
     policy_path = box.base + "/policy.json";

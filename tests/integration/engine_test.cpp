@@ -151,6 +151,38 @@ BOOST_AUTO_TEST_CASE(timeout_kills_a_child_that_ignores_sigterm) {
   BOOST_TEST(st->error.find("500 ms") != std::string::npos, st->error);
 }
 
+// Memory no process maps (socket buffers, pipes, files in /tmp) counts against the limit, so
+// the OOM killer may choose the sandbox's init, whose death takes the sandbox with it before
+// it reports the command's status. Found on a pure cgroup v2 kernel (tests/vm: 300 unread
+// loopback connections); here the init is made the kernel's choice by raising its
+// oom_score_adj (raising needs no privilege) while the command waits to start filling /tmp. Before
+// the fix (session 16) this settled `failed`: "the sandbox init died without reporting".
+BOOST_AUTO_TEST_CASE(an_oom_kill_that_takes_the_sandbox_init_settles_as_oom) {
+  EngineEnv env(nlohmann::json{{"limits", {{"memoryBytes", 64 << 20}}}});
+  auto e = open_or_fail(env);
+  // The hog fills /tmp (the sandbox's tmpfs, charged to its memory cgroup), which no process
+  // maps: dd's own memory stays small, so the init with oom_score_adj 1000 is the kernel's pick.
+  auto s =
+      e->start("s1", {.argv = {"/bin/sh", "-c",
+                               "sleep 1; exec /bin/dd if=/dev/zero of=/tmp/fill bs=1M count=100"}});
+  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+  pid_t init = -1;
+  for (int i = 0; i < 200 && init < 0; ++i) {
+    for (pid_t p : env.sandbox_pids()) {
+      if (read_proc_file("/proc/" + std::to_string(p) + "/comm") == "cordon-init\n") init = p;
+    }
+    if (init < 0) std::this_thread::sleep_for(20ms);
+  }
+  BOOST_REQUIRE_MESSAGE(init > 0, "no cordon-init among the job's processes");
+  std::ofstream("/proc/" + std::to_string(init) + "/oom_score_adj") << "1000";
+  auto st = e->status("s1", s->task_id, 30s);
+  BOOST_REQUIRE(st.has_value());
+  BOOST_TEST(st->state == "oom", st->state << ": " << st->error);
+  BOOST_TEST(st->usage.oom_kills >= 1u);
+  BOOST_TEST(st->error.find("chose the sandbox's init") != std::string::npos, st->error);
+  BOOST_TEST(::kill(init, 0) != 0);  // the init was the one killed
+}
+
 BOOST_AUTO_TEST_CASE(stdin_pipe_and_sessions_and_counters) {
   EngineEnv env;
   auto e = open_or_fail(env);

@@ -29,6 +29,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -630,6 +631,48 @@ BOOST_AUTO_TEST_CASE(memory_hog_is_oom_killed_under_memory_and_reported) {
   BOOST_TEST(rc.out == line("memory-hog", "allowed 96 MiB"));
   BOOST_TEST(stc["state"] == "exited");
   BOOST_TEST(stc["usage"]["oomKills"] == 0);
+}
+
+// The OOM killer may choose the sandbox's init (memory no process maps, such as socket buffers,
+// pipes or files in /tmp, counts against the limit too: found on a pure cgroup v2 kernel,
+// tests/vm); the sandbox then dies before init reports the command. Made the kernel's choice
+// here by raising init's oom_score_adj while the command waits to fill /tmp (a tmpfs charged to
+// the sandbox's memory, which no process maps, so dd's own memory stays small). Still state
+// oom and exit 122, the message naming the init. Before the fix (session 16): exit 125,
+// "the sandbox init died without reporting the command's status", as if cordon had failed.
+BOOST_AUTO_TEST_CASE(an_oom_kill_that_takes_the_sandbox_init_is_reported_as_oom) {
+  Sandbox s;
+  std::string status = s.base + "/init-oom.json";
+  BackgroundRun cordon(
+      s.args({"--memory", "64M", "--json-status", status},
+             {"/bin/sh", "-c", "sleep 1; exec /bin/dd if=/dev/zero of=/tmp/fill bs=1M count=100"}));
+  pid_t init = -1;
+  for (int i = 0; i < 250 && init < 0; ++i) {
+    for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+      std::string name = entry.path().filename();
+      if (name[0] < '0' || name[0] > '9') continue;
+      std::ifstream stat(entry.path() / "stat");
+      std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+      // "<pid> (cordon-init) S <ppid> ...": cordon's own child.
+      std::string want = " (cordon-init) ";
+      size_t at = text.find(want);
+      if (at != std::string::npos &&
+          std::stol(text.substr(at + want.size() + 2)) == static_cast<long>(cordon.pid)) {
+        init = std::stoi(name);
+      }
+    }
+    if (init < 0) std::this_thread::sleep_for(20ms);
+  }
+  BOOST_REQUIRE_MESSAGE(init > 0, "no cordon-init child of cordon");
+  std::ofstream("/proc/" + std::to_string(init) + "/oom_score_adj") << "1000";
+  BOOST_REQUIRE(cordon.wait(60s));
+  std::ifstream in(status);
+  auto st = nlohmann::json::parse(in, nullptr, false);
+  BOOST_TEST(cordon.exit_code() == 122, cordon.stderr_text());
+  BOOST_TEST(st["state"] == "oom", st.dump());
+  BOOST_TEST(st["usage"]["oomKills"].get<int>() >= 1, st.dump());
+  BOOST_TEST(st["message"].get<std::string>().find("chose the sandbox's init") != std::string::npos,
+             st.dump());
 }
 
 // --memory bounds the socket buffers a command fills and never reads: 300 loopback TCP

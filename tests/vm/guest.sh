@@ -92,6 +92,21 @@ state=$(field /tmp/to.json state)
 check timeout_escalates_and_reaches_every_descendant "state $state, left: $(pidof probe)" \
   '[ "$state" = timeout ] && [ -z "$(pidof probe)" ]'
 
+# Socket buffers: cgroup v2 charges them to memory.max (v1 keeps them apart; docs/security.md).
+# 300 loopback connections nobody reads queue at most the limit plus the one packet per
+# connection the kernel always admits; the control with room to spare queues more than that.
+bound=$((32 * 1048576 + 300 * 96 * 1024))
+out=$($C run --root $W --memory 32M -- $P tcp-fill 300)
+rc=$?
+queued=$(echo "$out" | sed -n 's/^probe tcp-fill: value queued \([0-9]*\) .*/\1/p')
+check socket_buffers_count_in_memory_max "exit $rc: $out" \
+  '[ $rc = 122 ] || { [ $rc = 0 ] && [ -n "$queued" ] && [ "$queued" -gt 0 ] && [ "$queued" -le $bound ]; }'
+out=$($C run --root $W --memory 256M -- $P tcp-fill 300)
+rc=$?
+queued=$(echo "$out" | sed -n 's/^probe tcp-fill: value queued \([0-9]*\) .*/\1/p')
+check socket_buffers_control_queues_past_that_bound "exit $rc: $out" \
+  '[ $rc = 0 ] && [ -n "$queued" ] && [ "$queued" -gt $bound ]'
+
 # A SIGKILLed cordon: its sandbox dies with it, and the next start sweeps its cgroups.
 $C run --root $W -- /usr/bin/sleep 600 &
 runner=$!
