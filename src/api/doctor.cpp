@@ -46,9 +46,9 @@ int doctor_main(const std::string& state_dir, const std::string& seccomp_profile
     if (layout->mode == sandbox::CgroupMode::kUnified) {
       cg.detail = "cgroup v2 with memory, pids, cpu: jobs under `" + layout->v2_parent + "`";
       if (!delegation->leaf.empty()) {
-        cg.detail += "; cordon's own cgroup `" + delegation->own +
-                     "` holds only cordon, which moves itself into `" + delegation->leaf +
-                     "` and passes the controllers on (a delegated cgroup; doctor changes nothing)";
+        cg.detail += "; this cgroup `" + delegation->own +
+                     "` holds only this process: a cordon started here moves itself into `" +
+                     delegation->leaf + "` and passes the controllers on (doctor moves nothing)";
       }
     } else {
       cg.detail = "hybrid: v1 memory `" + layout->v1_memory_parent + "`, pids `" +

@@ -8,6 +8,7 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -399,53 +400,85 @@ std::string without_self_leaf(std::string dir) {
   return dir;
 }
 
-// The parent of `pid` (/proc/<pid>/stat, after the command name); 0 when it is gone.
-pid_t parent_of(pid_t pid) {
-  auto stat = read_small_file(fmt::format("/proc/{}/stat", pid));
-  size_t close = stat ? stat->rfind(')') : std::string::npos;
-  if (close == std::string::npos || close + 4 >= stat->size()) {
-    return 0;
-  }
-  std::string_view rest = std::string_view(*stat).substr(close + 4);  // ") S <ppid> ..."
-  auto ppid = parse_uint(rest.substr(0, rest.find(' ')));
-  return ppid ? static_cast<pid_t>(*ppid) : 0;
-}
-
-bool is_self_or_descendant(pid_t pid) {
-  const pid_t self = ::getpid();
-  for (int depth = 0; pid > 0 && depth < 4096; ++depth) {
-    if (pid == self) {
-      return true;
-    }
-    pid = parent_of(pid);
-  }
-  return false;
-}
-
 std::string comm_of(pid_t pid) {
   auto comm = read_small_file(fmt::format("/proc/{}/comm", pid));
   return comm ? std::string(trim(*comm)) : "gone";
 }
 
-// Moves this process and its descendants out of our own cgroup into its leaf `cordon-self`,
-// then lets our own cgroup pass memory, pids and cpu on to the jobs' parent.
-Result<void> pass_controllers_on(const V2Delegation& d) {
-  if (::mkdir(d.leaf.c_str(), 0755) != 0 && errno != EEXIST) {
-    return sys_error("mkdir `{}`", d.leaf);
-  }
-  CORDON_TRY_CTX(leaf, open_dir(d.leaf), "open cordon's own leaf cgroup");
-  for (pid_t pid : d.to_move) {
-    auto moved = sys::write_file_at(leaf.get(), "cgroup.procs", std::to_string(pid));
-    if (!moved && ::kill(pid, 0) == 0) {  // one that exited meanwhile needs no move
-      return std::unexpected(std::move(moved.error()).wrap("move pid {} into `{}`", pid, d.leaf));
+// The pids in a cgroup.procs text other than this process's: 0 for one outside our pid
+// namespace, which the kernel lists as 0.
+std::vector<pid_t> others_in(std::string_view procs) {
+  std::vector<pid_t> others;
+  for (std::string_view line : split(procs, '\n')) {
+    auto pid = parse_uint(trim(line));
+    if (pid && static_cast<pid_t>(*pid) != ::getpid()) {
+      others.push_back(static_cast<pid_t>(*pid));
     }
   }
-  CORDON_TRY_CTX(own, open_dir(d.own), "open our own cgroup");
-  CORDON_CHECK_CTX(sys::write_file_at(own.get(), "cgroup.subtree_control", "+memory +pids +cpu"),
-                   "enable memory, pids and cpu in `{}` once its processes moved to `{}` (EBUSY: "
-                   "a process that is not cordon's joined it meanwhile)",
-                   d.own, d.leaf);
-  return {};
+  return others;
+}
+
+// systemd marks the cgroup of a unit with Delegate=yes by the xattr `trusted.delegate` (and,
+// from v251, `user.delegate`) set to "1".
+Result<bool> marked_delegated(int dirfd, std::string_view dir) {
+  for (const char* name : {"trusted.delegate", "user.delegate"}) {
+    char value[8];
+    ssize_t n = ::fgetxattr(dirfd, name, value, sizeof value);
+    if (n == 1 && value[0] == '1') {
+      return true;
+    }
+    if (n < 0 && errno != ENODATA && errno != EOPNOTSUPP && errno != ERANGE) {
+      return sys_error("fgetxattr `{}` of `{}`", name, dir);
+    }
+  }
+  return false;
+}
+
+// A systemd unit's own cgroup: systemd names it after the unit, and only services and scopes
+// hold processes.
+bool is_systemd_unit_cgroup(std::string_view dir) {
+  std::string_view base = dir.substr(dir.rfind('/') + 1);
+  return base.ends_with(".service") || base.ends_with(".scope");
+}
+
+// Moves this process (every thread: "0" in cgroup.procs is the writer) out of our own cgroup
+// into its leaf `cordon-self`, then lets our own cgroup pass memory, pids and cpu on to the
+// jobs' parent. Undone when it fails: cordon moved back, a leaf it made removed (a review,
+// session 17: a failure left cordon in the leaf and the leaf behind).
+Result<void> pass_controllers_on(const V2Delegation& d) {
+  const bool made = ::mkdir(d.leaf.c_str(), 0755) == 0;
+  if (!made && errno != EEXIST) {
+    return sys_error("mkdir `{}`", d.leaf);
+  }
+  auto remove_leaf = [&] {
+    if (made) {
+      (void)::rmdir(d.leaf.c_str());  // best effort: the error being reported matters more
+    }
+  };
+  auto moved = sys::write_file(join_path(d.leaf, "cgroup.procs"), "0");
+  if (!moved) {
+    remove_leaf();
+    return std::unexpected(
+        std::move(moved.error()).wrap("move cordon (pid {}) into `{}`", ::getpid(), d.leaf));
+  }
+  auto passed = sys::write_file(join_path(d.own, "cgroup.subtree_control"), "+memory +pids +cpu");
+  if (passed) {
+    return {};
+  }
+  const int err = passed.error().sys_errno();
+  auto back = sys::write_file(join_path(d.own, "cgroup.procs"), "0");
+  if (back) {
+    remove_leaf();
+  }
+  return std::unexpected(
+      Error(ErrorCode::kSystem, err,
+            fmt::format(
+                "enable memory, pids and cpu in `{}` (cgroup.subtree_control) once cordon "
+                "moved into `{}`: {}{}; {}",
+                d.own, d.leaf, errno_name(err),
+                err == EBUSY ? " (a process that is not cordon's joined the cgroup meanwhile)" : "",
+                back ? "cordon moved back, nothing is left changed"
+                     : "and moving cordon back failed: " + back.error().message())));
 }
 
 }  // namespace
@@ -561,28 +594,56 @@ Result<V2Delegation> check_v2_delegation(const CgroupLayout& layout) {
   if (all_passed || !file_exists_at(fd.get(), "cgroup.type")) {
     return d;
   }
+  // Only a domain cgroup can hold memory-limited jobs below it: a threaded one (or one the
+  // kernel marks invalid) is refused before anything moves.
+  CORDON_TRY_CTX(type, sys::read_file_at(fd.get(), "cgroup.type"), "read cgroup.type of `{}`",
+                 d.own);
+  if (trim(type) != "domain") {
+    return unsupported(
+        "cordon's own cgroup `{}` is of type `{}` (cgroup.type), and jobs with memory limits "
+        "need a `domain` cgroup above them. Start cordon in a domain cgroup of its own, "
+        "delegated to it: `systemd-run --scope -p Delegate=yes --quiet -- cordon ...` "
+        "(docs/security.md)",
+        d.own, trim(type));
+  }
+  // systemd is the single writer of the cgroups it made for its units unless a unit has
+  // Delegate=yes: cordon writes nothing into one without that (a review, session 17).
+  CORDON_TRY(delegated, marked_delegated(fd.get(), d.own));
+  if (!delegated && is_systemd_unit_cgroup(d.own)) {
+    return unsupported(
+        "cordon's own cgroup `{}` is a systemd unit's that is not delegated (no "
+        "`trusted.delegate` or `user.delegate` xattr): systemd owns its cgroup.subtree_control, "
+        "and jobs under `{}` could get no memory, pids or cpu limits. Set `Delegate=yes` in the "
+        "unit (`systemd-run --scope -p Delegate=yes --quiet -- cordon ...` for one command); "
+        "cordon then moves itself into `<that cgroup>/{}` and passes memory, pids and cpu on "
+        "to its jobs (docs/security.md)",
+        d.own, layout.v2_parent, kSelfLeafName);
+  }
+  // cordon moves only itself: a process of someone else's (the shell that started cordon, a
+  // session's other programs) is not cordon's to move, and a pid read here may be reused by
+  // the time of a move. One that exited by a second look does not count.
   CORDON_TRY_CTX(procs, sys::read_file_at(fd.get(), "cgroup.procs"), "read cgroup.procs of `{}`",
                  d.own);
-  std::string others;
-  size_t n_others = 0;
-  for (std::string_view line : split(procs, '\n')) {
-    auto pid = parse_uint(trim(line));
-    if (!pid) {
-      continue;
-    }
-    if (is_self_or_descendant(static_cast<pid_t>(*pid))) {
-      d.to_move.push_back(static_cast<pid_t>(*pid));
-    } else if (++n_others <= 5) {
-      others += fmt::format("{}pid {} `{}`", others.empty() ? "" : ", ", *pid,
-                            comm_of(static_cast<pid_t>(*pid)));
-    }
+  std::vector<pid_t> others = others_in(procs);
+  if (!others.empty()) {
+    CORDON_TRY_CTX(again, sys::read_file_at(fd.get(), "cgroup.procs"), "read cgroup.procs of `{}`",
+                   d.own);
+    std::vector<pid_t> still = others_in(again);
+    std::erase_if(others, [&](pid_t p) { return std::ranges::find(still, p) == still.end(); });
   }
-  if (n_others == 0) {
+  if (others.empty()) {
     d.leaf = join_path(d.own, kSelfLeafName);
     return d;
   }
-  if (n_others > 5) {
-    others += fmt::format(" and {} more", n_others - 5);
+  std::string named;
+  for (size_t i = 0; i < others.size() && i < 5; ++i) {
+    named +=
+        fmt::format("{}{}", i == 0 ? "" : ", ",
+                    others[i] == 0 ? std::string("a process outside cordon's pid namespace")
+                                   : fmt::format("pid {} `{}`", others[i], comm_of(others[i])));
+  }
+  if (others.size() > 5) {
+    named += fmt::format(" and {} more", others.size() - 5);
   }
   return unsupported(
       "cordon's own cgroup `{}` holds processes that are not cordon's ({}), and cgroup v2 passes "
@@ -592,7 +653,7 @@ Result<V2Delegation> check_v2_delegation(const CgroupLayout& layout) {
       "command, `Delegate=yes` in the unit of a `cordon serve` service (or from the hierarchy's "
       "root cgroup); cordon then moves itself into `<that cgroup>/{}` and passes memory, pids "
       "and cpu on to its jobs (docs/security.md)",
-      d.own, others, layout.v2_parent, kSelfLeafName);
+      d.own, named, layout.v2_parent, kSelfLeafName);
 }
 
 Result<void> prepare_parents(const CgroupLayout& layout) {

@@ -61,26 +61,27 @@ inline constexpr std::string_view kSelfLeafName = "cordon-self";
 /// parent) on kUnified: a cgroup other than the hierarchy's root can enable controllers for its
 /// children only while no process is in it, and cordon is in it.
 struct V2Delegation {
-  /// The processes in our own cgroup, all of them this process or its descendants, that
-  /// prepare_parents moves into `<own>/cordon-self` before it passes the controllers on. Empty
-  /// when nothing needs to move (hybrid, the root, or the three already passed on).
-  std::vector<pid_t> to_move;
-  std::string own;   // our own cgroup's directory (kUnified)
-  std::string leaf;  // `<own>/cordon-self` when something moves
+  std::string own;  // our own cgroup's directory (kUnified)
+  /// `<own>/cordon-self`, which prepare_parents moves this process into before it passes the
+  /// controllers on; empty when nothing needs to move (hybrid, the root, or the three already
+  /// passed on).
+  std::string leaf;
 };
 
-/// Reads what V2Delegation says. Refuses (naming the processes, the rule and what to run
-/// instead: a cgroup of cordon's own, delegated to it) when our own cgroup holds a process that
-/// is neither this one nor its descendant: moving someone else's processes is not cordon's to
-/// do. Reads only; an error for anything unreadable.
+/// Reads what V2Delegation says. Refuses, naming the reason and what to run instead (a cgroup
+/// of cordon's own, delegated to it), when our own cgroup is not a `domain` cgroup, when it is
+/// a systemd unit's without Delegate=yes (no `trusted.delegate`/`user.delegate` xattr), or when
+/// it holds any process but this one (named: moving someone else's processes is not cordon's
+/// to do). Reads only; an error for anything unreadable.
 [[nodiscard]] Result<V2Delegation> check_v2_delegation(const CgroupLayout& layout);
 
 /// Creates the layout's parent dirs (only those; an existing one is reused) and, on kUnified,
 /// enables memory, pids and cpu in the parent's cgroup.subtree_control. When our own cgroup
-/// holds only our processes and does not pass the three on yet (a systemd unit or scope with
-/// Delegate=yes), first moves them into `<own>/cordon-self` and enables the three in our own
-/// cgroup's cgroup.subtree_control (what a delegated cgroup's owner does). Fails with a message
-/// naming the controllers when our own cgroup does not get them from its parent.
+/// holds only this process and does not pass the three on yet (a systemd unit or scope with
+/// Delegate=yes), first moves it into `<own>/cordon-self` and enables the three in our own
+/// cgroup's cgroup.subtree_control (what a delegated cgroup's owner does), undoing the move when
+/// that fails. Fails with a message naming the controllers when our own cgroup does not get
+/// them from its parent.
 [[nodiscard]] Result<void> prepare_parents(const CgroupLayout& layout);
 
 struct CgroupUsage {

@@ -988,6 +988,11 @@ std::string probe_write_file(Args args) {
 
 std::string probe_mkdir(Args args) { return outcome_of(mkdir(args[0], 0755)); }
 
+// setxattr(2) of a string value (tests/vm marks a cgroup delegated as systemd does).
+std::string probe_setxattr(Args args) {
+  return outcome_of(::setxattr(args[0], args[1], args[2], std::strlen(args[2]), 0));
+}
+
 // Every way of getting a setuid/setgid bit onto a file. The sandbox's mounts are nosuid,
 // but a file it leaves in the working root keeps its bits on the host, where they count.
 // Each variant is its own syscall because the filter must cover every one.
@@ -1561,6 +1566,7 @@ constexpr Probe kProbes[] = {
     {"read-fd", "<fd>", 1, 1, probe_read_fd},
     {"write-file", "<path>", 1, 1, probe_write_file},
     {"mkdir", "<path>", 1, 1, probe_mkdir},
+    {"setxattr", "<path> <name> <value>", 3, 3, probe_setxattr},
     {"setuid-file", "<path>", 1, 1, probe_setuid_file},
     {"fchmod-setuid", "<path>", 1, 1, probe_fchmod_setuid},
     {"fchmodat-setuid", "<path>", 1, 1, probe_fchmodat_setuid},

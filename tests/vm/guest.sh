@@ -91,6 +91,7 @@ $C run --root $W --timeout 2 --kill-grace 1 --json-status /tmp/to.json -- $P ign
 state=$(field /tmp/to.json state)
 check timeout_escalates_and_reaches_every_descendant "state $state, left: $(pidof probe)" \
   '[ "$state" = timeout ] && [ -z "$(pidof probe)" ]'
+check no_job_cgroup_is_left_at_the_root "left: $(ls $CG/cordon)" 'no_jobs_left $CG/cordon'
 
 # Socket buffers: cgroup v2 charges them to memory.max (v1 keeps them apart; docs/security.md).
 # 300 loopback connections nobody reads queue at most the limit plus the one packet per
@@ -125,16 +126,20 @@ check the_next_start_sweeps_the_killed_cordons_cgroups "killed: $killed, left: $
   '[ -n "$killed" ] && no_jobs_left $CG/cordon'
 
 # --- 2. a delegated service (systemd: Delegate=yes), cordon its only process ---------------
+# systemd marks the cgroup of a unit with Delegate=yes: xattr trusted.delegate (and, from
+# v251, user.delegate) "1".
+delegate() { $P setxattr "$1" trusted.delegate 1 > /dev/null; }
 S=$CG/system.slice
 mkdir $S
 echo "+memory +pids +cpu" > $S/cgroup.subtree_control
 O=$S/cordon.service
 mkdir $O
+delegate $O
 in_cgroup $O $C doctor > /tmp/doctor2.out 2>&1
 rc=$?
 echo "doctor: $(grep -A1 cgroups /tmp/doctor2.out)"
 check doctor_approves_a_delegated_cgroup "exit $rc: $(cat /tmp/doctor2.out)" '[ $rc = 0 ]'
-check doctor_in_a_delegated_cgroup_changes_nothing "made: $(ls $O)" \
+check doctor_in_a_delegated_cgroup_moves_nothing "made: $(ls $O)" \
   '[ ! -e $O/cordon ] && [ ! -e $O/cordon-self ] && [ -z "$(cat $O/cgroup.subtree_control)" ]'
 
 in_cgroup $O $C run --root $W --memory 64M --json-status /tmp/svc.json -- $P memory-hog 300 > /dev/null 2> /tmp/svc.err
@@ -153,10 +158,23 @@ check a_cordon_in_the_leaf_uses_the_same_layout "exit $rc, $(ls $O/cordon-self)"
   '[ $rc = 0 ] && [ ! -e $O/cordon-self/cordon ]'
 check no_job_cgroup_is_left_in_the_service "left: $(ls $O/cordon)" 'no_jobs_left $O/cordon'
 
-# --- 3. a cgroup shared with processes that are not cordon's (a login session's scope) ------
+# A service without Delegate=yes: systemd writes its cgroup alone, so cordon writes nothing.
+N=$S/plain.service
+mkdir $N
+in_cgroup $N $C run --root $W -- /usr/bin/true > /tmp/plain.out 2>&1
+rc=$?
+echo "refusal: $(cat /tmp/plain.out)"
+check an_undelegated_service_is_refused "exit $rc: $(cat /tmp/plain.out)" \
+  '[ $rc = 125 ] && has /tmp/plain.out "not delegated" && has /tmp/plain.out "Delegate=yes"'
+check a_refusal_leaves_the_undelegated_service_as_it_was \
+  "$(ls $N), subtree_control: $(cat $N/cgroup.subtree_control)" \
+  '[ ! -e $N/cordon ] && [ ! -e $N/cordon-self ] && [ -z "$(cat $N/cgroup.subtree_control)" ]'
+
+# --- 3. cgroups shared with processes that are not cordon's ---------------------------------
 U=$CG/user.slice
 mkdir $U
 echo "+memory +pids +cpu" > $U/cgroup.subtree_control
+# A login session's scope (not delegated) with another program in it.
 Q=$U/session-1.scope
 mkdir $Q
 sleep 600 &
@@ -164,19 +182,33 @@ other=$!
 echo $other > $Q/cgroup.procs
 in_cgroup $Q $C run --root $W -- /usr/bin/true > /tmp/scope.out 2>&1
 rc=$?
-echo "refusal: $(cat /tmp/scope.out)"
-check a_shared_cgroup_is_refused "exit $rc: $(cat /tmp/scope.out)" \
-  '[ $rc = 125 ] && has /tmp/scope.out "pid $other" && has /tmp/scope.out "Delegate=yes"'
-check a_refusal_leaves_the_shared_cgroup_as_it_was \
+check a_session_scope_is_refused "exit $rc: $(cat /tmp/scope.out)" \
+  '[ $rc = 125 ] && has /tmp/scope.out "not delegated"'
+check a_refusal_leaves_the_session_scope_as_it_was \
   "$(ls $Q), subtree_control: $(cat $Q/cgroup.subtree_control), procs: $(cat $Q/cgroup.procs)" \
   '[ ! -e $Q/cordon ] && [ ! -e $Q/cordon-self ] && [ -z "$(cat $Q/cgroup.subtree_control)" ] &&
    has $Q/cgroup.procs "^$other\$"'
-in_cgroup $Q $C doctor > /tmp/doctor3.out 2>&1
-rc=$?
-check doctor_refuses_a_shared_cgroup "exit $rc: $(cat /tmp/doctor3.out)" \
-  '[ $rc = 1 ] && has /tmp/doctor3.out "pid $other"'
 kill $other
 wait $other 2>/dev/null
+# A delegated scope where the shell that starts cordon stays (`systemd-run --scope -p
+# Delegate=yes -- sh -c 'cordon run ...; ...'`): the shell is not cordon's to move.
+R=$U/run-r1.scope
+mkdir $R
+delegate $R
+sh -c 'echo $$ > "$0/cgroup.procs"; echo "shell $$"; "$@"; echo "rc $?"' $R $C run --root $W -- /usr/bin/true > /tmp/shared.out 2>&1
+shell=$(sed -n 's/^shell //p' /tmp/shared.out)
+echo "refusal: $(cat /tmp/shared.out)"
+check a_delegated_scope_shared_with_the_starting_shell_is_refused "$(cat /tmp/shared.out)" \
+  'has /tmp/shared.out "^rc 125$" && has /tmp/shared.out "pid $shell \`sh\`" &&
+   has /tmp/shared.out "Delegate=yes"'
+check a_refusal_leaves_the_shared_scope_as_it_was \
+  "$(ls $R), subtree_control: $(cat $R/cgroup.subtree_control)" \
+  '[ ! -e $R/cordon ] && [ ! -e $R/cordon-self ] && [ -z "$(cat $R/cgroup.subtree_control)" ]'
+# (`; exit $?`: a shell runs the last command of `-c` by exec, which would leave cordon alone.)
+sh -c 'echo $$ > "$0/cgroup.procs"; "$@"; exit $?' $R $C doctor > /tmp/doctor3.out 2>&1
+rc=$?
+check doctor_refuses_a_shared_cgroup "exit $rc: $(cat /tmp/doctor3.out)" \
+  '[ $rc = 1 ] && has /tmp/doctor3.out "pid [0-9]* \`sh\`"'
 
 # --- 4. the daemon in a delegated service, restarted ----------------------------------------
 D=$S/cordon-daemon.service
@@ -196,7 +228,8 @@ EOF
 # As systemd starts a unit (its main process alone in the unit's fresh cgroup) and stops it
 # (everything left in the cgroup killed, the cgroup removed with its subgroups).
 start_daemon() {
-  mkdir $D
+  mkdir -p $D
+  delegate $D
   sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' $D $C serve --policy /etc/cordon/policy.json \
     --state-dir /var/lib/cordon-d --socket /run/cordon.sock > /tmp/daemon.log 2>&1 &
   daemon=$!
@@ -222,6 +255,15 @@ rc=$?
 check a_restarted_daemon_runs_again "exit $rc: $(cat /tmp/daemon.log)" '[ $rc = 0 ]'
 stop_daemon
 check a_restarted_daemon_stops_as_cleanly "left: $left" '[ -z "$left" ]'
+# A start that finds the leaf of an earlier run (its cgroup not pruned; the controllers off, as
+# systemd leaves a delegated cgroup it starts a unit in) reuses it.
+mkdir -p $D/cordon-self
+start_daemon
+$C run --socket /run/cordon.sock -- /usr/bin/true
+rc=$?
+check a_start_that_finds_an_old_leaf_reuses_it "exit $rc: $(cat /tmp/daemon.log)" \
+  '[ $rc = 0 ] && grep -q "^0::/system.slice/cordon-daemon.service/cordon-self$" /proc/$daemon/cgroup'
+stop_daemon
 cd /
 
 echo "VMTEST end"
