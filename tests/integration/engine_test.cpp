@@ -164,16 +164,33 @@ BOOST_AUTO_TEST_CASE(an_oom_kill_that_takes_the_sandbox_init_settles_as_oom) {
   // maps: dd's own memory stays small, so the init with oom_score_adj 1000 is the kernel's pick.
   auto s =
       e->start("s1", {.argv = {"/bin/sh", "-c",
-                               "sleep 1; exec /bin/dd if=/dev/zero of=/tmp/fill bs=1M count=100"}});
+                               "sleep 2; exec /bin/dd if=/dev/zero of=/tmp/fill bs=1M count=100"}});
   BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+  // The init is the parent of the command's shell once that runs `sleep`: then the shell was
+  // forked before the adj is raised (a child inherits it: raised earlier, dd would carry it
+  // too), and the command's first process no longer bears init's name.
+  auto stat_of = [](pid_t p) {  // {comm, ppid}
+    std::string st = read_proc_file("/proc/" + std::to_string(p) + "/stat");
+    size_t open = st.find('('), close = st.rfind(')');
+    if (open == std::string::npos || close == std::string::npos || close + 4 >= st.size()) {
+      return std::pair<std::string, pid_t>{"", -1};
+    }
+    return std::pair<std::string, pid_t>{st.substr(open + 1, close - open - 1),
+                                         std::stoi(st.substr(close + 4))};
+  };
   pid_t init = -1;
-  for (int i = 0; i < 200 && init < 0; ++i) {
+  for (int i = 0; i < 250 && init < 0; ++i) {
     for (pid_t p : env.sandbox_pids()) {
-      if (read_proc_file("/proc/" + std::to_string(p) + "/comm") == "cordon-init\n") init = p;
+      auto [comm, shell] = stat_of(p);
+      if (comm != "sleep") continue;
+      auto [shell_comm, parent] = stat_of(shell);
+      if (shell_comm == "sh" || shell_comm == "dash") {
+        if (stat_of(parent).first == "cordon-init") init = parent;
+      }
     }
     if (init < 0) std::this_thread::sleep_for(20ms);
   }
-  BOOST_REQUIRE_MESSAGE(init > 0, "no cordon-init among the job's processes");
+  BOOST_REQUIRE_MESSAGE(init > 0, "no cordon-init above the command's `sleep`");
   std::ofstream("/proc/" + std::to_string(init) + "/oom_score_adj") << "1000";
   auto st = e->status("s1", s->task_id, 30s);
   BOOST_REQUIRE(st.has_value());

@@ -645,25 +645,38 @@ BOOST_AUTO_TEST_CASE(an_oom_kill_that_takes_the_sandbox_init_is_reported_as_oom)
   std::string status = s.base + "/init-oom.json";
   BackgroundRun cordon(
       s.args({"--memory", "64M", "--json-status", status},
-             {"/bin/sh", "-c", "sleep 1; exec /bin/dd if=/dev/zero of=/tmp/fill bs=1M count=100"}));
+             {"/bin/sh", "-c", "sleep 2; exec /bin/dd if=/dev/zero of=/tmp/fill bs=1M count=100"}));
+  // The init is cordon's child, the parent of the command's shell once that runs `sleep`: the
+  // shell was forked before the adj is raised (a child inherits it: raised earlier, dd would
+  // carry it too).
+  auto stat_of = [](const std::string& pid) {  // {comm, ppid}
+    std::ifstream in("/proc/" + pid + "/stat");
+    std::string st((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    size_t open = st.find('('), close = st.rfind(')');
+    if (open == std::string::npos || close == std::string::npos || close + 4 >= st.size()) {
+      return std::pair<std::string, std::string>{"", "0"};
+    }
+    std::string rest = st.substr(close + 4);
+    return std::pair<std::string, std::string>{st.substr(open + 1, close - open - 1),
+                                               rest.substr(0, rest.find(' '))};
+  };
   pid_t init = -1;
   for (int i = 0; i < 250 && init < 0; ++i) {
     for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
       std::string name = entry.path().filename();
       if (name[0] < '0' || name[0] > '9') continue;
-      std::ifstream stat(entry.path() / "stat");
-      std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-      // "<pid> (cordon-init) S <ppid> ...": cordon's own child.
-      std::string want = " (cordon-init) ";
-      size_t at = text.find(want);
-      if (at != std::string::npos &&
-          std::stol(text.substr(at + want.size() + 2)) == static_cast<long>(cordon.pid)) {
-        init = std::stoi(name);
+      auto [comm, shell] = stat_of(name);
+      if (comm != "sleep") continue;
+      auto [shell_comm, parent] = stat_of(shell);
+      auto [parent_comm, grandparent] = stat_of(parent);
+      if ((shell_comm == "sh" || shell_comm == "dash") && parent_comm == "cordon-init" &&
+          grandparent == std::to_string(cordon.pid)) {
+        init = std::stoi(parent);
       }
     }
     if (init < 0) std::this_thread::sleep_for(20ms);
   }
-  BOOST_REQUIRE_MESSAGE(init > 0, "no cordon-init child of cordon");
+  BOOST_REQUIRE_MESSAGE(init > 0, "no cordon-init child of cordon above the command's `sleep`");
   std::ofstream("/proc/" + std::to_string(init) + "/oom_score_adj") << "1000";
   BOOST_REQUIRE(cordon.wait(60s));
   std::ifstream in(status);
