@@ -88,6 +88,23 @@ bool exists(const std::string& path) {
   return ::lstat(path.c_str(), &st) == 0;
 }
 
+// What the kernel puts in a new v2 cgroup `dir` whose parent passes `controllers` on.
+void fake_new_cgroup(const std::string& dir, const std::string& controllers) {
+  BOOST_TEST_REQUIRE(::mkdir(dir.c_str(), 0755) == 0);
+  put(dir + "/cgroup.controllers", controllers + "\n");
+  put(dir + "/cgroup.subtree_control", "");
+}
+
+// `dir` made and laid out like a non-root v2 cgroup of `type` holding `procs` (this process by
+// default) that passes no controller on.
+void fake_own_cgroup(const std::string& dir, const std::string& type = "domain",
+                     const std::string& procs = std::to_string(::getpid()) + "\n") {
+  BOOST_TEST_REQUIRE(::mkdir(dir.c_str(), 0755) == 0);
+  put(dir + "/cgroup.type", type + "\n");
+  put(dir + "/cgroup.procs", procs);
+  put(dir + "/cgroup.subtree_control", "");
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(detects_hybrid_layout_of_this_machine) {
@@ -219,9 +236,7 @@ BOOST_AUTO_TEST_CASE(prepares_unified_parent_and_enables_controllers) {
   // Our own cgroup is the hierarchy's root here: no cgroup.type, the rule's one exemption.
   put(own + "/cgroup.subtree_control", "cpu memory pids\n");
   // A real cgroupfs fills the new dir itself; here the "kernel" does it before the call.
-  BOOST_TEST_REQUIRE(::mkdir(layout.v2_parent.c_str(), 0755) == 0);
-  put(layout.v2_parent + "/cgroup.controllers", "cpu io memory pids\n");
-  put(layout.v2_parent + "/cgroup.subtree_control", "");
+  fake_new_cgroup(layout.v2_parent, "cpu io memory pids");
   auto ok = prepare_parents(layout);
   BOOST_TEST_REQUIRE(ok.has_value(), why(ok));
   BOOST_TEST(slurp(layout.v2_parent + "/cgroup.subtree_control") == "+memory +pids +cpu");
@@ -241,11 +256,8 @@ BOOST_AUTO_TEST_CASE(prepares_unified_parent_and_enables_controllers) {
 BOOST_AUTO_TEST_CASE(a_unified_own_cgroup_that_holds_processes_is_refused_before_anything_is_made) {
   TempDir tmp;
   std::string own = tmp.path + "/own";
-  BOOST_TEST_REQUIRE(::mkdir(own.c_str(), 0755) == 0);
-  put(own + "/cgroup.type", "domain\n");
-  // Ours, and pid 1, which is nobody's descendant: someone else's, so not cordon's to move.
-  put(own + "/cgroup.procs", std::to_string(::getpid()) + "\n1\n");
-  put(own + "/cgroup.subtree_control", "");
+  // Ours, and pid 1: someone else's, so not cordon's to move.
+  fake_own_cgroup(own, "domain", std::to_string(::getpid()) + "\n1\n");
   CgroupLayout layout{CgroupMode::kUnified, own + "/cordon", "", "", ""};
   auto checked = check_v2_delegation(layout);
   BOOST_TEST_REQUIRE(!checked.has_value());
@@ -279,10 +291,7 @@ BOOST_AUTO_TEST_CASE(a_unified_own_cgroup_that_holds_processes_is_refused_before
 BOOST_AUTO_TEST_CASE(a_unified_own_cgroup_that_holds_only_cordon_is_passed_on_after_a_move) {
   TempDir tmp;
   std::string own = tmp.path + "/own";
-  BOOST_TEST_REQUIRE(::mkdir(own.c_str(), 0755) == 0);
-  put(own + "/cgroup.type", "domain\n");
-  put(own + "/cgroup.procs", std::to_string(::getpid()) + "\n");
-  put(own + "/cgroup.subtree_control", "");
+  fake_own_cgroup(own);
   CgroupLayout layout{CgroupMode::kUnified, own + "/cordon", "", "", ""};
   auto checked = check_v2_delegation(layout);
   BOOST_TEST_REQUIRE(checked.has_value(), why(checked));
@@ -293,9 +302,7 @@ BOOST_AUTO_TEST_CASE(a_unified_own_cgroup_that_holds_only_cordon_is_passed_on_af
   // What the kernel would put in the new cgroups.
   BOOST_TEST_REQUIRE(::mkdir((own + "/cordon-self").c_str(), 0755) == 0);
   put(own + "/cordon-self/cgroup.procs", "");
-  BOOST_TEST_REQUIRE(::mkdir(layout.v2_parent.c_str(), 0755) == 0);
-  put(layout.v2_parent + "/cgroup.controllers", "cpu memory pids\n");
-  put(layout.v2_parent + "/cgroup.subtree_control", "");
+  fake_new_cgroup(layout.v2_parent, "cpu memory pids");
   auto ok = prepare_parents(layout);
   BOOST_TEST_REQUIRE(ok.has_value(), why(ok));
   BOOST_TEST(slurp(own + "/cordon-self/cgroup.procs") == "0");  // the writer: cordon itself
@@ -310,10 +317,7 @@ BOOST_AUTO_TEST_CASE(a_unified_own_cgroup_that_is_not_a_domain_is_refused) {
   for (std::string type : {"threaded", "domain threaded", "domain invalid"}) {
     TempDir tmp;
     std::string own = tmp.path + "/own";
-    BOOST_TEST_REQUIRE(::mkdir(own.c_str(), 0755) == 0);
-    put(own + "/cgroup.type", type + "\n");
-    put(own + "/cgroup.procs", std::to_string(::getpid()) + "\n");
-    put(own + "/cgroup.subtree_control", "");
+    fake_own_cgroup(own, type);
     CgroupLayout layout{CgroupMode::kUnified, own + "/cordon", "", "", ""};
     auto refused = prepare_parents(layout);
     BOOST_TEST_REQUIRE(!refused.has_value(), type);
@@ -336,10 +340,7 @@ BOOST_AUTO_TEST_CASE(a_systemd_unit_cgroup_without_delegate_yes_is_refused) {
     for (std::string mark : {"", "trusted.delegate", "user.delegate", "user.delegate=0"}) {
       std::string own = tmp.path + "/" + name;
       std::filesystem::remove_all(own);
-      BOOST_TEST_REQUIRE(::mkdir(own.c_str(), 0755) == 0);
-      put(own + "/cgroup.type", "domain\n");
-      put(own + "/cgroup.procs", std::to_string(::getpid()) + "\n");
-      put(own + "/cgroup.subtree_control", "");
+      fake_own_cgroup(own);
       bool marked = false;
       if (!mark.empty()) {
         std::string xattr = mark.substr(0, mark.find('='));
