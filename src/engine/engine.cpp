@@ -1935,6 +1935,14 @@ class Engine::Impl {
     j.status.reset();
     j.pty_master.reset();
     j.stdin_w.reset();
+    // How the init ended, when it died without reporting the command after an OOM kill in
+    // the sandbox: the OOM killer's choice, or something else (a review, session 17).
+    std::optional<int> init_status;
+    if (!j.have_exit && !j.killed_by_caller && j.usage.oom_kills > 0 && j.pidfd) {
+      // The spawner, its parent, reaps it within moments; waits at most 250 ms, a cost paid
+      // only here.
+      init_status = sys::reaped_wait_status(j.pidfd.get(), 250);
+    }
     j.pidfd.reset();
     j.stdin_watch = j.pty_watch = 0;
     std::string().swap(j.pending_stdin);  // input nobody will read any more
@@ -1982,11 +1990,12 @@ class Engine::Impl {
       // Escalated to SIGKILL of the whole sandbox before init could report.
       j.state = "killed";
       j.signal = signal_name(SIGKILL);
-    } else if (j.usage.oom_kills > 0) {
+    } else if (init_status && WIFSIGNALED(*init_status) && WTERMSIG(*init_status) == SIGKILL) {
       // Failure fixed (session 16, found on a pure cgroup v2 kernel): the OOM killer picks the
       // process with the most memory of its own, and memory no process maps (socket buffers,
       // pipes, files in /tmp) counts against the limit too, so it can pick the sandbox's init:
-      // the whole sandbox dies without a status, which read as a failure of cordon's.
+      // the whole sandbox dies without a status, which read as a failure of cordon's. Only a
+      // SIGKILLed init after an OOM kill reads so (session 17: any init death did).
       j.state = "oom";
       j.signal = signal_name(SIGKILL);
       j.error =
@@ -1996,6 +2005,12 @@ class Engine::Impl {
     } else {
       j.state = "failed";
       j.error = "the sandbox init died without reporting the command's status; output is banked";
+      if (j.usage.oom_kills > 0 && !init_status) {
+        j.error += fmt::format(
+            " ({} OOM kill(s) in the sandbox: the kernel may have chosen its init, which "
+            "cordon cannot confirm on this kernel; Linux 6.15 tells it)",
+            j.usage.oom_kills);
+      }
     }
     if (j.state == "timeout") {
       j.error = fmt::format(

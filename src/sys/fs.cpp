@@ -2,6 +2,8 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/ioctl.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -135,6 +137,24 @@ Result<std::string> fd_path(int fd) {
     return errno_error(ENAMETOOLONG, "readlink `{}`", link);
   }
   return std::string(buf, static_cast<size_t>(n));
+}
+
+std::optional<int> reaped_wait_status(int pidfd, int max_wait_ms) {
+  for (int waited = 0;; waited += 2) {
+    PidfdInfo info{};
+    info.mask = kPidfdInfoExit;
+    if (::ioctl(pidfd, kPidfdGetInfo, &info) != 0) {
+      return std::nullopt;  // before Linux 6.13 (ENOTTY, EINVAL), or reaped before 6.15 (ESRCH)
+    }
+    if ((info.mask & kPidfdInfoExit) != 0) {
+      return info.exit_code;
+    }
+    if (waited >= max_wait_ms) {
+      return std::nullopt;
+    }
+    struct timespec two_ms = {0, 2'000'000};
+    ::nanosleep(&two_ms, nullptr);
+  }
 }
 
 }  // namespace cordon::sys

@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,5 +30,10 @@ namespace cordon::sys {
 [[nodiscard]] Result<std::vector<std::string>> dir_entries(int dirfd, const std::string& what);
 /// The path the kernel records for an fd (readlink of /proc/self/fd/N).
 [[nodiscard]] Result<std::string> fd_path(int fd);
+
+/// The wait status of the process behind `pidfd` once its parent (not necessarily us) has
+/// reaped it, from PIDFD_GET_INFO (Linux 6.15), asked every 2 ms for at most `max_wait_ms`;
+/// nullopt when the kernel does not say (older kernels) or it was not reaped in time.
+[[nodiscard]] std::optional<int> reaped_wait_status(int pidfd, int max_wait_ms);
 
 }  // namespace cordon::sys

@@ -45,6 +45,21 @@ inline constexpr long kNrFileSetattr = 469;
 // namespace; Linux 6.11, _IO(PIDFS_IOCTL_MAGIC 0xFF, 3).
 inline constexpr unsigned long kPidfdGetMntNamespace = (0xFFUL << 8) | 3;
 
+// ioctl(pidfd, PIDFD_GET_INFO) (Linux 6.13), its first version (64 bytes). With
+// kPidfdInfoExit in `mask` (Linux 6.15) `exit_code` is the wait status, once the process's
+// parent has reaped it.
+struct PidfdInfo {
+  uint64_t mask;
+  uint64_t cgroupid;
+  uint32_t pid, tgid, ppid, ruid, rgid, euid, egid, suid, sgid, fsuid, fsgid;
+  int32_t exit_code;
+};
+static_assert(sizeof(PidfdInfo) == 64);
+inline constexpr uint64_t kPidfdInfoExit = 1ULL << 3;
+// _IOWR(PIDFS_IOCTL_MAGIC 0xFF, 11, 64 bytes)
+inline constexpr unsigned long kPidfdGetInfo =
+    (3UL << 30) | (sizeof(PidfdInfo) << 16) | (0xFFUL << 8) | 11;
+
 // Landlock: ABI 4 (net), 5 (ioctl_dev), 6 (scopes), 7 (audit flags).
 inline constexpr uint64_t kLandlockAccessFsTruncate = 1ULL << 14;        // ABI 3
 inline constexpr uint64_t kLandlockAccessFsIoctlDev = 1ULL << 15;        // ABI 5

@@ -646,9 +646,9 @@ BOOST_AUTO_TEST_CASE(an_oom_kill_that_takes_the_sandbox_init_is_reported_as_oom)
   BackgroundRun cordon(
       s.args({"--memory", "64M", "--json-status", status},
              {"/bin/sh", "-c", "sleep 2; exec /bin/dd if=/dev/zero of=/tmp/fill bs=1M count=100"}));
-  // The init is cordon's child, the parent of the command's shell once that runs `sleep`: the
-  // shell was forked before the adj is raised (a child inherits it: raised earlier, dd would
-  // carry it too).
+  // The init is cordon's child, the parent of the command's shell once that runs (named after
+  // its program, no longer init's): the shell was forked before the adj is raised (a child
+  // inherits it: raised earlier, dd would carry it too); it then sleeps 2 s before dd starts.
   auto stat_of = [](const std::string& pid) {  // {comm, ppid}
     std::ifstream in("/proc/" + pid + "/stat");
     std::string st((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -665,19 +665,21 @@ BOOST_AUTO_TEST_CASE(an_oom_kill_that_takes_the_sandbox_init_is_reported_as_oom)
     for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
       std::string name = entry.path().filename();
       if (name[0] < '0' || name[0] > '9') continue;
-      auto [comm, shell] = stat_of(name);
-      if (comm != "sleep") continue;
-      auto [shell_comm, parent] = stat_of(shell);
+      auto [comm, parent] = stat_of(name);
+      if (comm != "sh" && comm != "dash") continue;
       auto [parent_comm, grandparent] = stat_of(parent);
-      if ((shell_comm == "sh" || shell_comm == "dash") && parent_comm == "cordon-init" &&
-          grandparent == std::to_string(cordon.pid)) {
+      if (parent_comm == "cordon-init" && grandparent == std::to_string(cordon.pid)) {
         init = std::stoi(parent);
       }
     }
     if (init < 0) std::this_thread::sleep_for(20ms);
   }
-  BOOST_REQUIRE_MESSAGE(init > 0, "no cordon-init child of cordon above the command's `sleep`");
-  std::ofstream("/proc/" + std::to_string(init) + "/oom_score_adj") << "1000";
+  BOOST_REQUIRE_MESSAGE(init > 0, "no cordon-init child of cordon above the command's shell");
+  {
+    std::ofstream adj("/proc/" + std::to_string(init) + "/oom_score_adj");
+    adj << "1000" << std::flush;
+    BOOST_REQUIRE_MESSAGE(adj.good(), "write oom_score_adj of the init");
+  }
   BOOST_REQUIRE(cordon.wait(60s));
   std::ifstream in(status);
   auto st = nlohmann::json::parse(in, nullptr, false);
