@@ -446,6 +446,16 @@ bool is_systemd_unit_cgroup(std::string_view dir) {
 // jobs' parent. Undone when it fails: cordon moved back, a leaf it made removed (a review,
 // session 17: a failure left cordon in the leaf and the leaf behind).
 Result<void> pass_controllers_on(const V2Delegation& d) {
+  // A cordon started in the leaf (by an earlier cordon, or by systemd's DelegateSubgroup=)
+  // stays there, and a failure leaves it there too (a review, session 17: it was "moved
+  // back" into `<own>`, where it had never been).
+  auto cgroup = read_small_file("/proc/self/cgroup");
+  auto mountinfo = read_small_file("/proc/self/mountinfo");
+  if (!cgroup || !mountinfo) {
+    return sys_error("read `/proc/self/cgroup` and `/proc/self/mountinfo`");
+  }
+  CORDON_TRY(start, own_v2_cgroup_dir(*cgroup, *mountinfo));
+  const bool in_leaf = start == d.leaf;
   const bool made = ::mkdir(d.leaf.c_str(), 0755) == 0;
   if (!made && errno != EEXIST) {
     return sys_error("mkdir `{}`", d.leaf);
@@ -455,7 +465,7 @@ Result<void> pass_controllers_on(const V2Delegation& d) {
       (void)::rmdir(d.leaf.c_str());  // best effort: the error being reported matters more
     }
   };
-  auto moved = sys::write_file(join_path(d.leaf, "cgroup.procs"), "0");
+  auto moved = in_leaf ? Result<void>{} : sys::write_file(join_path(d.leaf, "cgroup.procs"), "0");
   if (!moved) {
     remove_leaf();
     return std::unexpected(
@@ -466,19 +476,21 @@ Result<void> pass_controllers_on(const V2Delegation& d) {
     return {};
   }
   const int err = passed.error().sys_errno();
-  auto back = sys::write_file(join_path(d.own, "cgroup.procs"), "0");
+  auto back = in_leaf ? Result<void>{} : sys::write_file(join_path(d.own, "cgroup.procs"), "0");
   if (back) {
     remove_leaf();
   }
+  std::string undone = in_leaf ? "cordon stays in the leaf it started in, nothing is left changed"
+                       : back  ? "cordon moved back, nothing is left changed"
+                               : "and moving cordon back failed: " + back.error().message();
   return std::unexpected(
       Error(ErrorCode::kSystem, err,
             fmt::format(
                 "enable memory, pids and cpu in `{}` (cgroup.subtree_control) once cordon "
-                "moved into `{}`: {}{}; {}",
-                d.own, d.leaf, errno_name(err),
+                "was in `{}`: {}{}; {}",
+                d.own, d.leaf, err != 0 ? errno_name(err) : passed.error().message(),
                 err == EBUSY ? " (a process that is not cordon's joined the cgroup meanwhile)" : "",
-                back ? "cordon moved back, nothing is left changed"
-                     : "and moving cordon back failed: " + back.error().message())));
+                undone)));
 }
 
 }  // namespace
@@ -591,7 +603,7 @@ Result<V2Delegation> check_v2_delegation(const CgroupLayout& layout) {
   }
   // The hierarchy's root is the one cgroup without cgroup.type, and the one the rule exempts
   // (a cgroup namespace's root is not: it has the file, and the rule holds there).
-  if (all_passed || !file_exists_at(fd.get(), "cgroup.type")) {
+  if (!file_exists_at(fd.get(), "cgroup.type")) {
     return d;
   }
   // Only a domain cgroup can hold memory-limited jobs below it: a threaded one (or one the
@@ -608,8 +620,16 @@ Result<V2Delegation> check_v2_delegation(const CgroupLayout& layout) {
   }
   // systemd is the single writer of the cgroups it made for its units unless a unit has
   // Delegate=yes: cordon writes nothing into one without that (a review, session 17).
-  CORDON_TRY(delegated, marked_delegated(fd.get(), d.own));
-  if (!delegated && is_systemd_unit_cgroup(d.own)) {
+  // Checked even when the three are passed on already: cordon's jobs' parent would still be
+  // made in it (a review, session 17). The xattr is read only for a unit's cgroup: an
+  // unexpected errno elsewhere (a container's) must not refuse a cgroup that needs no mark.
+  const bool unit = is_systemd_unit_cgroup(d.own);
+  bool delegated = false;
+  if (unit) {
+    CORDON_TRY(marked, marked_delegated(fd.get(), d.own));
+    delegated = marked;
+  }
+  if (unit && !delegated) {
     return unsupported(
         "cordon's own cgroup `{}` is a systemd unit's that is not delegated (no "
         "`trusted.delegate` or `user.delegate` xattr): systemd owns its cgroup.subtree_control, "
@@ -618,6 +638,9 @@ Result<V2Delegation> check_v2_delegation(const CgroupLayout& layout) {
         "cordon then moves itself into `<that cgroup>/{}` and passes memory, pids and cpu on "
         "to its jobs (docs/security.md)",
         d.own, layout.v2_parent, kSelfLeafName);
+  }
+  if (all_passed) {
+    return d;
   }
   // cordon moves only itself: a process of someone else's (the shell that started cordon, a
   // session's other programs) is not cordon's to move, and a pid read here may be reused by

@@ -390,15 +390,15 @@ BOOST_AUTO_TEST_CASE(a_failed_pass_on_moves_cordon_back_and_removes_the_leaf_on_
   } remove_at_end{own};
   // Runs prepare_parents in a child that joined `own`; returns the child's report: its error
   // message, then the v2 line of its /proc/self/cgroup after the call.
-  auto run_in_own = [&]() -> std::string {
+  auto run_in_own = [&](const std::string& start) -> std::string {
     int p[2];
     BOOST_TEST_REQUIRE(::pipe2(p, O_CLOEXEC) == 0);
     pid_t child = ::fork();
     BOOST_TEST_REQUIRE(child >= 0);
     if (child == 0) {
       std::string out;
-      if (!sys::write_file(own + "/cgroup.procs", "0")) {
-        out = "could not join " + own;
+      if (!sys::write_file(start + "/cgroup.procs", "0")) {
+        out = "could not join " + start;
       } else {
         auto r = prepare_parents(CgroupLayout{CgroupMode::kUnified, own + "/cordon", "", "", ""});
         out = (r ? std::string("ok") : r.error().message()) + "\n";
@@ -419,7 +419,7 @@ BOOST_AUTO_TEST_CASE(a_failed_pass_on_moves_cordon_back_and_removes_the_leaf_on_
   };
   const std::string rel = own.substr(root.size());
 
-  std::string refused = run_in_own();
+  std::string refused = run_in_own(own);
   BOOST_TEST(refused.find("is a systemd unit's that is not delegated") != std::string::npos,
              refused);
   BOOST_TEST(refused.find("0::" + rel + "\n") != std::string::npos, refused);
@@ -428,7 +428,7 @@ BOOST_AUTO_TEST_CASE(a_failed_pass_on_moves_cordon_back_and_removes_the_leaf_on_
 
   BOOST_TEST_REQUIRE(::setxattr(own.c_str(), "trusted.delegate", "1", 1, 0) == 0,
                      "setxattr trusted.delegate: " << std::strerror(errno));
-  std::string failed = run_in_own();
+  std::string failed = run_in_own(own);
   for (std::string_view want :
        {"enable memory, pids and cpu in", "ENOENT", "cordon moved back, nothing is left changed"}) {
     BOOST_TEST(failed.find(want) != std::string::npos, want << " in: " << failed);
@@ -438,6 +438,17 @@ BOOST_AUTO_TEST_CASE(a_failed_pass_on_moves_cordon_back_and_removes_the_leaf_on_
   BOOST_TEST(!exists(own + "/cordon-self"));                                 // leaf removed
   BOOST_TEST(!exists(own + "/cordon"));
   BOOST_TEST(slurp(own + "/cgroup.subtree_control").empty());
+
+  // A cordon that starts in the leaf (an earlier cordon's, or systemd's DelegateSubgroup=)
+  // stays there when the kernel refuses, and the leaf it did not make stays too (a review,
+  // session 17: the undo "moved it back" into `<own>`, where it had never been).
+  BOOST_TEST_REQUIRE(::mkdir((own + "/cordon-self").c_str(), 0755) == 0);
+  std::string from_leaf = run_in_own(own + "/cordon-self");
+  BOOST_TEST(from_leaf.find("cordon stays in the leaf it started in") != std::string::npos,
+             from_leaf);
+  BOOST_TEST(from_leaf.find("0::" + rel + "/cordon-self\n") != std::string::npos, from_leaf);
+  BOOST_TEST(exists(own + "/cordon-self"));
+  BOOST_TEST(slurp(own + "/cgroup.procs").empty());
 }
 
 BOOST_AUTO_TEST_CASE(unified_job_writes_v2_limits_reads_usage_and_kills) {
