@@ -2008,7 +2008,7 @@ class Engine::Impl {
       if (j.usage.oom_kills > 0 && !init_status) {
         j.error += fmt::format(
             " ({} OOM kill(s) in the sandbox: the kernel may have chosen its init, which "
-            "cordon cannot confirm on this kernel; Linux 6.15 tells it)",
+            "cordon could not confirm: Linux tells it from 6.15, once the init is reaped)",
             j.usage.oom_kills);
       }
     }
