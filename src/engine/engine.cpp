@@ -1998,10 +1998,10 @@ class Engine::Impl {
       // SIGKILLed init after an OOM kill reads so (session 17: any init death did).
       j.state = "oom";
       j.signal = signal_name(SIGKILL);
-      j.error =
-          "the sandbox was killed by the OOM killer at its memory limit (the kernel chose the "
-          "sandbox's init: memory no process maps, such as socket buffers, pipes or files in "
-          "/tmp, counts against the limit too); its output is banked";
+      j.error = fmt::format(
+          "the sandbox was killed by the OOM killer at its memory limit ({}); its output is "
+          "banked",
+          sandbox::kInitOomCause);
     } else {
       j.state = "failed";
       j.error = "the sandbox init died without reporting the command's status; output is banked";

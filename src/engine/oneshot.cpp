@@ -284,11 +284,9 @@ Result<OneshotReport> run_oneshot(const OneshotRequest& req) {
     // choose the sandbox's init; the sandbox then died without the command's status.
     report.state = "oom";
     report.term_signal = SIGKILL;
-    report.message = fmt::format(
-        "the sandbox was killed by the OOM killer at its memory limit of {} bytes (the kernel "
-        "chose the sandbox's init: memory no process maps, such as socket buffers, pipes or "
-        "files in /tmp, counts against the limit too)",
-        req.memory_bytes);
+    report.message =
+        fmt::format("the sandbox was killed by the OOM killer at its memory limit of {} bytes ({})",
+                    req.memory_bytes, sandbox::kInitOomCause);
   } else if (o.state == RunState::kInitDied) {
     report.message = "the sandbox init died without reporting the command's status";
   } else if (o.state == RunState::kTimeout) {

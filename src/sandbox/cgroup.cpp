@@ -406,13 +406,18 @@ std::string comm_of(pid_t pid) {
 }
 
 // The pids in a cgroup.procs text other than this process's: 0 for one outside our pid
-// namespace, which the kernel lists as 0.
-std::vector<pid_t> others_in(std::string_view procs) {
+// namespace, which the kernel lists as 0. `self_listed`, when given, says whether ours was.
+std::vector<pid_t> others_in(std::string_view procs, bool* self_listed = nullptr) {
   std::vector<pid_t> others;
   for (std::string_view line : split(procs, '\n')) {
     auto pid = parse_uint(trim(line));
-    if (pid && static_cast<pid_t>(*pid) != ::getpid()) {
+    if (!pid) {
+      continue;
+    }
+    if (static_cast<pid_t>(*pid) != ::getpid()) {
       others.push_back(static_cast<pid_t>(*pid));
+    } else if (self_listed != nullptr) {
+      *self_listed = true;
     }
   }
   return others;
@@ -446,16 +451,9 @@ bool is_systemd_unit_cgroup(std::string_view dir) {
 // jobs' parent. Undone when it fails: cordon moved back, a leaf it made removed (a review,
 // session 17: a failure left cordon in the leaf and the leaf behind).
 Result<void> pass_controllers_on(const V2Delegation& d) {
-  // A cordon started in the leaf (by an earlier cordon, or by systemd's DelegateSubgroup=)
-  // stays there, and a failure leaves it there too (a review, session 17: it was "moved
-  // back" into `<own>`, where it had never been).
-  auto cgroup = read_small_file("/proc/self/cgroup");
-  auto mountinfo = read_small_file("/proc/self/mountinfo");
-  if (!cgroup || !mountinfo) {
-    return sys_error("read `/proc/self/cgroup` and `/proc/self/mountinfo`");
-  }
-  CORDON_TRY(start, own_v2_cgroup_dir(*cgroup, *mountinfo));
-  const bool in_leaf = start == d.leaf;
+  // A cordon started in the leaf stays there, and a failure leaves it there too (a review,
+  // session 17: it was "moved back" into `<own>`, where it had never been).
+  const bool in_leaf = d.in_leaf;
   const bool made = ::mkdir(d.leaf.c_str(), 0755) == 0;
   if (!made && errno != EEXIST) {
     return sys_error("mkdir `{}`", d.leaf);
@@ -647,7 +645,10 @@ Result<V2Delegation> check_v2_delegation(const CgroupLayout& layout) {
   // the time of a move. One that exited by a second look does not count.
   CORDON_TRY_CTX(procs, sys::read_file_at(fd.get(), "cgroup.procs"), "read cgroup.procs of `{}`",
                  d.own);
-  std::vector<pid_t> others = others_in(procs);
+  // Not listed in `<own>`: the layout named `<own>` for a cordon in its leaf.
+  bool self_listed = false;
+  std::vector<pid_t> others = others_in(procs, &self_listed);
+  d.in_leaf = !self_listed;
   if (!others.empty()) {
     CORDON_TRY_CTX(again, sys::read_file_at(fd.get(), "cgroup.procs"), "read cgroup.procs of `{}`",
                    d.own);

@@ -66,6 +66,9 @@ struct V2Delegation {
   /// controllers on; empty when nothing needs to move (hybrid, the root, or the three already
   /// passed on).
   std::string leaf;
+  /// This process is in the leaf already, not in `<own>` (started there by an earlier cordon
+  /// or systemd's DelegateSubgroup=): nothing moves, and a failure leaves it there.
+  bool in_leaf = false;
 };
 
 /// Reads what V2Delegation says. Refuses, naming the reason and what to run instead (a cgroup

@@ -83,6 +83,11 @@ inline constexpr const char* kCwdDeniedHint =
     " (the sandbox's user may not search it or a directory above it: give it search "
     "permission, e.g. `chmod u+x`, or choose another working directory)";
 
+/// Why a sandbox whose init the OOM killer chose died without the command's status.
+inline constexpr const char* kInitOomCause =
+    "the kernel chose the sandbox's init: memory no process maps, such as socket buffers, pipes "
+    "or files in /tmp, counts against the limit too";
+
 struct StatusRecord {
   RecordKind kind;
   SetupStep step;
