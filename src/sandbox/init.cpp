@@ -7,6 +7,7 @@
 #include <linux/seccomp.h>
 #include <signal.h>
 #include <sys/ioctl.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -125,7 +126,10 @@ const PlanHeader* map_plan(size_t* size) {
   if (::fstat(kFdPlan, &st) != 0) {
     fail(SetupStep::kInitPlan, errno, 125);
   }
-  void* map = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, kFdPlan, 0);
+  // Populated at once: one kernel entry instead of a fault per page (a fault costs ~20 µs in a
+  // PVM guest, docs/performance.md).
+  void* map = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ,
+                     MAP_PRIVATE | MAP_POPULATE, kFdPlan, 0);
   if (map == MAP_FAILED) {
     fail(SetupStep::kInitPlan, errno, 125);
   }
@@ -138,15 +142,51 @@ const PlanHeader* map_plan(size_t* size) {
   return h;
 }
 
+// The command starts as a CLONE_VM | CLONE_VFORK child (as posix_spawn does): init stays
+// suspended until the command execs or fails, so neither copies a page on write. A fork
+// write-protected all of init's pages, and both then faulted on every page they wrote before
+// the exec — ~40 faults on the job's path, each ~20 µs in a PVM guest (docs/performance.md,
+// "Warm pool"). The child runs on its own stack, never on init's frames, and touches nothing
+// of init's but that stack and errno; its signal dispositions are its own (no CLONE_SIGHAND),
+// and the termination signals stay blocked until it has reset them (run_command).
+constexpr size_t kCommandStackBytes = 32 * 1024;
+alignas(64) char g_command_stack[kCommandStackBytes];
+// argv/envp pointers for a plan with at most this many entries; a larger one maps its own.
+constexpr size_t kStaticPointers = 1024;
+char* g_pointers[kStaticPointers];
+ParkedJob g_job;  // 4 KiB of path: static, not on init's small stack
+
+struct CommandStart {
+  const PlanHeader* h;
+  const char* base;
+  char** argv;
+  char** envp;
+  const char* exec_path;
+};
+
+int command_entry(void* arg) {
+  const auto* c = static_cast<const CommandStart*>(arg);
+  run_command(c->h, c->base, c->argv, c->envp, c->exec_path);
+}
+
+// Writes every page the job's path will write, while parked: the faults happen now, off that
+// path (a CLONE_VM child never write-protects them again).
+void touch_job_pages() {
+  std::memset(g_command_stack, 0, sizeof g_command_stack);
+  std::memset(g_pointers, 0, sizeof g_pointers);
+  std::memset(&g_job, 0, sizeof g_job);
+}
+
 // Warm pool: says it is ready, then waits for its job (plan_format.hpp, ParkedJob) and puts
 // the job's descriptors at their fixed numbers, enters its cwd and lets the command's ruleset
 // reach a pinned executable. EOF: the pool was emptied before a job came.
 void receive_job() {
+  touch_job_pages();
   StatusRecord ready{};
   ready.kind = RecordKind::kParked;
   send_record(ready);
 
-  static ParkedJob job;  // 4 KiB of path: static, not on init's small stack
+  ParkedJob& job = g_job;
   alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int) * kParkedJobFds)];
   struct iovec iov {
     &job, sizeof job
@@ -253,12 +293,16 @@ int init_main() {
   }
   const char* base = reinterpret_cast<const char*>(h);
 
-  // argv/envp pointer arrays, in anonymous memory (init has no heap of its own to speak of).
-  size_t nptr = h->argc + 1 + h->envc + 1;
-  void* arr = ::mmap(nullptr, nptr * sizeof(char*), PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (arr == MAP_FAILED) {
-    fail(SetupStep::kInitPlan, errno, 125);
+  // argv/envp pointer arrays: static when they fit, else in anonymous memory (init has no
+  // heap of its own to speak of).
+  size_t nptr = static_cast<size_t>(h->argc) + 1 + h->envc + 1;
+  void* arr = g_pointers;
+  if (nptr > kStaticPointers) {
+    arr = ::mmap(nullptr, nptr * sizeof(char*), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                 -1, 0);
+    if (arr == MAP_FAILED) {
+      fail(SetupStep::kInitPlan, errno, 125);
+    }
   }
   char** argv = static_cast<char**>(arr);
   char** envp = argv + h->argc + 1;
@@ -292,12 +336,11 @@ int init_main() {
     sigaddset(&term, sig);
   }
   ::sigprocmask(SIG_BLOCK, &term, &old);
-  pid_t cmd = ::fork();
+  CommandStart start{h, base, argv, envp, exec_path};
+  pid_t cmd = ::clone(command_entry, g_command_stack + sizeof g_command_stack,
+                      CLONE_VM | CLONE_VFORK | SIGCHLD, &start);
   if (cmd < 0) {
     fail(SetupStep::kInitFork, errno, 125);
-  }
-  if (cmd == 0) {
-    run_command(h, base, argv, envp, exec_path);
   }
   ::sigprocmask(SIG_SETMASK, &old, nullptr);
   StatusRecord started{};
