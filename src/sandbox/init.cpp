@@ -150,7 +150,7 @@ const PlanHeader* map_plan(size_t* size) {
 // of init's but that stack and errno; its signal dispositions are its own (no CLONE_SIGHAND),
 // and the termination signals stay blocked until it has reset them (run_command).
 constexpr size_t kCommandStackBytes = 32 * 1024;
-alignas(64) char g_command_stack[kCommandStackBytes];
+char* g_command_stack = nullptr;  // kCommandStackBytes, above a PROT_NONE guard page
 // argv/envp pointers for a plan with at most this many entries; a larger one maps its own.
 constexpr size_t kStaticPointers = 1024;
 char* g_pointers[kStaticPointers];
@@ -164,6 +164,21 @@ struct CommandStart {
   const char* exec_path;
 };
 
+// The command's stack, mapped with an inaccessible page below it: an overflow faults instead
+// of writing over init's memory, which the child shares until its exec.
+void map_command_stack() {
+  const size_t guard = static_cast<size_t>(::getpagesize());
+  void* m = ::mmap(nullptr, guard + kCommandStackBytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+  if (m == MAP_FAILED) {
+    fail(SetupStep::kInitFork, errno, 125);
+  }
+  if (::mprotect(m, guard, PROT_NONE) != 0) {
+    fail(SetupStep::kInitFork, errno, 125);
+  }
+  g_command_stack = static_cast<char*>(m) + guard;
+}
+
 int command_entry(void* arg) {
   const auto* c = static_cast<const CommandStart*>(arg);
   run_command(c->h, c->base, c->argv, c->envp, c->exec_path);
@@ -172,7 +187,7 @@ int command_entry(void* arg) {
 // Writes every page the job's path will write, while parked: the faults happen now, off that
 // path (a CLONE_VM child never write-protects them again).
 void touch_job_pages() {
-  std::memset(g_command_stack, 0, sizeof g_command_stack);
+  std::memset(g_command_stack, 0, kCommandStackBytes);
   std::memset(g_pointers, 0, sizeof g_pointers);
   std::memset(&g_job, 0, sizeof g_job);
 }
@@ -283,6 +298,7 @@ int init_main() {
   if (!(h->flags & kPlanKeepDumpable) && ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {
     fail(SetupStep::kInitPlan, errno, 125);
   }
+  map_command_stack();
   if (h->flags & kPlanParked) {
     receive_job();
     ::munmap(const_cast<PlanHeader*>(h), size);
@@ -337,7 +353,7 @@ int init_main() {
   }
   ::sigprocmask(SIG_BLOCK, &term, &old);
   CommandStart start{h, base, argv, envp, exec_path};
-  pid_t cmd = ::clone(command_entry, g_command_stack + sizeof g_command_stack,
+  pid_t cmd = ::clone(command_entry, g_command_stack + kCommandStackBytes,
                       CLONE_VM | CLONE_VFORK | SIGCHLD, &start);
   if (cmd < 0) {
     fail(SetupStep::kInitFork, errno, 125);

@@ -71,7 +71,7 @@ const char* step_name(SetupStep step) {
     case SetupStep::kInitPlan:
       return "init: read the plan";
     case SetupStep::kInitFork:
-      return "init: fork the command";
+      return "init: start the command";
     case SetupStep::kInitConfine:
       return "init: confine itself";
     case SetupStep::kCommandSetsid:

@@ -928,3 +928,40 @@ BOOST_AUTO_TEST_CASE(a_cwd_the_user_may_not_search_fails_alike_pooled_and_unpool
   auto st = (*e2)->status("s", t->task_id, std::chrono::seconds(20));
   BOOST_REQUIRE_MESSAGE(st.has_value() && st->state == "exited", describe(st));
 }
+
+// Init starts its command as a CLONE_VM | CLONE_VFORK child on a stack of its own (init.cpp).
+// When the kernel refuses that start — here the job's pids limit leaves room for init alone —
+// init names the step and the errno and ends the sandbox, parked or not: nothing waits on a
+// child that never ran, and no exit of a command is reported.
+BOOST_AUTO_TEST_CASE(a_command_start_the_kernel_refuses_is_reported_by_init) {
+  Fixture fx;
+  auto client = start_spawner();
+  for (bool pooled : {true, false}) {
+    BOOST_TEST_CONTEXT("pooled " << pooled) {
+      auto cg = fx.cgroup();
+      uint64_t slot = 0;
+      if (pooled) {
+        slot = fx.park(client, cg).id;  // its init is the cgroup's one process
+      }
+      auto limited = cg.set_limits({.pids = 1});
+      BOOST_REQUIRE_MESSAGE(limited.has_value(), msg(limited));
+      auto reply = client.spawn(fx.request(cg, {"/bin/true"}, slot));
+      BOOST_REQUIRE_MESSAGE(reply.has_value(), msg(reply));
+      BOOST_TEST(reply->pid > 0);
+      auto recs = records_until_eof(reply->status.get());
+      bool reported = false;
+      for (const auto& r : recs) {
+        if (r.kind == RecordKind::kSetupError) {
+          BOOST_TEST((r.step == SetupStep::kInitFork), step_name(r.step));
+          BOOST_TEST(r.err == EAGAIN, errno_name(r.err));
+          reported = true;
+        }
+        BOOST_TEST((r.kind != RecordKind::kCommandExited));
+      }
+      BOOST_TEST(reported);
+      BOOST_TEST(readable(reply->pidfd.get()));  // the sandbox's init is gone
+      auto destroyed = cg.destroy();
+      BOOST_REQUIRE_MESSAGE(destroyed.has_value(), msg(destroyed));
+    }
+  }
+}
