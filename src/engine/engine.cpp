@@ -427,8 +427,9 @@ struct Job {
   std::string owner;      // EngineOptions::session_owner of its session (concurrency.perUid)
   std::string io_what;    // the failed write and its errno, for the settled error
   bool init_exited = false, have_exit = false, stdin_eof_pending = false;
-  bool command_started = false;  // init reported the fork: its signal handlers are in place
-  int pending_signal = 0;        // a kill that arrived before that
+  bool command_started =
+      false;               // init reported the command started (exec'd): its handlers are in place
+  int pending_signal = 0;  // a kill that arrived before that
   // Running jobs are spawned by a starter thread after start() returned (launch()): until
   // attach() the job has no sandbox, pidfd or pipes, and a kill is kept for it here.
   bool attached = false;
@@ -1467,7 +1468,7 @@ class Engine::Impl {
       return;
     }
     // PID 1 forwards the signals callers send to every process of the sandbox. Until it has
-    // forked the command it has no handlers, and a pid namespace's init drops signals it does
+    // started the command it has no handlers, and a pid namespace's init drops signals it does
     // not handle: hold the signal until init reports the command started.
     if (!j.command_started) {
       j.pending_signal = sig;

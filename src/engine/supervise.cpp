@@ -779,7 +779,7 @@ class Supervisor {
     }
     if (!term_sent_) {
       term_sent_ = true;
-      // Until init has forked the command it has no handlers, and a pid namespace's init
+      // Until init has started the command it has no handlers, and a pid namespace's init
       // drops signals it does not handle: the signal is held until init reports the command
       // started (as the engine does). Failure fixed (a review, session 14): a SIGTERM to
       // `cordon run` (or a timeout) in the first ~15 ms was lost, and the command ran on

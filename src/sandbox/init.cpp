@@ -69,7 +69,7 @@ int load_filter(const struct sock_filter* insns, uint32_t count) {
   for (int sig : kForwardedSignals) {
     default_signal(sig);
   }
-  // Only now unblock: a SIGTERM that arrived since the fork was held, and is delivered with
+  // Only now unblock: a SIGTERM that arrived since the clone was held, and is delivered with
   // its default action instead of init's forwarding handler (which would have swallowed it).
   sigset_t none;
   sigemptyset(&none);
@@ -149,6 +149,12 @@ const PlanHeader* map_plan(size_t* size) {
 // "Warm pool"). The child runs on its own stack, never on init's frames, and touches nothing
 // of init's but that stack and errno; its signal dispositions are its own (no CLONE_SIGHAND),
 // and the termination signals stay blocked until it has reset them (run_command).
+// While the two share the mm (until the exec), the kernel treats them as one for what acts on
+// an mm: an OOM kill in that window takes init too (the job then reads as init's death), and
+// on kernels before 5.16 a core-dumping signal in the child would too — only with a dumpable
+// mm, which init never has outside the test-walls build (kPlanKeepDumpable). A command whose
+// exec blocks (a hung network filesystem) also holds init's forwarding of a SIGTERM until the
+// exec returns; the grace's SIGKILL goes to the cgroup and is not held.
 constexpr size_t kCommandStackBytes = 32 * 1024;
 char* g_command_stack = nullptr;  // kCommandStackBytes, above a PROT_NONE guard page
 // argv/envp pointers for a plan with at most this many entries; a larger one maps its own.
@@ -277,7 +283,7 @@ void receive_job() {
   }
   ::close(cwd);
 
-  // The ruleset is not enforced yet (the command restricts itself with it after the fork),
+  // The ruleset is not enforced yet (the command restricts itself with it once started),
   // so a rule can still be added.
   if (has_exec && job.exec_access != 0) {
     sys::LandlockPathBeneathAttr pb{};
@@ -336,7 +342,7 @@ int init_main() {
   envp[h->envc] = nullptr;
   const char* exec_path = s < end ? s : "";
 
-  // Signal forwarding is installed before the fork so no request is lost in between.
+  // Signal forwarding is installed before the command starts so no request is lost.
   struct sigaction sa {};
   sa.sa_handler = forward_signal;
   sigemptyset(&sa.sa_mask);
@@ -344,8 +350,9 @@ int init_main() {
     ::sigaction(sig, &sa, nullptr);
   }
 
-  // Blocked across the fork: the child must not run init's handler for a termination request
-  // (it would forward it to nobody and survive); init itself gets it right after the fork.
+  // Blocked across the start: the child must not run init's handler for a termination request
+  // (it would forward it to nobody and survive); init itself gets it once the child has
+  // exec'd (CLONE_VFORK), so a request made meanwhile reaches the exec'd command.
   sigset_t term, old;
   sigemptyset(&term);
   for (int sig : kForwardedSignals) {

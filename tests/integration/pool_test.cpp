@@ -956,10 +956,35 @@ BOOST_AUTO_TEST_CASE(a_command_start_the_kernel_refuses_is_reported_by_init) {
           BOOST_TEST(r.err == EAGAIN, errno_name(r.err));
           reported = true;
         }
+        // Neither started nor exited: the start itself failed.
         BOOST_TEST((r.kind != RecordKind::kCommandExited));
+        BOOST_TEST((r.kind != RecordKind::kCommandStarted));
       }
       BOOST_TEST(reported);
       BOOST_TEST(readable(reply->pidfd.get()));  // the sandbox's init is gone
+      auto destroyed = cg.destroy();
+      BOOST_REQUIRE_MESSAGE(destroyed.has_value(), msg(destroyed));
+    }
+  }
+}
+
+// Init's argv/envp pointer arrays are static up to 1024 entries and mapped beyond (init.cpp):
+// a command with more arguments than that gets every one of them, parked or not.
+BOOST_AUTO_TEST_CASE(a_command_with_more_arguments_than_inits_static_arrays_gets_them_all) {
+  Fixture fx;
+  auto client = start_spawner();
+  for (bool pooled : {true, false}) {
+    BOOST_TEST_CONTEXT("pooled " << pooled) {
+      auto cg = fx.cgroup();
+      uint64_t slot = pooled ? fx.park(client, cg).id : 0;
+      std::vector<std::string> argv = {"/bin/sh", "-c", "echo $# \"$1\" \"${1100}\"", "sh"};
+      for (int i = 1; i <= 1100; ++i) {
+        argv.push_back("a" + std::to_string(i));
+      }
+      auto reply = client.spawn(fx.request(cg, argv, slot));
+      BOOST_REQUIRE_MESSAGE(reply.has_value(), msg(reply));
+      BOOST_TEST(drain(reply->stdout_read.get()) == "1100 a1 a1100\n");
+      BOOST_TEST(exit_code(records_until_eof(reply->status.get())) == 0);
       auto destroyed = cg.destroy();
       BOOST_REQUIRE_MESSAGE(destroyed.has_value(), msg(destroyed));
     }
