@@ -427,9 +427,8 @@ struct Job {
   std::string owner;      // EngineOptions::session_owner of its session (concurrency.perUid)
   std::string io_what;    // the failed write and its errno, for the settled error
   bool init_exited = false, have_exit = false, stdin_eof_pending = false;
-  bool command_started =
-      false;               // init reported the command started (exec'd): its handlers are in place
-  int pending_signal = 0;  // a kill that arrived before that
+  bool command_started = false;  // init reported the command exec'd: its handlers are in place
+  int pending_signal = 0;        // a kill that arrived before that
   // Running jobs are spawned by a starter thread after start() returned (launch()): until
   // attach() the job has no sandbox, pidfd or pipes, and a kill is kept for it here.
   bool attached = false;
