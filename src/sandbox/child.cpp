@@ -143,7 +143,7 @@ void mount_etc(const ChildPlan& plan, int root_fd) {
   if (!wall_on(plan, Wall::kEtcMask)) {
     return;
   }
-  // Secrets: an empty read-only file over each file, an empty read-only tmpfs over each dir.
+  // Secrets: an empty read-only file over each file, an empty read-only directory over each dir.
   write_new_file(root_fd, ".cordon-empty", "", 0, SetupStep::kMountEtcMask);
   for (size_t i = 0; i < plan.n_mask_files; ++i) {
     bind_ro(".cordon-empty", plan.mask_files[i], SetupStep::kMountEtcMask);
@@ -243,7 +243,8 @@ void mount_dev(const ChildPlan& plan, int root_fd) {
       fail(SetupStep::kMountDev);
     }
   }
-  if (::mkdirat(root_fd, "dev/pts", 0755) != 0 || ::mkdirat(root_fd, "dev/shm", 01777) != 0) {
+  if (::mkdirat(root_fd, "dev/pts", 0755) != 0 || ::mkdirat(root_fd, "dev/shm", 01777) != 0 ||
+      ::fchmodat(root_fd, "dev/shm", 01777, 0) != 0) {
     fail(SetupStep::kMountDevpts);
   }
   // A new devpts instance: the sandbox's ptys are not the host's, and ptmx is world-usable.
@@ -264,29 +265,26 @@ void mount_dev(const ChildPlan& plan, int root_fd) {
   remount_ro("dev", MS_NOSUID | MS_NOEXEC, SetupStep::kMountDev);
 }
 
-// /tmp and /dev/shm: one tmpfs (so they share its size), mounted aside, each bound from a
-// directory of it, then the aside mount detached, which leaves no path to its root. One
-// superblock fewer per sandbox: each costs its own memory, and every memory cgroup on the
-// machine keeps a shrinker slot for every superblock that ever existed at once (the kernel
-// never shrinks that table), ~16 KiB per job at 1000 concurrent jobs.
-void mount_tmp(const ChildPlan& plan, int root_fd) {
+// /tmp and /dev/shm: the root tmpfs's own `tmp` and `dev/shm` directories, each bound onto
+// itself and made writable (nosuid, nodev), so they share its size and stay writable when the
+// root goes read-only after the pivot (the flag is per mount). No tmpfs of their own: every
+// superblock costs its own memory, and every memory cgroup on the machine keeps a shrinker
+// slot for every superblock that ever existed at once (the kernel never shrinks that table),
+// ~16 KiB per job at 1000 concurrent jobs. A file of the read-only root cannot be linked or
+// renamed into them (EXDEV: another mount), and nothing of the root lies beneath them.
+void mount_tmp(int root_fd) {
   mkdir_p(root_fd, "tmp", SetupStep::kMountTmp);
-  static const char kAside[] = ".cordon-scratch";
-  if (::mkdirat(root_fd, kAside, 0700) != 0 ||
-      ::mount("tmpfs", kAside, "tmpfs", MS_NOSUID | MS_NODEV, plan.tmp_options) != 0) {
+  // fchmodat: mkdirat's mode passes through the umask. dev/shm was made 01777 by mount_dev,
+  // before /dev went read-only.
+  if (::fchmodat(root_fd, "tmp", 01777, 0) != 0) {
     fail(SetupStep::kMountTmp);
   }
-  static const char* const kDirs[][2] = {{".cordon-scratch/tmp", "tmp"},
-                                         {".cordon-scratch/shm", "dev/shm"}};
-  for (const auto& d : kDirs) {
-    // fchmodat: mkdirat's mode passes through the umask.
-    if (::mkdirat(root_fd, d[0], 01777) != 0 || ::fchmodat(root_fd, d[0], 01777, 0) != 0 ||
-        ::mount(d[0], d[1], nullptr, MS_BIND, nullptr) != 0) {
+  static const char* const kDirs[] = {"tmp", "dev/shm"};
+  for (const char* dir : kDirs) {
+    if (::mount(dir, dir, nullptr, MS_BIND, nullptr) != 0 ||
+        ::mount(nullptr, dir, nullptr, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV, nullptr) != 0) {
       fail(SetupStep::kMountTmp);
     }
-  }
-  if (::umount2(kAside, MNT_DETACH) != 0 || ::unlinkat(root_fd, kAside, AT_REMOVEDIR) != 0) {
-    fail(SetupStep::kMountTmp);
   }
   // HOME for the command: created by us, so owned by the sandbox user.
   if (::mkdirat(root_fd, "tmp/home", 0700) != 0) {
@@ -605,7 +603,7 @@ void child_main(const ChildPlan& plan) {
   if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
     fail(SetupStep::kMountPrivate);
   }
-  if (::mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=4m,mode=0755") != 0) {
+  if (::mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, plan.root_options) != 0) {
     fail(SetupStep::kMountRootTmpfs);
   }
   if (::chdir("/tmp") != 0) {
@@ -626,8 +624,8 @@ void child_main(const ChildPlan& plan) {
   mount_etc(plan, root_fd);
   mount_proc(plan);
   mount_dev(plan, root_fd);
-  // /tmp (and /dev/shm above) before the working root, so a root under /tmp stays visible.
-  mount_tmp(plan, root_fd);
+  // /tmp and /dev/shm before the working root, so a root under /tmp stays visible.
+  mount_tmp(root_fd);
   for (size_t i = 0; i < plan.n_user_trees; ++i) {
     move_tree(root_fd, plan.user_trees[i],
               i == 0 ? SetupStep::kMountWorkRoot : SetupStep::kMountReadOnlyPath);

@@ -56,7 +56,6 @@ struct ChildPlan {
   // cgroup.procs. The permission check uses the opener's credentials.
   const int* v1_tasks_fds = nullptr;
   size_t n_v1_tasks_fds = 0;
-  uint64_t root_tmpfs_size = 0;
 
   const TreeMount* system_trees = nullptr;  // usr, lib, etc (all read-only)
   size_t n_system_trees = 0;
@@ -66,7 +65,7 @@ struct ChildPlan {
   size_t n_generated = 0;
   const char* const* mask_files = nullptr;  // secrets under /etc: an empty read-only file
   size_t n_mask_files = 0;
-  const char* const* mask_dirs = nullptr;  // an empty read-only tmpfs
+  const char* const* mask_dirs = nullptr;  // an empty read-only directory
   size_t n_mask_dirs = 0;
   const char* const* dev_nodes = nullptr;  // "null", "zero", ... bound from the host /dev
   size_t n_dev_nodes = 0;
@@ -74,8 +73,9 @@ struct ChildPlan {
   size_t n_proc_read_only = 0;
   const SysctlEntry* sysctls = nullptr;
   size_t n_sysctls = 0;
-  const char* tmp_options = nullptr;  // "size=...,mode=1777": one tmpfs for /tmp and /dev/shm
-  uint64_t tmp_size = 0;
+  // "size=...,mode=0755": the root tmpfs, whose tmp and dev/shm directories are /tmp and
+  // /dev/shm (mount_tmp); sized for them plus the root's own few files.
+  const char* root_options = nullptr;
   const TreeMount* user_trees = nullptr;  // working root and --ro paths, parents first
   size_t n_user_trees = 0;
 

@@ -454,7 +454,13 @@ Result<void> PreparedSandbox::prepare_mounts(const SandboxSpec& spec, uid_t host
       {"proc/sys/user/max_inotify_watches", keep(std::to_string(spec.inotify_watches))});
   plan.sysctls = sysctls_.data();
   plan.n_sysctls = sysctls_.size();
-  plan.tmp_options = keep(fmt::format("size={},mode=1777", spec.tmp_size_bytes));
+  // One tmpfs for the root, /tmp and /dev/shm: what the command may write there (tmp_size_bytes)
+  // plus the 4 MiB the root tmpfs had when it was a tmpfs of its own (generated /etc files).
+  constexpr uint64_t kRootOwnBytes = 4ULL << 20;
+  const uint64_t root_size = spec.tmp_size_bytes > UINT64_MAX - kRootOwnBytes
+                                 ? UINT64_MAX
+                                 : spec.tmp_size_bytes + kRootOwnBytes;
+  plan.root_options = keep(fmt::format("size={},mode=0755", root_size));
 
   // The working root: read-write, nosuid, nodev, idmapped so files look owned by the sandbox
   // user inside and what it creates lands on disk owned by the root's owner.

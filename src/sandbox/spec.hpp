@@ -59,8 +59,10 @@ struct SandboxSpec {
   // program that asks at once (stty size, curses) never sees 0x0.
   uint16_t tty_cols = 120, tty_rows = 30;
   std::string hostname = "cordon";
-  uint64_t tmp_size_bytes = 1ULL << 30;  // the size of the one tmpfs /tmp and /dev/shm share
-  uint64_t inotify_instances = 32;       // per-sandbox quota (user.max_inotify_instances)
+  // What /tmp and /dev/shm may hold together: directories of the root tmpfs, which is this size
+  // plus 4 MiB for the root's own files (prepare.cpp).
+  uint64_t tmp_size_bytes = 1ULL << 30;
+  uint64_t inotify_instances = 32;  // per-sandbox quota (user.max_inotify_instances)
   uint64_t inotify_watches = 8192;
   // No core dumps (they would land in the root), bounded fds, locked memory, message queues,
   // no raised priorities. RLIMIT_NPROC is per uid and left to the pids cgroup.

@@ -988,6 +988,10 @@ std::string probe_write_file(Args args) {
 
 std::string probe_mkdir(Args args) { return outcome_of(mkdir(args[0], 0755)); }
 
+// A hard link and a rename, as the kernel answers them (no copy fallback as ln or mv have).
+std::string probe_link(Args args) { return outcome_of(link(args[0], args[1])); }
+std::string probe_rename(Args args) { return outcome_of(rename(args[0], args[1])); }
+
 // setxattr(2) of a string value (tests/vm marks a cgroup delegated as systemd does).
 std::string probe_setxattr(Args args) {
   return outcome_of(::setxattr(args[0], args[1], args[2], std::strlen(args[2]), 0));
@@ -1566,6 +1570,8 @@ constexpr Probe kProbes[] = {
     {"read-fd", "<fd>", 1, 1, probe_read_fd},
     {"write-file", "<path>", 1, 1, probe_write_file},
     {"mkdir", "<path>", 1, 1, probe_mkdir},
+    {"link", "<old> <new>", 2, 2, probe_link},
+    {"rename", "<old> <new>", 2, 2, probe_rename},
     {"setxattr", "<path> <name> <value>", 3, 3, probe_setxattr},
     {"setuid-file", "<path>", 1, 1, probe_setuid_file},
     {"fchmod-setuid", "<path>", 1, 1, probe_fchmod_setuid},

@@ -405,12 +405,12 @@ BOOST_AUTO_TEST_CASE(home_dirs_host_tmp_and_cordon_state_are_invisible) {
 }
 
 // Superblocks cost kernel memory per sandbox and, worse, a shrinker slot in every memory
-// cgroup on the machine: cordon mounts two tmpfs instances (the root, and one for /tmp and
-// /dev/shm, which share its size); /dev and each masked /etc directory are bind mounts of the
-// root's. Each keeps a mount of its own, so its flags and isolation stay as they were: the
-// masked directory is empty, mode 000 and read-only, /dev is read-only, /tmp and /dev/shm are
-// writable and sticky.
-BOOST_AUTO_TEST_CASE(tmp_dev_shm_dev_and_masked_dirs_share_two_tmpfs_superblocks) {
+// cgroup on the machine: cordon mounts one tmpfs, the root; /tmp, /dev/shm, /dev and each
+// masked /etc directory are bind mounts of its directories. Each keeps a mount of its own, so
+// its flags and isolation stay as they were: the masked directory is empty, mode 000 and
+// read-only, /dev and the root are read-only, /tmp and /dev/shm are writable and sticky, and
+// nothing of the read-only root can be linked or moved into them (another mount: EXDEV).
+BOOST_AUTO_TEST_CASE(root_tmp_dev_shm_dev_and_masked_dirs_share_one_tmpfs_superblock) {
   Sandbox s;
   auto mi = s.run({}, {"/bin/cat", "/proc/self/mountinfo"});
   BOOST_TEST_REQUIRE(mi.exit_code() == 0, mi.err);
@@ -430,19 +430,33 @@ BOOST_AUTO_TEST_CASE(tmp_dev_shm_dev_and_masked_dirs_share_two_tmpfs_superblocks
       tmpfs_devs.insert(dev);
     }
   }
-  BOOST_TEST(tmpfs_devs.size() == 2u, text);
+  auto has_opt = [](const std::string& opts, const char* opt) {
+    return opts.find("," + std::string(opt) + ",") != std::string::npos;
+  };
+  BOOST_TEST(tmpfs_devs.size() == 1u, text);
   BOOST_TEST(dev_of.at("/tmp") == dev_of.at("/dev/shm"));
   BOOST_TEST(dev_of.at("/dev") == dev_of.at("/"));
-  BOOST_TEST(dev_of.at("/tmp") != dev_of.at("/"));
+  BOOST_TEST(dev_of.at("/tmp") == dev_of.at("/"));
+  BOOST_TEST(has_opt(opts_of.at("/"), "ro"), opts_of.at("/"));
+  // The writable mounts of the root's superblock reach none of the root's own files: a hard
+  // link or a rename from the read-only root into them is refused, so is the reverse.
+  for (const char* into : {"/tmp/x", "/dev/shm/x"}) {
+    for (const char* from : {"/dev/ptmx", "/etc/hostname", "/dev/fd"}) {
+      BOOST_TEST(probe(s, {"link", from, into}).line == "errno EXDEV", from << " " << into);
+      BOOST_TEST(probe(s, {"rename", from, into}).line == "errno EXDEV", from << " " << into);
+    }
+  }
+  // The reverse: a file made in /tmp does not land in the root or /dev.
+  auto out = s.run({}, {"/bin/sh", "-c", "touch /tmp/t /dev/shm/t && ls -A /tmp /dev/shm"});
+  BOOST_TEST_REQUIRE(out.exit_code() == 0, out.err);
+  BOOST_TEST(out.out == "/dev/shm:\nt\n\n/tmp:\nhome\nt\n", out.out);
   for (const char* dir : {"/tmp", "/dev/shm"}) {
     BOOST_TEST(probe(s, {"stat", dir}).line.rfind("value mode=041777 ", 0) == 0u, dir);
     BOOST_TEST(probe(s, {"write-file", std::string(dir) + "/x"}).line == "allowed", dir);
   }
   BOOST_TEST(probe(s, {"write-file", "/dev/x"}).line == "errno EROFS");
   // The flags each mount had when it was a tmpfs of its own.
-  auto has = [&](const char* point, const char* opt) {
-    return opts_of.at(point).find("," + std::string(opt) + ",") != std::string::npos;
-  };
+  auto has = [&](const char* point, const char* opt) { return has_opt(opts_of.at(point), opt); };
   for (const char* opt : {"ro", "nosuid", "noexec"}) {
     BOOST_TEST(has("/dev", opt), "/dev " << opt << ": " << opts_of.at("/dev"));
   }
