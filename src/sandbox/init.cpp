@@ -161,6 +161,9 @@ char* g_command_stack = nullptr;  // kCommandStackBytes, above a PROT_NONE guard
 constexpr size_t kStaticPointers = 1024;
 char* g_pointers[kStaticPointers];
 ParkedJob g_job;  // 4 KiB of path: static, not on init's small stack
+// init's own filter once the plan is gone (~30 instructions; the plan's checked bound).
+constexpr uint32_t kMaxInitFilter = 512;
+struct sock_filter g_init_filter[kMaxInitFilter];
 
 struct CommandStart {
   const PlanHeader* h;
@@ -196,6 +199,124 @@ void touch_job_pages() {
   std::memset(g_command_stack, 0, kCommandStackBytes);
   std::memset(g_pointers, 0, sizeof g_pointers);
   std::memset(&g_job, 0, sizeof g_job);
+  std::memset(g_init_filter, 0, sizeof g_init_filter);
+}
+
+// The vDSO and its data pages ([vvar], [vvar_vclock], [vdso]), read from /proc/self/maps at
+// init's start, while it may still open files. Once the command runs, init drops them with
+// the plan and the command's stack (release_mappings): every mapping between init's heap and
+// its stack gone, the kernel frees the page tables of that region too (free_pgtables), 8–12
+// KiB of kernel memory per sandbox for as long as its command runs. Init needs none of them
+// afterwards: it only waits, writes records, forwards signals and exits, through syscalls
+// that never go through the vDSO (nothing after the start calls clock_gettime, time,
+// gettimeofday or getcpu; a handler returns through libc's restorer, not the vDSO).
+struct Range {
+  uintptr_t lo, hi;
+};
+constexpr size_t kMaxVdsoRanges = 4;
+Range g_vdso[kMaxVdsoRanges];
+size_t g_n_vdso = 0;
+bool g_maps_unknown = false;  // a line this parser does not know: keep them all mapped
+char g_maps[8192];            // a maps line is at most ~80 bytes and a path (< 4096)
+
+bool parse_hex(const char*& p, const char* end, char stop, uintptr_t* out) {
+  uintptr_t v = 0;
+  const char* start = p;
+  for (; p < end && *p != stop; ++p) {
+    char c = *p;
+    unsigned d;
+    if (c >= '0' && c <= '9') {
+      d = static_cast<unsigned>(c - '0');
+    } else if (c >= 'a' && c <= 'f') {
+      d = static_cast<unsigned>(c - 'a' + 10);
+    } else {
+      return false;
+    }
+    v = v * 16 + d;
+  }
+  if (p == start || p == end) {
+    return false;
+  }
+  ++p;
+  *out = v;
+  return true;
+}
+
+bool has_suffix(const char* line, const char* end, const char* suffix) {
+  size_t n = std::strlen(suffix);
+  return static_cast<size_t>(end - line) >= n && std::memcmp(end - n, suffix, n) == 0;
+}
+
+void note_maps_line(const char* line, const char* end) {
+  if (!has_suffix(line, end, " [vdso]") && !has_suffix(line, end, " [vvar]") &&
+      !has_suffix(line, end, " [vvar_vclock]")) {
+    return;
+  }
+  Range r{};
+  const char* p = line;
+  if (!parse_hex(p, end, '-', &r.lo) || !parse_hex(p, end, ' ', &r.hi) || r.hi <= r.lo ||
+      g_n_vdso == kMaxVdsoRanges) {
+    g_maps_unknown = true;
+    return;
+  }
+  g_vdso[g_n_vdso++] = r;
+}
+
+// Best effort: without a readable /proc/self/maps init keeps the vDSO (and those page tables).
+void find_vdso() {
+  int fd = ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return;
+  }
+  size_t have = 0;
+  for (;;) {
+    ssize_t n = ::read(fd, g_maps + have, sizeof g_maps - have);
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n < 0) {
+      g_maps_unknown = true;
+      break;
+    }
+    if (n == 0) {
+      break;
+    }
+    have += static_cast<size_t>(n);
+    char* line = g_maps;
+    char* end = g_maps + have;
+    for (char* nl;
+         (nl = static_cast<char*>(std::memchr(line, '\n', static_cast<size_t>(end - line)))) !=
+         nullptr;
+         line = nl + 1) {
+      note_maps_line(line, nl);
+    }
+    have = static_cast<size_t>(end - line);
+    if (have == sizeof g_maps) {
+      g_maps_unknown = true;  // a line longer than any maps line can be
+      break;
+    }
+    std::memmove(g_maps, line, have);
+  }
+  ::close(fd);
+  if (g_maps_unknown) {
+    g_n_vdso = 0;
+  }
+}
+
+// Once the command has exec'd (it no longer shares init's memory) and init's filter is
+// loaded (it was read from the plan): the plan, the command's stack and pointer array, the
+// vDSO. munmap cannot fail on ranges init mapped itself; if it did, init would keep pages it
+// no longer reads, which changes nothing else.
+void release_mappings(const PlanHeader* h, size_t size, void* pointers, size_t pointers_bytes) {
+  ::munmap(const_cast<PlanHeader*>(h), size);
+  const size_t guard = static_cast<size_t>(::getpagesize());
+  ::munmap(g_command_stack - guard, guard + kCommandStackBytes);
+  if (pointers != static_cast<void*>(g_pointers)) {
+    ::munmap(pointers, pointers_bytes);
+  }
+  for (size_t i = 0; i < g_n_vdso; ++i) {
+    ::munmap(reinterpret_cast<void*>(g_vdso[i].lo), g_vdso[i].hi - g_vdso[i].lo);
+  }
 }
 
 // Warm pool: says it is ready, then waits for its job (plan_format.hpp, ParkedJob) and puts
@@ -305,6 +426,7 @@ int init_main() {
     fail(SetupStep::kInitPlan, errno, 125);
   }
   map_command_stack();
+  find_vdso();
   if (h->flags & kPlanParked) {
     receive_job();
     ::munmap(const_cast<PlanHeader*>(h), size);
@@ -385,8 +507,16 @@ int init_main() {
     fail(SetupStep::kInitConfine, errno, 125);
   }
   ::close(kFdLandlockInit);
-  const auto* init_filter = reinterpret_cast<const struct sock_filter*>(base + h->init_off);
-  if (h->init_count > 0 && load_filter(init_filter, h->init_count) != 0) {
+  // init's own filter, copied out of the plan so the plan can go before it is loaded (it
+  // allows no munmap).
+  const uint32_t init_count = h->init_count;
+  if (init_count > kMaxInitFilter) {
+    ::kill(cmd, SIGKILL);
+    fail(SetupStep::kInitConfine, E2BIG, 125);
+  }
+  std::memcpy(g_init_filter, base + h->init_off, init_count * sizeof(struct sock_filter));
+  release_mappings(h, size, arr, nptr * sizeof(char*));
+  if (init_count > 0 && load_filter(g_init_filter, init_count) != 0) {
     ::kill(cmd, SIGKILL);
     fail(SetupStep::kInitConfine, errno, 125);
   }

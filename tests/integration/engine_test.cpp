@@ -206,6 +206,76 @@ BOOST_AUTO_TEST_CASE(an_oom_kill_that_takes_the_sandbox_init_settles_as_oom) {
   BOOST_TEST(st->error.find("chose the sandbox's init") != std::string::npos, st->error);
 }
 
+// Once the command runs, the sandbox's init unmaps what only the start needed (the plan, the
+// command's stack) and the vDSO, so the kernel frees the page tables of that whole region:
+// 8–12 KiB per sandbox for the life of the job (docs/performance.md, session 19). What it keeps
+// must still do its job: forward a SIGTERM (its handler returns through libc's restorer, not
+// the vDSO) and report the exit. Both paths: a parked sandbox of the warm pool and one built
+// for the job.
+BOOST_AUTO_TEST_CASE(init_keeps_no_mapping_between_its_heap_and_stack_once_the_command_runs) {
+  for (bool pooled : {true, false}) {
+    BOOST_TEST_CONTEXT("warm pool " << pooled) {
+      EngineEnv env;
+      EngineOptions o = env.options();
+      o.warm_pool = pooled;
+      auto opened = Engine::open(o);
+      BOOST_REQUIRE_MESSAGE(opened.has_value(), describe(opened));
+      auto& e = *opened;
+      auto s = e->start("s1", {.argv = {"/bin/sh", "-c", "read go; exec /bin/sleep 100"},
+                               .stdin_mode = StdinMode::kPipe});
+      BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+      // The init is the parent of the command's shell.
+      pid_t init = -1;
+      for (int i = 0; i < 500 && init < 0; ++i) {
+        for (pid_t p : env.sandbox_pids()) {
+          std::string st = read_proc_file("/proc/" + std::to_string(p) + "/stat");
+          size_t close = st.rfind(')');
+          if (st.find("(sh)") == std::string::npos && st.find("(dash)") == std::string::npos) {
+            continue;
+          }
+          pid_t parent = std::stoi(st.substr(close + 4));
+          if (read_proc_file("/proc/" + std::to_string(parent) + "/comm") == "cordon-init\n") {
+            init = parent;
+          }
+        }
+        if (init < 0) std::this_thread::sleep_for(20ms);
+      }
+      BOOST_REQUIRE_MESSAGE(init > 0, "no cordon-init above the command's shell");
+      // The release follows the command's start at once; the maps are read until it shows.
+      auto between = [&] {  // the mappings after [heap] and before [stack]
+        std::istringstream maps(read_proc_file("/proc/" + std::to_string(init) + "/maps"));
+        std::vector<std::string> out;
+        bool after_heap = false;
+        for (std::string line; std::getline(maps, line);) {
+          if (line.find("[stack]") != std::string::npos) break;
+          if (after_heap) out.push_back(line);
+          if (line.find("[heap]") != std::string::npos) after_heap = true;
+        }
+        return out;
+      };
+      std::vector<std::string> left = between();
+      for (int i = 0; i < 200 && !left.empty(); ++i) {
+        std::this_thread::sleep_for(10ms);
+        left = between();
+      }
+      std::string all = read_proc_file("/proc/" + std::to_string(init) + "/maps");
+      BOOST_TEST(left.empty(), all);
+      BOOST_TEST(all.find("[vdso]") == std::string::npos, all);
+      BOOST_TEST(all.find("cordon-plan") == std::string::npos, all);
+      BOOST_TEST(all.find("[heap]") != std::string::npos, all);  // the parse above saw it
+      // SIGTERM through init's forwarding, after the release: the command ends by it and init
+      // reports that (a crash of init would read "failed").
+      BOOST_REQUIRE(e->write("s1", s->task_id, {.data = "go\n", .eof = true}).has_value());
+      std::this_thread::sleep_for(100ms);  // the shell execs sleep
+      BOOST_REQUIRE(e->kill("s1", s->task_id, 15).has_value());
+      auto st = e->status("s1", s->task_id, 20s);
+      BOOST_REQUIRE(st.has_value());
+      BOOST_TEST(st->state == "killed", st->state << ": " << st->error);
+      BOOST_TEST(st->signal.value_or("") == "SIGTERM");
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(stdin_pipe_and_sessions_and_counters) {
   EngineEnv env;
   auto e = open_or_fail(env);
