@@ -159,11 +159,15 @@ constexpr size_t kCommandStackBytes = 32 * 1024;
 char* g_command_stack = nullptr;  // kCommandStackBytes, above a PROT_NONE guard page
 // argv/envp pointers for a plan with at most this many entries; a larger one maps its own.
 constexpr size_t kStaticPointers = 1024;
-char* g_pointers[kStaticPointers];
+// The pointer array; once the command has exec'd, init's own filter, copied out of the plan so
+// the plan can be unmapped before the filter is loaded (it allows no munmap).
+union {
+  char* pointers[kStaticPointers];
+  struct sock_filter init_filter[kMaxInitFilterInsns];
+} g_arrays;
+static_assert(sizeof g_arrays.init_filter <= sizeof g_arrays.pointers);
+char** const g_pointers = g_arrays.pointers;
 ParkedJob g_job;  // 4 KiB of path: static, not on init's small stack
-// init's own filter once the plan is gone (~30 instructions; the plan's checked bound).
-constexpr uint32_t kMaxInitFilter = 512;
-struct sock_filter g_init_filter[kMaxInitFilter];
 
 struct CommandStart {
   const PlanHeader* h;
@@ -197,19 +201,20 @@ int command_entry(void* arg) {
 // path (a CLONE_VM child never write-protects them again).
 void touch_job_pages() {
   std::memset(g_command_stack, 0, kCommandStackBytes);
-  std::memset(g_pointers, 0, sizeof g_pointers);
+  std::memset(g_arrays.pointers, 0, sizeof g_arrays.pointers);
   std::memset(&g_job, 0, sizeof g_job);
-  std::memset(g_init_filter, 0, sizeof g_init_filter);
 }
 
 // The vDSO and its data pages ([vvar], [vvar_vclock], [vdso]), read from /proc/self/maps at
-// init's start, while it may still open files. Once the command runs, init drops them with
-// the plan and the command's stack (release_mappings): every mapping between init's heap and
-// its stack gone, the kernel frees the page tables of that region too (free_pgtables), 8–12
-// KiB of kernel memory per sandbox for as long as its command runs. Init needs none of them
-// afterwards: it only waits, writes records, forwards signals and exits, through syscalls
-// that never go through the vDSO (nothing after the start calls clock_gettime, time,
-// gettimeofday or getcpu; a handler returns through libc's restorer, not the vDSO).
+// init's start, while it may still open files (a parked init: off the job's path; an unparked
+// one reads ~1 KiB before it starts the command). Once the command runs, init drops them with
+// the plan and the command's stack (release_mappings): with every mapping between init's heap
+// and its stack gone, the kernel frees that region's page tables too (free_pgtables), 12 KiB
+// of kernel memory per sandbox for as long as its command runs. Init needs none of them
+// afterwards: it only waits, writes records, forwards signals and exits, through syscalls that
+// never go through the vDSO (nothing after the start calls clock_gettime, time, gettimeofday or
+// getcpu), and on x86-64 a handler returns through libc's restorer (SA_RESTORER), not the vDSO
+// — on arm64 it would return through the vDSO, so the vDSO is kept there.
 struct Range {
   uintptr_t lo, hi;
 };
@@ -217,7 +222,6 @@ constexpr size_t kMaxVdsoRanges = 4;
 Range g_vdso[kMaxVdsoRanges];
 size_t g_n_vdso = 0;
 bool g_maps_unknown = false;  // a line this parser does not know: keep them all mapped
-char g_maps[8192];            // a maps line is at most ~80 bytes and a path (< 4096)
 
 bool parse_hex(const char*& p, const char* end, char stop, uintptr_t* out) {
   uintptr_t v = 0;
@@ -263,14 +267,20 @@ void note_maps_line(const char* line, const char* end) {
 }
 
 // Best effort: without a readable /proc/self/maps init keeps the vDSO (and those page tables).
+// Read into the command's stack, which is touched anyway and free until the command starts.
 void find_vdso() {
+#if !defined(__x86_64__)
+  return;
+#endif
+  char* const buf = g_command_stack;
+  const size_t buf_size = kCommandStackBytes;  // a maps line is ~80 bytes and a path (< 4096)
   int fd = ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     return;
   }
   size_t have = 0;
   for (;;) {
-    ssize_t n = ::read(fd, g_maps + have, sizeof g_maps - have);
+    ssize_t n = ::read(fd, buf + have, buf_size - have);
     if (n < 0 && errno == EINTR) {
       continue;
     }
@@ -279,11 +289,14 @@ void find_vdso() {
       break;
     }
     if (n == 0) {
+      if (have != 0) {
+        g_maps_unknown = true;  // a last line without its newline
+      }
       break;
     }
     have += static_cast<size_t>(n);
-    char* line = g_maps;
-    char* end = g_maps + have;
+    char* line = buf;
+    char* end = buf + have;
     for (char* nl;
          (nl = static_cast<char*>(std::memchr(line, '\n', static_cast<size_t>(end - line)))) !=
          nullptr;
@@ -291,11 +304,11 @@ void find_vdso() {
       note_maps_line(line, nl);
     }
     have = static_cast<size_t>(end - line);
-    if (have == sizeof g_maps) {
+    if (have == buf_size) {
       g_maps_unknown = true;  // a line longer than any maps line can be
       break;
     }
-    std::memmove(g_maps, line, have);
+    std::memmove(buf, line, have);
   }
   ::close(fd);
   if (g_maps_unknown) {
@@ -303,15 +316,17 @@ void find_vdso() {
   }
 }
 
-// Once the command has exec'd (it no longer shares init's memory) and init's filter is
-// loaded (it was read from the plan): the plan, the command's stack and pointer array, the
-// vDSO. munmap cannot fail on ranges init mapped itself; if it did, init would keep pages it
-// no longer reads, which changes nothing else.
+// Once the command has exec'd (it no longer shares init's memory), before init loads its own
+// filter (copied out of the plan; the filter allows no munmap): the plan and its descriptor
+// (the engine closed its own: the memfd's pages go with the last one), the command's stack and
+// pointer array, the vDSO. munmap cannot fail on ranges init mapped itself; if it did, init
+// would keep pages it no longer reads, which changes nothing else.
 void release_mappings(const PlanHeader* h, size_t size, void* pointers, size_t pointers_bytes) {
   ::munmap(const_cast<PlanHeader*>(h), size);
+  ::close(kFdPlan);
   const size_t guard = static_cast<size_t>(::getpagesize());
   ::munmap(g_command_stack - guard, guard + kCommandStackBytes);
-  if (pointers != static_cast<void*>(g_pointers)) {
+  if (pointers != static_cast<void*>(g_arrays.pointers)) {
     ::munmap(pointers, pointers_bytes);
   }
   for (size_t i = 0; i < g_n_vdso; ++i) {
@@ -507,16 +522,16 @@ int init_main() {
     fail(SetupStep::kInitConfine, errno, 125);
   }
   ::close(kFdLandlockInit);
-  // init's own filter, copied out of the plan so the plan can go before it is loaded (it
-  // allows no munmap).
+  // init's own filter, copied out of the plan into the pointer array (the command has exec'd:
+  // nothing reads the array now) so the plan can go before the filter is loaded.
   const uint32_t init_count = h->init_count;
-  if (init_count > kMaxInitFilter) {
+  if (init_count > kMaxInitFilterInsns) {  // prepare_plan_file refuses that
     ::kill(cmd, SIGKILL);
     fail(SetupStep::kInitConfine, E2BIG, 125);
   }
-  std::memcpy(g_init_filter, base + h->init_off, init_count * sizeof(struct sock_filter));
+  std::memcpy(g_arrays.init_filter, base + h->init_off, init_count * sizeof(struct sock_filter));
   release_mappings(h, size, arr, nptr * sizeof(char*));
-  if (init_count > 0 && load_filter(g_init_filter, init_count) != 0) {
+  if (init_count > 0 && load_filter(g_arrays.init_filter, init_count) != 0) {
     ::kill(cmd, SIGKILL);
     fail(SetupStep::kInitConfine, errno, 125);
   }

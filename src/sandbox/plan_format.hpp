@@ -46,6 +46,11 @@ struct ParkedJob {
   char cwd[4096];  // absolute inside the sandbox, NUL-terminated
 };
 
+// The most instructions init's own filter may have: init copies it into its argv/envp pointer
+// array (1024 slots of 8 bytes, free once the command has exec'd) so it can unmap the plan
+// before loading it. prepare_plan_file refuses a larger one.
+inline constexpr uint32_t kMaxInitFilterInsns = 1024;
+
 struct PlanHeader {
   uint32_t magic;
   uint32_t total_size;

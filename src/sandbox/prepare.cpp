@@ -456,11 +456,13 @@ Result<void> PreparedSandbox::prepare_mounts(const SandboxSpec& spec, uid_t host
   plan.n_sysctls = sysctls_.size();
   // One tmpfs for the root, /tmp and /dev/shm: what the command may write there (tmp_size_bytes)
   // plus the 4 MiB the root tmpfs had when it was a tmpfs of its own (generated /etc files).
+  // Bounded: tmpfs reads size=0 as no limit, and a size near 2^64 wraps to 0 in its page count.
   constexpr uint64_t kRootOwnBytes = 4ULL << 20;
-  const uint64_t root_size = spec.tmp_size_bytes > UINT64_MAX - kRootOwnBytes
-                                 ? UINT64_MAX
-                                 : spec.tmp_size_bytes + kRootOwnBytes;
-  plan.root_options = keep(fmt::format("size={},mode=0755", root_size));
+  constexpr uint64_t kMaxTmpBytes = 1ULL << 40;
+  if (spec.tmp_size_bytes == 0 || spec.tmp_size_bytes > kMaxTmpBytes) {
+    return invalid("tmp_size_bytes {} is outside 1..{} (1 TiB)", spec.tmp_size_bytes, kMaxTmpBytes);
+  }
+  plan.root_options = keep(fmt::format("size={},mode=0755", spec.tmp_size_bytes + kRootOwnBytes));
 
   // The working root: read-write, nosuid, nodev, idmapped so files look owned by the sandbox
   // user inside and what it creates lands on disk owned by the root's owner.
@@ -654,6 +656,10 @@ Result<void> PreparedSandbox::prepare_plan_file(const SandboxSpec& spec,
   h.profile_count = static_cast<uint32_t>(seccomp.profile.size());
   h.fixed_off = append(seccomp.fixed.data(), seccomp.fixed.size_bytes());
   h.fixed_count = static_cast<uint32_t>(seccomp.fixed.size());
+  if (seccomp.init.size() > kMaxInitFilterInsns) {
+    return invalid("init's seccomp filter has {} instructions, more than the {} init can hold",
+                   seccomp.init.size(), kMaxInitFilterInsns);
+  }
   h.init_off = append(seccomp.init.data(), seccomp.init.size_bytes());
   h.init_count = static_cast<uint32_t>(seccomp.init.size());
   h.total_size = static_cast<uint32_t>(blob.size());

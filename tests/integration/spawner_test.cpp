@@ -270,6 +270,15 @@ BOOST_AUTO_TEST_CASE(setup_failures_come_back_as_errors) {
     BOOST_TEST(reply.error().message().find("v1 cgroup") != std::string::npos,
                reply.error().message());
   }
+  // A /tmp size tmpfs would read as no limit: 0, and one whose page count wraps to 0.
+  for (uint64_t size : {uint64_t{0}, ~uint64_t{0} - 4096, (uint64_t{1} << 40) + 1}) {
+    auto req = fx.request(cg, {"/bin/true"});
+    req.spec.tmp_size_bytes = size;
+    auto reply = client.spawn(req);
+    BOOST_REQUIRE(!reply.has_value());
+    BOOST_TEST(reply.error().message().find("tmp_size_bytes") != std::string::npos,
+               reply.error().message());
+  }
   // After all of them it still serves.
   auto reply = client.spawn(fx.request(cg, {"/bin/echo", "still"}));
   BOOST_REQUIRE_MESSAGE(reply.has_value(), why(reply));

@@ -440,16 +440,40 @@ BOOST_AUTO_TEST_CASE(root_tmp_dev_shm_dev_and_masked_dirs_share_one_tmpfs_superb
   BOOST_TEST(has_opt(opts_of.at("/"), "ro"), opts_of.at("/"));
   // The writable mounts of the root's superblock reach none of the root's own files: a hard
   // link or a rename from the read-only root into them is refused, so is the reverse.
+  // Sources on the root's own mount (/bin, /lib: symlinks of the root tmpfs), on /dev's and on
+  // a generated file's.
   for (const char* into : {"/tmp/x", "/dev/shm/x"}) {
-    for (const char* from : {"/dev/ptmx", "/etc/hostname", "/dev/fd"}) {
+    for (const char* from : {"/bin", "/lib", "/dev/ptmx", "/dev/fd", "/etc/hostname"}) {
       BOOST_TEST(probe(s, {"link", from, into}).line == "errno EXDEV", from << " " << into);
       BOOST_TEST(probe(s, {"rename", from, into}).line == "errno EXDEV", from << " " << into);
     }
   }
-  // The reverse: a file made in /tmp does not land in the root or /dev.
-  auto out = s.run({}, {"/bin/sh", "-c", "touch /tmp/t /dev/shm/t && ls -A /tmp /dev/shm"});
-  BOOST_TEST_REQUIRE(out.exit_code() == 0, out.err);
-  BOOST_TEST(out.out == "/dev/shm:\nt\n\n/tmp:\nhome\nt\n", out.out);
+  // The reverse, in one sandbox: a file of /tmp cannot be linked or moved into the root, /dev or
+  // /etc (read-only, another mount), and stays where it was.
+  static const char kReverse[] = R"(import errno, os
+for f in ("/tmp/t", "/dev/shm/t"):
+    open(f, "w").close()
+    for into in ("/t", "/dev/t", "/etc/t"):
+        for op in (os.link, os.rename):
+            try:
+                op(f, into)
+                print(op.__name__, f, into, "allowed")
+            except OSError as e:
+                print(op.__name__, f, into, errno.errorcode[e.errno])
+print(sorted(os.listdir("/tmp")), sorted(os.listdir("/dev/shm")),
+      [p for p in ("/t", "/dev/t", "/etc/t") if os.path.lexists(p)])
+)";
+  auto rev = s.run({}, {"/usr/bin/python3", "-c", kReverse});
+  BOOST_TEST_REQUIRE(rev.exit_code() == 0, rev.err);
+  std::istringstream rev_lines(rev.out);
+  int refused = 0;
+  for (std::string line; std::getline(rev_lines, line);) {
+    if (line.rfind("link ", 0) != 0 && line.rfind("rename ", 0) != 0) continue;
+    BOOST_TEST((line.ends_with(" EXDEV") || line.ends_with(" EROFS")), line);
+    ++refused;
+  }
+  BOOST_TEST(refused == 12, rev.out);
+  BOOST_TEST(rev.out.ends_with("['home', 't'] ['t'] []\n"), rev.out);
   for (const char* dir : {"/tmp", "/dev/shm"}) {
     BOOST_TEST(probe(s, {"stat", dir}).line.rfind("value mode=041777 ", 0) == 0u, dir);
     BOOST_TEST(probe(s, {"write-file", std::string(dir) + "/x"}).line == "allowed", dir);
