@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
@@ -166,7 +167,6 @@ union {
   struct sock_filter init_filter[kMaxInitFilterInsns];
 } g_arrays;
 static_assert(sizeof g_arrays.init_filter <= sizeof g_arrays.pointers);
-char** const g_pointers = g_arrays.pointers;
 ParkedJob g_job;  // 4 KiB of path: static, not on init's small stack
 
 struct CommandStart {
@@ -223,26 +223,13 @@ Range g_vdso[kMaxVdsoRanges];
 size_t g_n_vdso = 0;
 bool g_maps_unknown = false;  // a line this parser does not know: keep them all mapped
 
+// A hex number up to `stop`, which it steps over; false on anything else.
 bool parse_hex(const char*& p, const char* end, char stop, uintptr_t* out) {
-  uintptr_t v = 0;
-  const char* start = p;
-  for (; p < end && *p != stop; ++p) {
-    char c = *p;
-    unsigned d;
-    if (c >= '0' && c <= '9') {
-      d = static_cast<unsigned>(c - '0');
-    } else if (c >= 'a' && c <= 'f') {
-      d = static_cast<unsigned>(c - 'a' + 10);
-    } else {
-      return false;
-    }
-    v = v * 16 + d;
-  }
-  if (p == start || p == end) {
+  auto [next, ec] = std::from_chars(p, end, *out, 16);
+  if (ec != std::errc() || next == end || *next != stop) {
     return false;
   }
-  ++p;
-  *out = v;
+  p = next + 1;
   return true;
 }
 
@@ -455,7 +442,7 @@ int init_main() {
   // argv/envp pointer arrays: static when they fit, else in anonymous memory (init has no
   // heap of its own to speak of).
   size_t nptr = static_cast<size_t>(h->argc) + 1 + h->envc + 1;
-  void* arr = g_pointers;
+  void* arr = g_arrays.pointers;
   if (nptr > kStaticPointers) {
     arr = ::mmap(nullptr, nptr * sizeof(char*), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
                  -1, 0);

@@ -21,6 +21,30 @@ std::unique_ptr<Engine> open_or_fail(const EngineEnv& env) {
   return std::move(*e);
 }
 
+// The sandbox init above a job's `sh -c` command: the parent of a process named sh (or dash)
+// that bears cordon-init's name; -1 if none shows within 10 s.
+pid_t init_above_shell(const EngineEnv& env) {
+  auto stat_of = [](pid_t p) {  // {comm, ppid}
+    std::string st = read_proc_file("/proc/" + std::to_string(p) + "/stat");
+    size_t open = st.find('('), close = st.rfind(')');
+    if (open == std::string::npos || close == std::string::npos || close + 4 >= st.size()) {
+      return std::pair<std::string, pid_t>{"", -1};
+    }
+    return std::pair<std::string, pid_t>{st.substr(open + 1, close - open - 1),
+                                         std::stoi(st.substr(close + 4))};
+  };
+  for (int i = 0; i < 500; ++i) {
+    for (pid_t p : env.sandbox_pids()) {
+      auto [comm, parent] = stat_of(p);
+      if ((comm == "sh" || comm == "dash") && stat_of(parent).first == "cordon-init") {
+        return parent;
+      }
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+  return -1;
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(start_returns_a_handle_before_the_command_finishes) {
@@ -173,25 +197,7 @@ BOOST_AUTO_TEST_CASE(an_oom_kill_that_takes_the_sandbox_init_settles_as_oom) {
   // The init is the parent of the command's shell once that runs: the shell was forked before
   // the adj is raised (a child inherits it: raised earlier, dd would carry it too), and no
   // longer bears init's name.
-  auto stat_of = [](pid_t p) {  // {comm, ppid}
-    std::string st = read_proc_file("/proc/" + std::to_string(p) + "/stat");
-    size_t open = st.find('('), close = st.rfind(')');
-    if (open == std::string::npos || close == std::string::npos || close + 4 >= st.size()) {
-      return std::pair<std::string, pid_t>{"", -1};
-    }
-    return std::pair<std::string, pid_t>{st.substr(open + 1, close - open - 1),
-                                         std::stoi(st.substr(close + 4))};
-  };
-  pid_t init = -1;
-  for (int i = 0; i < 500 && init < 0; ++i) {
-    for (pid_t p : env.sandbox_pids()) {
-      auto [comm, parent] = stat_of(p);
-      if ((comm == "sh" || comm == "dash") && stat_of(parent).first == "cordon-init") {
-        init = parent;
-      }
-    }
-    if (init < 0) std::this_thread::sleep_for(20ms);
-  }
+  pid_t init = init_above_shell(env);
   BOOST_REQUIRE_MESSAGE(init > 0, "no cordon-init above the command's shell");
   {
     std::ofstream adj("/proc/" + std::to_string(init) + "/oom_score_adj");
@@ -227,22 +233,7 @@ BOOST_AUTO_TEST_CASE(init_keeps_no_mapping_between_its_heap_and_stack_once_the_c
       if (pooled) argv.resize(1100, "x");
       auto s = e->start("s1", {.argv = argv, .stdin_mode = StdinMode::kPipe});
       BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
-      // The init is the parent of the command's shell.
-      pid_t init = -1;
-      for (int i = 0; i < 500 && init < 0; ++i) {
-        for (pid_t p : env.sandbox_pids()) {
-          std::string st = read_proc_file("/proc/" + std::to_string(p) + "/stat");
-          size_t close = st.rfind(')');
-          if (st.find("(sh)") == std::string::npos && st.find("(dash)") == std::string::npos) {
-            continue;
-          }
-          pid_t parent = std::stoi(st.substr(close + 4));
-          if (read_proc_file("/proc/" + std::to_string(parent) + "/comm") == "cordon-init\n") {
-            init = parent;
-          }
-        }
-        if (init < 0) std::this_thread::sleep_for(20ms);
-      }
+      pid_t init = init_above_shell(env);
       BOOST_REQUIRE_MESSAGE(init > 0, "no cordon-init above the command's shell");
       // The release follows the command's start at once; the maps are read until it shows.
       auto between = [&] {  // the mappings after [heap] and before [stack]
