@@ -62,6 +62,26 @@ int load_filter(const struct sock_filter* insns, uint32_t count) {
   return static_cast<int>(::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog));
 }
 
+// Set once a parked init has loaded its command's filters (kPlanPreloadFilters); read by the
+// command (a CLONE_VM child) before its exec.
+bool g_filters_preloaded = false;
+
+// The command's two filters. The profile first, the fixed filter last: when both answer with
+// an errno, the kernel uses the most recently loaded filter's, so the fixed filter's answers
+// win.
+void load_command_filters(const PlanHeader* h, const char* base, int code) {
+  const auto* profile = reinterpret_cast<const struct sock_filter*>(base + h->profile_off);
+  const auto* fixed = reinterpret_cast<const struct sock_filter*>(base + h->fixed_off);
+  if (!(h->flags & kPlanNoProfileFilter) && h->profile_count > 0 &&
+      load_filter(profile, h->profile_count) != 0) {
+    fail(SetupStep::kCommandSeccomp, errno, code);
+  }
+  if (!(h->flags & kPlanNoFixedFilter) && h->fixed_count > 0 &&
+      load_filter(fixed, h->fixed_count) != 0) {
+    fail(SetupStep::kCommandSeccomp, errno, code);
+  }
+}
+
 [[noreturn]] void run_command(const PlanHeader* h, const char* base, char** argv, char** envp,
                               const char* exec_path) {
   // Every disposition is the default but the ones init installed a handler for: the
@@ -99,18 +119,10 @@ int load_filter(const struct sock_filter* insns, uint32_t count) {
   if (!by_path && ::fcntl(kFdExec, F_SETFD, FD_CLOEXEC) != 0) {
     fail(SetupStep::kCommandExec, errno, 126);
   }
-  // seccomp last: the filters need not allow anything but the exec that follows.
-  const auto* profile = reinterpret_cast<const struct sock_filter*>(base + h->profile_off);
-  const auto* fixed = reinterpret_cast<const struct sock_filter*>(base + h->fixed_off);
-  // The profile first, the fixed filter last: when both answer with an errno, the kernel
-  // uses the most recently loaded filter's, so the fixed filter's answers win.
-  if (!(h->flags & kPlanNoProfileFilter) && h->profile_count > 0 &&
-      load_filter(profile, h->profile_count) != 0) {
-    fail(SetupStep::kCommandSeccomp, errno, 126);
-  }
-  if (!(h->flags & kPlanNoFixedFilter) && h->fixed_count > 0 &&
-      load_filter(fixed, h->fixed_count) != 0) {
-    fail(SetupStep::kCommandSeccomp, errno, 126);
+  // seccomp last: the filters need not allow anything but the exec that follows. A parked
+  // init loaded them (the same programs, checked) before its job: the command has them.
+  if (!g_filters_preloaded) {
+    load_command_filters(h, base, 126);
   }
   if (by_path) {
     ::execve(exec_path, argv, envp);
@@ -321,6 +333,44 @@ void release_mappings(const PlanHeader* h, size_t size, void* pointers, size_t p
   }
 }
 
+// Opens an absolute path one component at a time from the sandbox's root, following no
+// symlink in any of them (O_NOFOLLOW on a directory open: ENOTDIR; the caller's dev/ino check
+// then fails anyway), as openat2's RESOLVE_NO_SYMLINKS would: the command's filters, which a
+// parked init may run under already, answer openat2 with ENOSYS. "." and ".." are refused
+// (the spawner's path is normalized). -1 with errno on failure.
+int open_cwd_beneath_root(const char* path) {
+  if (path[0] != '/') {
+    errno = EINVAL;
+    return -1;
+  }
+  int dir = ::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+  char name[256];
+  for (const char* p = path; dir >= 0;) {
+    while (*p == '/') {
+      ++p;
+    }
+    if (*p == '\0') {
+      return dir;
+    }
+    size_t len = std::strcspn(p, "/");
+    if (len >= sizeof name || (len == 1 && p[0] == '.') ||
+        (len == 2 && p[0] == '.' && p[1] == '.')) {
+      ::close(dir);
+      errno = len >= sizeof name ? ENAMETOOLONG : EINVAL;
+      return -1;
+    }
+    std::memcpy(name, p, len);
+    name[len] = '\0';
+    p += len;
+    int next = ::openat(dir, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int err = errno;
+    ::close(dir);
+    errno = err;
+    dir = next;
+  }
+  return -1;
+}
+
 // Warm pool: says it is ready, then waits for its job (plan_format.hpp, ParkedJob) and puts
 // the job's descriptors at their fixed numbers, enters its cwd and lets the command's ruleset
 // reach a pinned executable. EOF: the pool was emptied before a job came.
@@ -385,10 +435,7 @@ void receive_job() {
   }
 
   // The cwd, checked against what the spawner resolved (as the unparked child does).
-  struct open_how how {};
-  how.flags = O_PATH | O_DIRECTORY | O_CLOEXEC;
-  how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-  int cwd = sys::openat2(AT_FDCWD, job.cwd, &how);
+  int cwd = open_cwd_beneath_root(job.cwd);
   if (cwd < 0) {
     int err = errno;
     fail(SetupStep::kCwd,
@@ -418,6 +465,31 @@ void receive_job() {
   }
 }
 
+// Warm pool: loads the command's filters while parked, off the job's path (two JIT-compiled
+// programs, ~0.4 ms here, docs/performance.md). From here to its exit init, and the command
+// until its exec, run under them; the spawner set kPlanPreloadFilters only for programs that
+// allow every call made there (seccomp.cpp, preload_calls). no_new_privs first, as the command
+// sets it before loading them.
+void preload_command_filters(const PlanHeader* h) {
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
+    fail(SetupStep::kCommandNoNewPrivs, errno, 125);
+  }
+  load_command_filters(h, reinterpret_cast<const char*>(h), 125);
+  g_filters_preloaded = true;
+}
+
+// A job's plan must carry the very programs init loaded while parked, with no wall off.
+bool same_command_filters(const PlanHeader* parked, const PlanHeader* job) {
+  const auto* a = reinterpret_cast<const char*>(parked);
+  const auto* b = reinterpret_cast<const char*>(job);
+  constexpr size_t kInsn = sizeof(struct sock_filter);
+  return (job->flags & (kPlanNoProfileFilter | kPlanNoFixedFilter | kPlanNoNoNewPrivs)) == 0 &&
+         job->profile_count == parked->profile_count && job->fixed_count == parked->fixed_count &&
+         std::memcmp(a + parked->profile_off, b + job->profile_off,
+                     parked->profile_count * kInsn) == 0 &&
+         std::memcmp(a + parked->fixed_off, b + job->fixed_off, parked->fixed_count * kInsn) == 0;
+}
+
 }  // namespace
 
 int init_main() {
@@ -430,12 +502,23 @@ int init_main() {
   map_command_stack();
   find_vdso();
   if (h->flags & kPlanParked) {
+    if (h->flags & kPlanPreloadFilters) {
+      // Only with both programs and no wall off (prepare_plan_file): never a preload that
+      // would leave one of them out of the command.
+      if ((h->flags & (kPlanNoProfileFilter | kPlanNoFixedFilter | kPlanNoNoNewPrivs)) ||
+          h->profile_count == 0 || h->fixed_count == 0) {
+        fail(SetupStep::kInitPlan, EINVAL, 125);
+      }
+      preload_command_filters(h);
+    }
     receive_job();
-    ::munmap(const_cast<PlanHeader*>(h), size);
+    const PlanHeader* parked = h;
+    const size_t parked_size = size;
     h = map_plan(&size);
-    if (h->flags & kPlanParked) {
+    if ((h->flags & kPlanParked) || (g_filters_preloaded && !same_command_filters(parked, h))) {
       fail(SetupStep::kInitJob, EINVAL, 125);
     }
+    ::munmap(const_cast<PlanHeader*>(parked), parked_size);
   }
   const char* base = reinterpret_cast<const char*>(h);
 

@@ -21,10 +21,16 @@ enum PlanFlags : uint32_t {
   kPlanNoLandlock = 1u << 4,
   kPlanNoNoNewPrivs = 1u << 5,
   kPlanKeepDumpable = 1u << 6,
-  // Warm pool: a park plan (no strings, no programs). Init says kParked on kFdStatus and
-  // waits there for its job: one ParkedJob datagram whose descriptors replace its plan, its
-  // stdio and its exec fd; it then runs the job's plan exactly as an unparked init would.
+  // Warm pool: a park plan (no strings; programs only with kPlanPreloadFilters). Init says kParked
+  // on kFdStatus and waits there for its job: one ParkedJob datagram whose descriptors replace its
+  // plan, its stdio and its exec fd; it then runs the job's plan exactly as an unparked init would.
   kPlanParked = 1u << 7,
+  // With kPlanParked: the park plan carries the command's profile and fixed filters, and init
+  // loads them (after no_new_privs) before it says kParked, so the command inherits them
+  // instead of loading them on the job's path. Init then refuses a job whose plan has other
+  // programs, and does every later step under them (seccomp.cpp, preload_calls). Never with a
+  // tty or a wall switched off (the test-walls build).
+  kPlanPreloadFilters = 1u << 8,
 };
 
 inline constexpr uint32_t kParkedJobMagic = 0x314a5043;  // "CPJ1"

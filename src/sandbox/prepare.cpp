@@ -263,10 +263,20 @@ Result<std::unique_ptr<PreparedSandbox>> PreparedSandbox::prepare(const SandboxS
 
   CORDON_CHECK(p->prepare_landlock(spec));
   if (park) {
-    // Only the walls' flags: the job's plan brings its argv, environment and filters.
+    // Only the walls' flags and, when init may load them ahead, the command's two filters: the
+    // job's plan brings its argv, environment and init's own filter.
     SandboxSpec bare = spec;  // the flags only: no argv, no environment in a parked plan
     bare.env.clear();
-    CORDON_CHECK(p->prepare_plan_file(bare, SeccompPrograms{}, {}, "", kPlanParked));
+    SeccompPrograms ahead;
+    if (seccomp.preload) {
+      ahead.profile = seccomp.profile;
+      ahead.fixed = seccomp.fixed;
+    }
+    uint32_t flags = kPlanParked;
+    if (seccomp.preload) {
+      flags |= kPlanPreloadFilters;
+    }
+    CORDON_CHECK(p->prepare_plan_file(bare, ahead, {}, "", flags));
   } else {
     CORDON_CHECK(p->prepare_plan_file(spec, seccomp, p->argv_, p->exec_path_));
   }
@@ -306,6 +316,7 @@ ParkedShape PreparedSandbox::parked_shape() const {
   s.read_only_ids = ro_ids_;
   s.visible = visible_;
   s.landlock_handled = plan_.landlock_handled;
+  s.filters_preloaded = filters_preloaded_;
   return s;
 }
 
@@ -643,6 +654,13 @@ Result<void> PreparedSandbox::prepare_plan_file(const SandboxSpec& spec,
   applied_.seccomp_profile = !off(Wall::kSeccompProfile);
   applied_.seccomp_fixed = !off(Wall::kSeccompFixed);
 #endif
+  // A preload needs no_new_privs and both filters, and no tty (never parked anyway).
+  if ((h.flags & kPlanPreloadFilters) &&
+      ((h.flags & (kPlanTty | kPlanNoProfileFilter | kPlanNoFixedFilter | kPlanNoNoNewPrivs)) ||
+       seccomp.profile.empty() || seccomp.fixed.empty())) {
+    h.flags &= ~static_cast<uint32_t>(kPlanPreloadFilters);
+  }
+  filters_preloaded_ = (h.flags & kPlanPreloadFilters) != 0;
   std::string blob(sizeof h, '\0');
   auto append = [&](const void* data, size_t size) {
     size_t at = (blob.size() + 7) & ~size_t{7};

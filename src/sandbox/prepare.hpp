@@ -53,6 +53,8 @@ struct SeccompPrograms {
   std::span<const struct sock_filter> profile;
   std::span<const struct sock_filter> fixed;
   std::span<const struct sock_filter> init;
+  // A parked init may load profile and fixed before its job (CompiledFilters::init_may_preload).
+  bool preload = false;
 };
 
 /// The /etc entries masked in a sandbox (relative paths: "etc/shadow").
@@ -72,6 +74,10 @@ struct ParkedShape {
   std::vector<std::pair<uint64_t, uint64_t>> read_only_ids;  // each --ro path as bound (dev, ino)
   std::vector<std::string> visible;                          // host paths the sandbox shows
   uint64_t landlock_handled = 0;
+  // The command's filters its init loaded while parked (kPlanPreloadFilters); a job must bring
+  // the same two programs, or init refuses it.
+  bool filters_preloaded = false;
+  std::vector<struct sock_filter> preloaded_profile, preloaded_fixed;
 };
 
 class PreparedSandbox {
@@ -135,8 +141,9 @@ class PreparedSandbox {
   ChildPlan plan_;
   AppliedFeatures applied_;
   std::vector<std::string> argv_;
-  std::string exec_path_;  // exec by this path inside the sandbox (empty: the pinned fd)
-  std::string root_;       // resolved working root
+  std::string exec_path_;           // exec by this path inside the sandbox (empty: the pinned fd)
+  bool filters_preloaded_ = false;  // the park plan says kPlanPreloadFilters
+  std::string root_;                // resolved working root
   UniqueFd root_fd_;
   std::vector<UniqueFd> fds_;
   std::vector<std::unique_ptr<std::string>> strings_;  // stable storage for plan pointers

@@ -5,9 +5,15 @@
 #include <netinet/in.h>
 #include <sched.h>
 #include <seccomp.h>
+#include <linux/audit.h>
+#include <linux/landlock.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,6 +26,8 @@
 #include <vector>
 
 #include "base/unique_fd.hpp"
+#include "sandbox/bpf_eval.hpp"
+#include "sandbox/status.hpp"
 #include "sys/fs.hpp"
 #include "sys/syscalls.hpp"
 
@@ -557,9 +565,114 @@ Result<SeccompCtx> build_init() {
   return ctx;
 }
 
+// ---- preloading the command's filters in a parked init ---------------------------------------
+
+struct PreloadCall {
+  const char* name;
+  int nr;
+  std::array<uint64_t, 6> args;  // those not given are 0
+};
+
+constexpr uint64_t arg(int64_t v) { return static_cast<uint64_t>(v); }  // ints sign-extend
+
+#if defined(__x86_64__)
+// Every call init.cpp makes from the preload (in a parked init, before it says it is ready)
+// on, and its command before its exec, with the arguments it passes: descriptors by their
+// fixed numbers where init uses them, else 0; pointers, lengths and leftover registers as 0,
+// so a profile that conditions those (none does: a pointer's value means nothing to a
+// filter) could differ from what the kernel sees. A change there that adds a call adds it
+// here: the test `a_pooled_command_under_a_profile_of_only_inits_calls_runs` builds a profile
+// of exactly these names and runs a command that needs no other call, so a call missing here
+// fails the job there.
+std::vector<PreloadCall> preload_calls() {
+  std::vector<PreloadCall> calls = {
+      // receive_job: the ready record, the job, its descriptors, its cwd, the exec rule
+      {"write", SYS_write, {arg(kFdStatus), 0, sizeof(StatusRecord)}},
+      {"recvmsg", SYS_recvmsg, {arg(kFdStatus), 0, MSG_CMSG_CLOEXEC}},
+      {"fcntl", SYS_fcntl, {0, F_DUPFD_CLOEXEC, 100}},
+      {"dup3", SYS_dup3, {100, 0, 0}},
+      {"close", SYS_close, {0}},
+      {"openat", SYS_openat, {arg(AT_FDCWD), 0, O_PATH | O_DIRECTORY | O_CLOEXEC, 0}},
+      {"openat", SYS_openat, {0, 0, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0}},
+      {"newfstatat", SYS_newfstatat, {0, 0, 0, AT_EMPTY_PATH}},
+      {"fchdir", SYS_fchdir, {0}},
+      {"landlock_add_rule",
+       SYS_landlock_add_rule,
+       {arg(kFdLandlockCmd), LANDLOCK_RULE_PATH_BENEATH, 0, 0}},
+      // the job's plan replaces the park plan; a big argv gets its own pointer array
+      {"munmap", SYS_munmap, {0, 0}},
+      {"mmap", SYS_mmap, {0, 0, PROT_READ, MAP_PRIVATE | MAP_POPULATE, arg(kFdPlan), 0}},
+      {"mmap", SYS_mmap, {0, 0, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, arg(-1), 0}},
+      // the start: forwarding handlers, the blocked mask, the CLONE_VM | CLONE_VFORK child
+      {"rt_sigprocmask", SYS_rt_sigprocmask, {SIG_BLOCK, 0, 0, sizeof(uint64_t)}},
+      {"rt_sigprocmask", SYS_rt_sigprocmask, {SIG_SETMASK, 0, 0, sizeof(uint64_t)}},
+      {"clone", SYS_clone, {CLONE_VM | CLONE_VFORK | SIGCHLD, 0, 0, 0, 0}},
+      // the command before its exec (run_command)
+      {"setsid", SYS_setsid, {}},
+      {"prctl", SYS_prctl, {PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0}},
+      {"landlock_restrict_self", SYS_landlock_restrict_self, {arg(kFdLandlockCmd), 0}},
+      {"fcntl", SYS_fcntl, {arg(kFdStatus), F_SETFD, FD_CLOEXEC}},
+      {"fcntl", SYS_fcntl, {arg(kFdExec), F_SETFD, FD_CLOEXEC}},
+      {"execveat", SYS_execveat, {arg(kFdExec), 0, 0, 0, AT_EMPTY_PATH}},
+      {"execve", SYS_execve, {0, 0, 0}},
+      // init once the command runs: confine, reap, forward, report, exit
+      {"landlock_restrict_self", SYS_landlock_restrict_self, {arg(kFdLandlockInit), 0}},
+      {"seccomp", SYS_seccomp, {SECCOMP_SET_MODE_FILTER, 0, 0}},
+      {"wait4", SYS_wait4, {arg(-1), 0, 0, 0}},
+      {"kill", SYS_kill, {arg(-1), SIGCONT}},
+      {"rt_sigreturn", SYS_rt_sigreturn, {}},
+      {"kill", SYS_kill, {2, SIGKILL}},  // the command (pid 2) when init cannot confine itself
+  };
+  for (uint64_t code : {0, 125, 126, 127}) {  // init's and the command's exits, fail()
+    calls.push_back({"exit_group", SYS_exit_group, {code}});
+  }
+  for (int sig : kForwardedSignals) {
+    calls.push_back({"rt_sigaction",
+                     SYS_rt_sigaction,
+                     {arg(sig), 0, 0, sizeof(uint64_t)}});  // init's handler; the child's default
+    calls.push_back({"kill", SYS_kill, {arg(-1), arg(sig)}});
+  }
+  return calls;
+}
+constexpr uint32_t kPreloadArch = AUDIT_ARCH_X86_64;
+#else
+std::vector<PreloadCall> preload_calls() { return {}; }
+constexpr uint32_t kPreloadArch = 0;
+#endif
+
 }  // namespace
 
 const std::vector<std::string>& init_allowed_syscalls() { return kInitAllowed; }
+
+bool init_may_preload(const BpfProgram& profile, const BpfProgram& fixed) {
+  auto calls = preload_calls();
+  if (calls.empty()) {
+    return false;
+  }
+  for (const PreloadCall& c : calls) {
+    seccomp_data data{};
+    data.nr = c.nr;
+    data.arch = kPreloadArch;
+    std::copy(c.args.begin(), c.args.end(), data.args);
+    for (const BpfProgram* prog : {&profile, &fixed}) {
+      auto answer = bpf_eval(prog->insns, data);
+      if (!answer || *answer != SECCOMP_RET_ALLOW) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+std::vector<std::string> preload_syscall_names() {
+  std::vector<std::string> names;
+  for (const PreloadCall& c : preload_calls()) {
+    if (std::find(names.begin(), names.end(), c.name) == names.end()) {
+      names.emplace_back(c.name);
+    }
+  }
+  return names;
+}
 
 Result<CompiledFilters> compile_filters(const SeccompProfile& profile,
                                         const SeccompOptions& options) {
@@ -571,6 +684,7 @@ Result<CompiledFilters> compile_filters(const SeccompProfile& profile,
   out.profile = std::move(profile_prog);
   out.fixed = std::move(fixed_prog);
   out.warnings = std::move(built.warnings);
+  out.init_may_preload = init_may_preload(out.profile, out.fixed);
   return out;
 }
 

@@ -69,6 +69,10 @@ struct CompiledFilters {
   BpfProgram profile;  // from the profile; load first
   BpfProgram fixed;    // cordon's fixed argument-conditioned filter; always stacked, load second
   std::vector<std::string> warnings;  // skipped rules, unknown names, ignored architectures
+  // Both programs allow every syscall a parked init makes from its park to its command's exec
+  // (preload_calls), so the init may load them before its job: the command then inherits them
+  // instead of loading them on its start (docs/performance.md, "Warm pool").
+  bool init_may_preload = false;
 };
 
 // Errno values the fixed filter answers with.
@@ -92,5 +96,13 @@ inline constexpr uint32_t kErrnoEprotonosupport = 93;
 
 /// The syscalls the init filter allows, for docs and tests.
 const std::vector<std::string>& init_allowed_syscalls();
+
+/// Whether both programs allow (SECCOMP_RET_ALLOW, nothing else) every call a parked init
+/// and its command's start make once the filters are loaded at park time, with the
+/// arguments init.cpp passes. x86-64 only; false elsewhere and for anything the evaluator
+/// cannot read.
+[[nodiscard]] bool init_may_preload(const BpfProgram& profile, const BpfProgram& fixed);
+/// The names of those calls (a test builds a profile of exactly these).
+std::vector<std::string> preload_syscall_names();
 
 }  // namespace cordon::sandbox

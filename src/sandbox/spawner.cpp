@@ -407,7 +407,8 @@ class Server {
       CORDON_TRY_CTX(filters, compile_filters(profile, opts), "compile seccomp profile `{}`", path);
       it = filters_.emplace(key, std::move(filters)).first;
     }
-    return SeccompPrograms{it->second.profile.insns, it->second.fixed.insns, init_filter_->insns};
+    return SeccompPrograms{it->second.profile.insns, it->second.fixed.insns, init_filter_->insns,
+                           it->second.init_may_preload};
   }
 
   struct CgroupFds {
@@ -528,6 +529,10 @@ class Server {
     slot.pidfd = std::move(spawned.pidfd);
     slot.status = std::move(prepared->status_parent);
     slot.shape = prepared->parked_shape();
+    if (slot.shape.filters_preloaded) {
+      slot.shape.preloaded_profile.assign(programs.profile.begin(), programs.profile.end());
+      slot.shape.preloaded_fixed.assign(programs.fixed.begin(), programs.fixed.end());
+    }
     slot.applied = prepared->applied();
     slot.request = std::move(req);
     slots_.emplace(h.request_id, std::move(slot));
@@ -614,6 +619,20 @@ class Server {
     auto programs = programs_for(req->seccomp_profile_path, req->spec.allow_ptrace);
     if (!programs) {
       return failed(programs.error());
+    }
+    // Its init runs under the filters it loaded while parked: the job must bring those (its
+    // init refuses other ones; this spawns it unpooled instead).
+    auto same_program = [](std::span<const struct sock_filter> a,
+                           const std::vector<struct sock_filter>& b) {
+      return std::equal(a.begin(), a.end(), b.begin(), b.end(),
+                        [](const struct sock_filter& x, const struct sock_filter& y) {
+                          return x.code == y.code && x.jt == y.jt && x.jf == y.jf && x.k == y.k;
+                        });
+    };
+    if (slot.shape.filters_preloaded &&
+        (!same_program(programs->profile, slot.shape.preloaded_profile) ||
+         !same_program(programs->fixed, slot.shape.preloaded_fixed))) {
+      return gone("the job's seccomp filters are not those its parked sandbox loaded");
     }
     // The slot's host id: checked equal to the job's above.
     auto job = PreparedSandbox::prepare_job(req->spec, *programs, req->host_id, slot.shape);

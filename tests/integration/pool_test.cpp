@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,6 +30,7 @@
 #include "helpers/spawner_fixture.hpp"
 #include "sandbox/cgroup.hpp"
 #include "sandbox/pool.hpp"
+#include "sandbox/seccomp.hpp"
 #include "sandbox/spawner.hpp"
 #include "sandbox/status.hpp"
 #include "sandbox/userns.hpp"
@@ -254,6 +256,60 @@ Ran run_and_see(Engine& e, const EngineEnv& env, const std::string& session,
 // Waits until the engine's pool holds `n` parked sandboxes.
 bool pool_holds(const EngineEnv& env, size_t n) {
   return eventually([&] { return parked_pool_pids(env.state_dir + "/cgroups").size() == n; });
+}
+
+// A field of /proc/<pid>/status ("Seccomp_filters"), or "" when there is none.
+std::string status_field(pid_t pid, const std::string& name) {
+  std::istringstream in(read_small_file("/proc/" + std::to_string(pid) + "/status").value_or(""));
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(name + ":\t", 0) == 0) {
+      return line.substr(name.size() + 2);
+    }
+  }
+  return {};
+}
+
+// A profile file `name` in `dir`: `names` get `action` (with errno `err`), every other call the
+// default (ALLOW, or ENOSYS as in the default profile).
+std::string write_profile(const std::string& dir, const std::string& name, bool allow_by_default,
+                          const std::vector<std::string>& names, const std::string& action,
+                          int err = 0) {
+  std::string list;
+  for (const auto& n : names) {
+    list += (list.empty() ? "\"" : ", \"") + n + "\"";
+  }
+  std::string text =
+      allow_by_default
+          ? std::string("{\"defaultAction\": \"SCMP_ACT_ALLOW\", ")
+          : std::string("{\"defaultAction\": \"SCMP_ACT_ERRNO\", \"defaultErrnoRet\": 38, ");
+  text += "\"architectures\": [\"SCMP_ARCH_X86_64\"], \"syscalls\": [{\"names\": [" + list +
+          "], \"action\": \"" + action + "\"";
+  if (action == "SCMP_ACT_ERRNO") {
+    text += ", \"errnoRet\": " + std::to_string(err);
+  }
+  text += "}]}";
+  std::string path = dir + "/" + name;
+  BOOST_REQUIRE(write_text(path, text));
+  return path;
+}
+
+// A helper binary of the build, copied into the working root (the sandbox shows no build dir).
+std::string copy_into_root(const std::string& root, const char* env, const char* name) {
+  const char* from = std::getenv(env);
+  BOOST_REQUIRE_MESSAGE(from != nullptr, env << " is not set (tests/meson.build sets it)");
+  std::string to = root + "/" + name;
+  fs::copy_file(from, to, fs::copy_options::overwrite_existing);
+  BOOST_REQUIRE(::chmod(to.c_str(), 0755) == 0);
+  return to;
+}
+
+// Its init waits for its job in recvmsg (its current syscall, which host root may read):
+// it has said kParked, after any preload.
+bool parked_waiting(pid_t init) {
+  return eventually([&] {
+    auto sc = read_small_file("/proc/" + std::to_string(init) + "/syscall");
+    return sc && sc->rfind(std::to_string(SYS_recvmsg) + " ", 0) == 0;
+  });
 }
 
 }  // namespace
@@ -989,4 +1045,194 @@ BOOST_AUTO_TEST_CASE(a_command_with_more_arguments_than_inits_static_arrays_gets
       BOOST_REQUIRE_MESSAGE(destroyed.has_value(), msg(destroyed));
     }
   }
+}
+
+// A parked init loads its command's two filters while parked (kPlanPreloadFilters), off the
+// job's path: before any job it runs with no_new_privs and both, and its command starts with
+// them, still refused what they refuse. The same job unpooled loads them in the command.
+BOOST_AUTO_TEST_CASE(a_parked_init_holds_its_commands_filters_before_the_job) {
+  Fixture fx;
+  auto client = start_spawner();
+  const std::string script =
+      "grep -E '^(NoNewPrivs|Seccomp|Seccomp_filters):' /proc/self/status; "
+      "unshare -U true 2>/dev/null || echo unshare-refused";
+  std::string outs[2];
+  for (bool pooled : {true, false}) {
+    BOOST_TEST_CONTEXT("pooled " << pooled) {
+      auto cg = fx.cgroup();
+      uint64_t slot = 0;
+      pid_t parked_init = -1;
+      if (pooled) {
+        auto parked = fx.park(client, cg);
+        slot = parked.id;
+        parked_init = parked.init;
+        BOOST_REQUIRE(parked_waiting(parked.init));
+        BOOST_TEST(status_field(parked.init, "Seccomp_filters") == "2");
+        BOOST_TEST(status_field(parked.init, "Seccomp") == "2");
+        BOOST_TEST(status_field(parked.init, "NoNewPrivs") == "1");
+      }
+      auto reply = client.spawn(fx.request(cg, {"/bin/sh", "-c", script}, slot));
+      BOOST_REQUIRE_MESSAGE(reply.has_value(), msg(reply));
+      if (pooled) {
+        BOOST_TEST(reply->pid == parked_init);  // not a silent unpooled fallback
+      }
+      outs[pooled ? 0 : 1] = drain(reply->stdout_read.get());
+      BOOST_TEST(exit_code(records_until_eof(reply->status.get())) == 0);
+      auto destroyed = cg.destroy();
+      BOOST_REQUIRE_MESSAGE(destroyed.has_value(), msg(destroyed));
+    }
+  }
+  BOOST_TEST(outs[0] == "NoNewPrivs:\t1\nSeccomp:\t2\nSeccomp_filters:\t2\nunshare-refused\n");
+  BOOST_TEST(outs[0] == outs[1]);
+}
+
+// The order holds too: profile first, fixed last, so where both answer with an errno the
+// fixed filter's wins. A profile that answers openat2 with EACCES, under the fixed filter's
+// ENOSYS: ENOSYS, pooled (loaded by the parked init) and unpooled (by the command).
+BOOST_AUTO_TEST_CASE(preloaded_filters_keep_their_order) {
+  Fixture fx;
+  auto client = start_spawner();
+  const std::string probe = copy_into_root(fx.root, "CORDON_PROBE", "probe");
+  const std::string profile =
+      write_profile(fx.base, "eacces.json", true, {"openat2"}, "SCMP_ACT_ERRNO", EACCES);
+  for (bool pooled : {true, false}) {
+    BOOST_TEST_CONTEXT("pooled " << pooled) {
+      auto cg = fx.cgroup();
+      uint64_t slot = 0;
+      pid_t parked_init = -1;
+      if (pooled) {
+        auto park_req = fx.request(cg, {"/bin/true"});
+        park_req.seccomp_profile_path = profile;
+        auto parked = client.park(park_req);
+        BOOST_REQUIRE_MESSAGE(parked.has_value(), msg(parked));
+        slot = parked->id;
+        parked_init = parked->init;
+        BOOST_REQUIRE(parked_waiting(parked->init));
+        BOOST_TEST(status_field(parked->init, "Seccomp_filters") == "2");
+      }
+      auto req = fx.request(cg, {probe, "openat2-setuid", "/tmp/x"}, slot);
+      req.seccomp_profile_path = profile;
+      auto reply = client.spawn(req);
+      BOOST_REQUIRE_MESSAGE(reply.has_value(), msg(reply));
+      if (pooled) {
+        BOOST_TEST(reply->pid == parked_init);
+      }
+      BOOST_TEST(drain(reply->stdout_read.get()).find("errno ENOSYS") != std::string::npos);
+      BOOST_TEST(exit_code(records_until_eof(reply->status.get())) >= 0);
+      auto destroyed = cg.destroy();
+      BOOST_REQUIRE_MESSAGE(destroyed.has_value(), msg(destroyed));
+    }
+  }
+}
+
+// Every call init makes from the preload on is in preload_calls (seccomp.cpp): under a profile
+// of exactly those, plus pause, a parked init preloads, starts a command that makes no other
+// call (tests/helpers/bare.cpp: no libc), forwards a SIGTERM and reports. A call missing from
+// the list would be refused (ENOSYS) and init would report a setup error instead.
+BOOST_AUTO_TEST_CASE(a_pooled_command_under_a_profile_of_only_inits_calls_runs) {
+  Fixture fx;
+  auto client = start_spawner();
+  const std::string bare = copy_into_root(fx.root, "CORDON_BARE", "bare");
+  std::vector<std::string> names = preload_syscall_names();
+  names.emplace_back("pause");
+  const std::string profile =
+      write_profile(fx.base, "exactly.json", false, names, "SCMP_ACT_ALLOW");
+  for (bool term : {false, true}) {
+    BOOST_TEST_CONTEXT((term ? "a forwarded SIGTERM" : "an exit")) {
+      auto cg = fx.cgroup();
+      auto park_req = fx.request(cg, {"/bin/true"});
+      park_req.seccomp_profile_path = profile;
+      auto parked = client.park(park_req);
+      BOOST_REQUIRE_MESSAGE(parked.has_value(), msg(parked));
+      BOOST_REQUIRE(parked_waiting(parked->init));
+      BOOST_TEST(status_field(parked->init, "Seccomp_filters") == "2");
+      auto req = fx.request(
+          cg, term ? std::vector<std::string>{bare, "wait"} : std::vector<std::string>{bare},
+          parked->id);
+      req.seccomp_profile_path = profile;
+      auto reply = client.spawn(req);
+      BOOST_REQUIRE_MESSAGE(reply.has_value(), msg(reply));
+      BOOST_TEST(reply->pid == parked->init);
+      if (term) {
+        StatusRecord started{};
+        BOOST_REQUIRE(readable(reply->status.get()));
+        BOOST_REQUIRE(::recv(reply->status.get(), &started, sizeof started, 0) ==
+                      static_cast<ssize_t>(sizeof started));
+        BOOST_TEST((started.kind == RecordKind::kCommandStarted));
+        BOOST_REQUIRE(::kill(parked->init, SIGTERM) == 0);
+      }
+      auto recs = records_until_eof(reply->status.get());
+      bool exited = false;
+      for (const auto& r : recs) {
+        BOOST_TEST((r.kind != RecordKind::kSetupError), step_name(r.step)
+                                                            << ": " << errno_name(r.err));
+        if (r.kind == RecordKind::kCommandExited) {
+          exited = true;
+          if (term) {
+            BOOST_TEST((WIFSIGNALED(r.wait_status) && WTERMSIG(r.wait_status) == SIGTERM),
+                       "wait status " << r.wait_status);
+          } else {
+            BOOST_TEST((WIFEXITED(r.wait_status) && WEXITSTATUS(r.wait_status) == 0),
+                       "wait status " << r.wait_status);
+          }
+        }
+      }
+      BOOST_TEST(exited);
+      auto destroyed = cg.destroy();
+      BOOST_REQUIRE_MESSAGE(destroyed.has_value(), msg(destroyed));
+    }
+  }
+}
+
+// A profile that refuses a call init makes after the preload point (landlock_restrict_self):
+// the parked init loads nothing and waits unfiltered, and the command loads both filters
+// itself, as unpooled.
+BOOST_AUTO_TEST_CASE(a_profile_that_refuses_what_init_needs_is_loaded_by_the_command) {
+  Fixture fx;
+  auto client = start_spawner();
+  const std::string profile = write_profile(fx.base, "no-landlock.json", true,
+                                            {"landlock_restrict_self"}, "SCMP_ACT_ERRNO", EPERM);
+  auto cg = fx.cgroup();
+  auto park_req = fx.request(cg, {"/bin/true"});
+  park_req.seccomp_profile_path = profile;
+  auto parked = client.park(park_req);
+  BOOST_REQUIRE_MESSAGE(parked.has_value(), msg(parked));
+  BOOST_REQUIRE(parked_waiting(parked->init));
+  BOOST_TEST(status_field(parked->init, "Seccomp") == "0");
+  BOOST_TEST(status_field(parked->init, "Seccomp_filters") == "0");
+  auto req = fx.request(cg, {"/bin/sh", "-c", "grep -E '^Seccomp_filters:' /proc/self/status"},
+                        parked->id);
+  req.seccomp_profile_path = profile;
+  auto reply = client.spawn(req);
+  BOOST_REQUIRE_MESSAGE(reply.has_value(), msg(reply));
+  BOOST_TEST(reply->pid == parked->init);
+  BOOST_TEST(drain(reply->stdout_read.get()) == "Seccomp_filters:\t2\n");
+  BOOST_TEST(exit_code(records_until_eof(reply->status.get())) == 0);
+  auto destroyed = cg.destroy();
+  BOOST_REQUIRE_MESSAGE(destroyed.has_value(), msg(destroyed));
+}
+
+// A parked init that loaded the default profile's filters never runs a job of another
+// profile: the spawner ends it and the job spawns unpooled, with its own filters.
+BOOST_AUTO_TEST_CASE(a_job_of_another_profile_is_not_run_by_a_parked_init_that_preloaded) {
+  Fixture fx;
+  auto client = start_spawner();
+  const std::string other =
+      write_profile(fx.base, "other.json", true, {"acct"}, "SCMP_ACT_ERRNO", EPERM);
+  auto cg = fx.cgroup();
+  auto parked = fx.park(client, cg);  // the default profile
+  BOOST_REQUIRE(parked_waiting(parked.init));
+  BOOST_TEST(status_field(parked.init, "Seccomp_filters") == "2");
+  UniqueFd parked_pidfd = pidfd_of(parked.init);
+  auto req =
+      fx.request(cg, {"/bin/sh", "-c", "grep -E '^Seccomp_filters:' /proc/self/status"}, parked.id);
+  req.seccomp_profile_path = other;
+  auto reply = client.spawn(req);
+  BOOST_REQUIRE_MESSAGE(reply.has_value(), msg(reply));
+  BOOST_TEST(reply->pid != parked.init);
+  BOOST_TEST(drain(reply->stdout_read.get()) == "Seccomp_filters:\t2\n");
+  BOOST_TEST(exit_code(records_until_eof(reply->status.get())) == 0);
+  BOOST_TEST(readable(parked_pidfd.get()));  // ended, not left parked
+  auto destroyed = cg.destroy();
+  BOOST_REQUIRE_MESSAGE(destroyed.has_value(), msg(destroyed));
 }

@@ -501,3 +501,46 @@ BOOST_AUTO_TEST_CASE(init_filter_allows_its_list_and_kills_the_rest) {
   }
   BOOST_TEST(pfc->find("# default action\n  action KILL_PROCESS") != std::string::npos);
 }
+
+// A parked init loads its command's two filters before its job only when both allow every
+// call it (and the command, before its exec) makes from there on (seccomp.cpp,
+// preload_calls): a profile that refuses one of them is loaded by the command instead.
+BOOST_AUTO_TEST_CASE(a_parked_init_preloads_only_filters_that_allow_every_call_it_makes) {
+  auto preloads = [](const SeccompProfile& p) {
+    auto r = compile_filters(p, {});
+    BOOST_REQUIRE_MESSAGE(r.has_value(), error_text(r));
+    BOOST_TEST(r->init_may_preload == init_may_preload(r->profile, r->fixed));
+    return r->init_may_preload;
+  };
+  SeccompProfile allow_all;
+  allow_all.default_action = SeccompAction::kAllow;
+  BOOST_TEST(preloads(allow_all));  // and so the fixed filter allows them all: no openat2
+
+  const std::vector<std::string> names = preload_syscall_names();
+  for (const char* needed :
+       {"wait4", "recvmsg", "clone", "execveat", "landlock_add_rule", "landlock_restrict_self",
+        "seccomp", "kill", "rt_sigreturn", "fchdir", "openat", "exit_group"}) {
+    BOOST_TEST((std::find(names.begin(), names.end(), needed) != names.end()), needed);
+  }
+  BOOST_TEST((std::find(names.begin(), names.end(), "openat2") == names.end()));
+
+  SeccompProfile exactly;
+  exactly.default_action = SeccompAction::kErrno;
+  exactly.default_errno_ret = 38;
+  exactly.syscalls = {rule(names, SeccompAction::kAllow)};
+  BOOST_TEST(preloads(exactly));
+
+  for (const std::string& left_out :
+       {std::string("wait4"), std::string("landlock_restrict_self"), std::string("rt_sigreturn")}) {
+    BOOST_TEST_CONTEXT(left_out) {
+      SeccompProfile p = exactly;
+      std::erase(p.syscalls[0].names, left_out);
+      BOOST_TEST(!preloads(p));
+    }
+  }
+  // An argument condition counts too: a profile that refuses init's clone flags.
+  SeccompProfile no_vfork = allow_all;
+  no_vfork.syscalls = {rule({"clone"}, SeccompAction::kErrno, 1,
+                            {SeccompArg{0, SeccompOp::kMaskedEqual, CLONE_VFORK, CLONE_VFORK}})};
+  BOOST_TEST(!preloads(no_vfork));
+}
