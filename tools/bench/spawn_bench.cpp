@@ -328,11 +328,13 @@ struct EngineHost {
 // ---- the parked hand-off: this binary with --handoff-host, driven over stdin/stdout ----
 // What a pooled start costs at the least, without cordon: a process made ahead (as a parked
 // init is) is handed a job (one byte), vforks, and the child execs /bin/true through a pinned
-// fd; the parked process reaps it and answers (one byte). With `confine`, the child first
-// confines itself exactly as a cordon command does before its exec (init.cpp run_command: a
-// session, no_new_privs, a Landlock domain, the default profile's filter and the fixed
-// filter, compiled by cordon's own code). No namespaces, no cgroups, no records, one process
-// hop: whatever a design adds to a pooled start comes on top of this.
+// fd; the parked process reaps it and answers (one byte). With `confine`, the parked process
+// holds the default profile's filter and the fixed filter (compiled by cordon's own code),
+// loaded once as a parked cordon-init loads them (kPlanPreloadFilters, since session 20; before,
+// each child loaded both), and the child confines itself as a pooled cordon command does
+// before its exec (init.cpp run_command: a session, no_new_privs, a Landlock domain). No
+// namespaces, no cgroups, no records, one process hop: whatever a design adds to a pooled start
+// comes on top of this.
 int handoff_host(const std::string& dir, bool confine) {
   int exe = ::open("/bin/true", O_PATH | O_CLOEXEC);
   int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
@@ -382,6 +384,12 @@ int handoff_host(const std::string& dir, bool confine) {
     prog.filter = insns.data();
     return ::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) == 0;
   };
+  // The two filters once, here, as a parked cordon-init loads them before its job
+  // (kPlanPreloadFilters): each child inherits them.
+  if (confine &&
+      (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || !load(profile) || !load(fixed))) {
+    die("handoff host: loading the filters failed");
+  }
   std::printf("ready\n");
   std::fflush(stdout);
   char c;
@@ -396,8 +404,7 @@ int handoff_host(const std::string& dir, bool confine) {
       ::dup2(null, 1);
       ::dup2(null, 2);
       if (confine && (::setsid() < 0 || ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
-                      cordon::sys::landlock_restrict_self(ruleset, 0) != 0 || !load(profile) ||
-                      !load(fixed))) {
+                      cordon::sys::landlock_restrict_self(ruleset, 0) != 0)) {
         ::_exit(126);
       }
       char arg0[] = "/bin/true";
