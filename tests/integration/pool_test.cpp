@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <boost/test/unit_test.hpp>
 #include <filesystem>
 #include <fstream>
@@ -310,6 +311,42 @@ bool parked_waiting(pid_t init) {
     auto sc = read_small_file("/proc/" + std::to_string(init) + "/syscall");
     return sc && sc->rfind(std::to_string(SYS_recvmsg) + " ", 0) == 0;
   });
+}
+
+// A park of the root's shape under `profile` (empty: the default), waited for until its init
+// has said kParked; returns its slot.
+SpawnerClient::PoolSlot park_under(Fixture& fx, SpawnerClient& client, const JobCgroup& cg,
+                                   const std::string& profile = {}) {
+  auto req = fx.request(cg, {"/bin/true"});
+  if (!profile.empty()) {
+    req.seccomp_profile_path = profile;
+  }
+  auto slot = client.park(req);
+  BOOST_REQUIRE_MESSAGE(slot.has_value(), msg(slot));
+  BOOST_REQUIRE(parked_waiting(slot->init));
+  return *slot;
+}
+
+// One job through the spawner to its end: who ran it (the parked init, or an unpooled one),
+// its stdout and its status records.
+struct JobEnd {
+  pid_t pid = -1;
+  std::string out;
+  std::vector<StatusRecord> records;
+};
+JobEnd run_job(Fixture& fx, SpawnerClient& client, const JobCgroup& cg,
+               std::vector<std::string> argv, uint64_t slot, const std::string& profile = {}) {
+  auto req = fx.request(cg, std::move(argv), slot);
+  if (!profile.empty()) {
+    req.seccomp_profile_path = profile;
+  }
+  auto reply = client.spawn(req);
+  BOOST_REQUIRE_MESSAGE(reply.has_value(), msg(reply));
+  JobEnd end;
+  end.pid = reply->pid;
+  end.out = drain(reply->stdout_read.get());
+  end.records = records_until_eof(reply->status.get());
+  return end;
 }
 
 }  // namespace
@@ -1047,41 +1084,49 @@ BOOST_AUTO_TEST_CASE(a_command_with_more_arguments_than_inits_static_arrays_gets
   }
 }
 
-// A parked init loads its command's two filters while parked (kPlanPreloadFilters), off the
-// job's path: before any job it runs with no_new_privs and both, and its command starts with
-// them, still refused what they refuse. The same job unpooled loads them in the command.
-BOOST_AUTO_TEST_CASE(a_parked_init_holds_its_commands_filters_before_the_job) {
-  Fixture fx;
-  auto client = start_spawner();
-  const std::string script =
-      "grep -E '^(NoNewPrivs|Seccomp|Seccomp_filters):' /proc/self/status; "
-      "unshare -U true 2>/dev/null || echo unshare-refused";
-  std::string outs[2];
+// The same job pooled, in a sandbox parked under `profile` whose init is checked to hold
+// no_new_privs and both filters before the job and to run it, and unpooled: their stdouts.
+std::array<std::string, 2> pooled_and_unpooled(Fixture& fx, SpawnerClient& client,
+                                               const std::vector<std::string>& argv,
+                                               const std::string& profile = {}) {
+  std::array<std::string, 2> outs;
   for (bool pooled : {true, false}) {
     BOOST_TEST_CONTEXT("pooled " << pooled) {
       auto cg = fx.cgroup();
       uint64_t slot = 0;
       pid_t parked_init = -1;
       if (pooled) {
-        auto parked = fx.park(client, cg);
+        auto parked = park_under(fx, client, cg, profile);
         slot = parked.id;
         parked_init = parked.init;
-        BOOST_REQUIRE(parked_waiting(parked.init));
         BOOST_TEST(status_field(parked.init, "Seccomp_filters") == "2");
         BOOST_TEST(status_field(parked.init, "Seccomp") == "2");
         BOOST_TEST(status_field(parked.init, "NoNewPrivs") == "1");
       }
-      auto reply = client.spawn(fx.request(cg, {"/bin/sh", "-c", script}, slot));
-      BOOST_REQUIRE_MESSAGE(reply.has_value(), msg(reply));
+      JobEnd end = run_job(fx, client, cg, argv, slot, profile);
       if (pooled) {
-        BOOST_TEST(reply->pid == parked_init);  // not a silent unpooled fallback
+        BOOST_TEST(end.pid == parked_init);  // not a silent unpooled fallback
       }
-      outs[pooled ? 0 : 1] = drain(reply->stdout_read.get());
-      BOOST_TEST(exit_code(records_until_eof(reply->status.get())) == 0);
+      outs[pooled ? 0 : 1] = end.out;
+      BOOST_TEST(exit_code(end.records) == 0);
       auto destroyed = cg.destroy();
       BOOST_REQUIRE_MESSAGE(destroyed.has_value(), msg(destroyed));
     }
   }
+  return outs;
+}
+
+// A parked init loads its command's two filters while parked (kPlanPreloadFilters), off the
+// job's path: before any job it runs with no_new_privs and both, and its command starts with
+// them, still refused what they refuse. The same job unpooled loads them in the command.
+BOOST_AUTO_TEST_CASE(a_parked_init_holds_its_commands_filters_before_the_job) {
+  Fixture fx;
+  auto client = start_spawner();
+  auto outs =
+      pooled_and_unpooled(fx, client,
+                          {"/bin/sh", "-c",
+                           "grep -E '^(NoNewPrivs|Seccomp|Seccomp_filters):' /proc/self/status; "
+                           "unshare -U true 2>/dev/null || echo unshare-refused"});
   BOOST_TEST(outs[0] == "NoNewPrivs:\t1\nSeccomp:\t2\nSeccomp_filters:\t2\nunshare-refused\n");
   BOOST_TEST(outs[0] == outs[1]);
 }
@@ -1095,33 +1140,9 @@ BOOST_AUTO_TEST_CASE(preloaded_filters_keep_their_order) {
   const std::string probe = copy_into_root(fx.root, "CORDON_PROBE", "probe");
   const std::string profile =
       write_profile(fx.base, "eacces.json", true, {"openat2"}, "SCMP_ACT_ERRNO", EACCES);
-  for (bool pooled : {true, false}) {
-    BOOST_TEST_CONTEXT("pooled " << pooled) {
-      auto cg = fx.cgroup();
-      uint64_t slot = 0;
-      pid_t parked_init = -1;
-      if (pooled) {
-        auto park_req = fx.request(cg, {"/bin/true"});
-        park_req.seccomp_profile_path = profile;
-        auto parked = client.park(park_req);
-        BOOST_REQUIRE_MESSAGE(parked.has_value(), msg(parked));
-        slot = parked->id;
-        parked_init = parked->init;
-        BOOST_REQUIRE(parked_waiting(parked->init));
-        BOOST_TEST(status_field(parked->init, "Seccomp_filters") == "2");
-      }
-      auto req = fx.request(cg, {probe, "openat2-setuid", "/tmp/x"}, slot);
-      req.seccomp_profile_path = profile;
-      auto reply = client.spawn(req);
-      BOOST_REQUIRE_MESSAGE(reply.has_value(), msg(reply));
-      if (pooled) {
-        BOOST_TEST(reply->pid == parked_init);
-      }
-      BOOST_TEST(drain(reply->stdout_read.get()).find("errno ENOSYS") != std::string::npos);
-      BOOST_TEST(exit_code(records_until_eof(reply->status.get())) >= 0);
-      auto destroyed = cg.destroy();
-      BOOST_REQUIRE_MESSAGE(destroyed.has_value(), msg(destroyed));
-    }
+  auto outs = pooled_and_unpooled(fx, client, {probe, "openat2-setuid", "/tmp/x"}, profile);
+  for (const auto& out : outs) {
+    BOOST_TEST(out.find("errno ENOSYS") != std::string::npos, out);
   }
 }
 
@@ -1140,26 +1161,22 @@ BOOST_AUTO_TEST_CASE(a_pooled_command_under_a_profile_of_only_inits_calls_runs) 
   for (bool term : {false, true}) {
     BOOST_TEST_CONTEXT((term ? "a forwarded SIGTERM" : "an exit")) {
       auto cg = fx.cgroup();
-      auto park_req = fx.request(cg, {"/bin/true"});
-      park_req.seccomp_profile_path = profile;
-      auto parked = client.park(park_req);
-      BOOST_REQUIRE_MESSAGE(parked.has_value(), msg(parked));
-      BOOST_REQUIRE(parked_waiting(parked->init));
-      BOOST_TEST(status_field(parked->init, "Seccomp_filters") == "2");
+      auto parked = park_under(fx, client, cg, profile);
+      BOOST_TEST(status_field(parked.init, "Seccomp_filters") == "2");
       auto req = fx.request(
           cg, term ? std::vector<std::string>{bare, "wait"} : std::vector<std::string>{bare},
-          parked->id);
+          parked.id);
       req.seccomp_profile_path = profile;
       auto reply = client.spawn(req);
       BOOST_REQUIRE_MESSAGE(reply.has_value(), msg(reply));
-      BOOST_TEST(reply->pid == parked->init);
+      BOOST_TEST(reply->pid == parked.init);
       if (term) {
         StatusRecord started{};
         BOOST_REQUIRE(readable(reply->status.get()));
         BOOST_REQUIRE(::recv(reply->status.get(), &started, sizeof started, 0) ==
                       static_cast<ssize_t>(sizeof started));
         BOOST_TEST((started.kind == RecordKind::kCommandStarted));
-        BOOST_REQUIRE(::kill(parked->init, SIGTERM) == 0);
+        BOOST_REQUIRE(::kill(parked.init, SIGTERM) == 0);
       }
       auto recs = records_until_eof(reply->status.get());
       bool exited = false;
@@ -1186,53 +1203,32 @@ BOOST_AUTO_TEST_CASE(a_pooled_command_under_a_profile_of_only_inits_calls_runs) 
 
 // A profile that refuses a call init makes after the preload point (landlock_restrict_self):
 // the parked init loads nothing and waits unfiltered, and the command loads both filters
-// itself, as unpooled.
-BOOST_AUTO_TEST_CASE(a_profile_that_refuses_what_init_needs_is_loaded_by_the_command) {
+// itself, as unpooled. And a parked init that loaded the default profile's filters never runs
+// a job of another profile: the spawner ends it and the job spawns unpooled, with its own.
+BOOST_AUTO_TEST_CASE(filters_a_parked_init_did_not_load_are_loaded_by_the_command) {
   Fixture fx;
   auto client = start_spawner();
-  const std::string profile = write_profile(fx.base, "no-landlock.json", true,
-                                            {"landlock_restrict_self"}, "SCMP_ACT_ERRNO", EPERM);
-  auto cg = fx.cgroup();
-  auto park_req = fx.request(cg, {"/bin/true"});
-  park_req.seccomp_profile_path = profile;
-  auto parked = client.park(park_req);
-  BOOST_REQUIRE_MESSAGE(parked.has_value(), msg(parked));
-  BOOST_REQUIRE(parked_waiting(parked->init));
-  BOOST_TEST(status_field(parked->init, "Seccomp") == "0");
-  BOOST_TEST(status_field(parked->init, "Seccomp_filters") == "0");
-  auto req = fx.request(cg, {"/bin/sh", "-c", "grep -E '^Seccomp_filters:' /proc/self/status"},
-                        parked->id);
-  req.seccomp_profile_path = profile;
-  auto reply = client.spawn(req);
-  BOOST_REQUIRE_MESSAGE(reply.has_value(), msg(reply));
-  BOOST_TEST(reply->pid == parked->init);
-  BOOST_TEST(drain(reply->stdout_read.get()) == "Seccomp_filters:\t2\n");
-  BOOST_TEST(exit_code(records_until_eof(reply->status.get())) == 0);
-  auto destroyed = cg.destroy();
-  BOOST_REQUIRE_MESSAGE(destroyed.has_value(), msg(destroyed));
-}
-
-// A parked init that loaded the default profile's filters never runs a job of another
-// profile: the spawner ends it and the job spawns unpooled, with its own filters.
-BOOST_AUTO_TEST_CASE(a_job_of_another_profile_is_not_run_by_a_parked_init_that_preloaded) {
-  Fixture fx;
-  auto client = start_spawner();
+  const std::string no_landlock = write_profile(
+      fx.base, "no-landlock.json", true, {"landlock_restrict_self"}, "SCMP_ACT_ERRNO", EPERM);
   const std::string other =
       write_profile(fx.base, "other.json", true, {"acct"}, "SCMP_ACT_ERRNO", EPERM);
-  auto cg = fx.cgroup();
-  auto parked = fx.park(client, cg);  // the default profile
-  BOOST_REQUIRE(parked_waiting(parked.init));
-  BOOST_TEST(status_field(parked.init, "Seccomp_filters") == "2");
-  UniqueFd parked_pidfd = pidfd_of(parked.init);
-  auto req =
-      fx.request(cg, {"/bin/sh", "-c", "grep -E '^Seccomp_filters:' /proc/self/status"}, parked.id);
-  req.seccomp_profile_path = other;
-  auto reply = client.spawn(req);
-  BOOST_REQUIRE_MESSAGE(reply.has_value(), msg(reply));
-  BOOST_TEST(reply->pid != parked.init);
-  BOOST_TEST(drain(reply->stdout_read.get()) == "Seccomp_filters:\t2\n");
-  BOOST_TEST(exit_code(records_until_eof(reply->status.get())) == 0);
-  BOOST_TEST(readable(parked_pidfd.get()));  // ended, not left parked
-  auto destroyed = cg.destroy();
-  BOOST_REQUIRE_MESSAGE(destroyed.has_value(), msg(destroyed));
+  const std::vector<std::string> argv = {"/bin/sh", "-c",
+                                         "grep -E '^Seccomp_filters:' /proc/self/status"};
+  for (bool preloaded : {false, true}) {
+    BOOST_TEST_CONTEXT((preloaded ? "another profile than the parked one" : "not preloaded")) {
+      auto cg = fx.cgroup();
+      auto parked = park_under(fx, client, cg, preloaded ? std::string() : no_landlock);
+      BOOST_TEST(status_field(parked.init, "Seccomp_filters") == (preloaded ? "2" : "0"));
+      UniqueFd parked_pidfd = pidfd_of(parked.init);
+      JobEnd end = run_job(fx, client, cg, argv, parked.id, preloaded ? other : no_landlock);
+      BOOST_TEST((end.pid == parked.init) == !preloaded);
+      BOOST_TEST(end.out == "Seccomp_filters:\t2\n");
+      BOOST_TEST(exit_code(end.records) == 0);
+      if (preloaded) {
+        BOOST_TEST(readable(parked_pidfd.get()));  // ended, not left parked
+      }
+      auto destroyed = cg.destroy();
+      BOOST_REQUIRE_MESSAGE(destroyed.has_value(), msg(destroyed));
+    }
+  }
 }
