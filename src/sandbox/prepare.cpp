@@ -268,12 +268,10 @@ Result<std::unique_ptr<PreparedSandbox>> PreparedSandbox::prepare(const SandboxS
     SandboxSpec bare = spec;  // the flags only: no argv, no environment in a parked plan
     bare.env.clear();
     SeccompPrograms ahead;
+    uint32_t flags = kPlanParked;
     if (seccomp.preload) {
       ahead.profile = seccomp.profile;
       ahead.fixed = seccomp.fixed;
-    }
-    uint32_t flags = kPlanParked;
-    if (seccomp.preload) {
       flags |= kPlanPreloadFilters;
     }
     CORDON_CHECK(p->prepare_plan_file(bare, ahead, {}, "", flags));
