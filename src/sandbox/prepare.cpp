@@ -314,7 +314,8 @@ ParkedShape PreparedSandbox::parked_shape() const {
   s.read_only_ids = ro_ids_;
   s.visible = visible_;
   s.landlock_handled = plan_.landlock_handled;
-  s.filters_preloaded = filters_preloaded_;
+  s.preloaded_profile = preloaded_profile_;
+  s.preloaded_fixed = preloaded_fixed_;
   return s;
 }
 
@@ -658,7 +659,10 @@ Result<void> PreparedSandbox::prepare_plan_file(const SandboxSpec& spec,
        seccomp.profile.empty() || seccomp.fixed.empty())) {
     h.flags &= ~static_cast<uint32_t>(kPlanPreloadFilters);
   }
-  filters_preloaded_ = (h.flags & kPlanPreloadFilters) != 0;
+  if (h.flags & kPlanPreloadFilters) {
+    preloaded_profile_.assign(seccomp.profile.begin(), seccomp.profile.end());
+    preloaded_fixed_.assign(seccomp.fixed.begin(), seccomp.fixed.end());
+  }
   std::string blob(sizeof h, '\0');
   auto append = [&](const void* data, size_t size) {
     size_t at = (blob.size() + 7) & ~size_t{7};

@@ -74,10 +74,10 @@ struct ParkedShape {
   std::vector<std::pair<uint64_t, uint64_t>> read_only_ids;  // each --ro path as bound (dev, ino)
   std::vector<std::string> visible;                          // host paths the sandbox shows
   uint64_t landlock_handled = 0;
-  // The command's filters its init loaded while parked (kPlanPreloadFilters); a job must bring
-  // the same two programs, or init refuses it.
-  bool filters_preloaded = false;
+  // The command's filters its init loaded while parked (kPlanPreloadFilters; both empty
+  // without); a job must bring the same two programs, or init refuses it.
   std::vector<struct sock_filter> preloaded_profile, preloaded_fixed;
+  bool filters_preloaded() const { return !preloaded_profile.empty(); }
 };
 
 class PreparedSandbox {
@@ -141,9 +141,10 @@ class PreparedSandbox {
   ChildPlan plan_;
   AppliedFeatures applied_;
   std::vector<std::string> argv_;
-  std::string exec_path_;           // exec by this path inside the sandbox (empty: the pinned fd)
-  bool filters_preloaded_ = false;  // the park plan says kPlanPreloadFilters
-  std::string root_;                // resolved working root
+  std::string exec_path_;  // exec by this path inside the sandbox (empty: the pinned fd)
+  // The two programs a park plan with kPlanPreloadFilters carries (empty without).
+  std::vector<struct sock_filter> preloaded_profile_, preloaded_fixed_;
+  std::string root_;  // resolved working root
   UniqueFd root_fd_;
   std::vector<UniqueFd> fds_;
   std::vector<std::unique_ptr<std::string>> strings_;  // stable storage for plan pointers

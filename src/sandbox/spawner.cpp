@@ -529,10 +529,6 @@ class Server {
     slot.pidfd = std::move(spawned.pidfd);
     slot.status = std::move(prepared->status_parent);
     slot.shape = prepared->parked_shape();
-    if (slot.shape.filters_preloaded) {
-      slot.shape.preloaded_profile.assign(programs.profile.begin(), programs.profile.end());
-      slot.shape.preloaded_fixed.assign(programs.fixed.begin(), programs.fixed.end());
-    }
     slot.applied = prepared->applied();
     slot.request = std::move(req);
     slots_.emplace(h.request_id, std::move(slot));
@@ -629,7 +625,7 @@ class Server {
                           return x.code == y.code && x.jt == y.jt && x.jf == y.jf && x.k == y.k;
                         });
     };
-    if (slot.shape.filters_preloaded &&
+    if (slot.shape.filters_preloaded() &&
         (!same_program(programs->profile, slot.shape.preloaded_profile) ||
          !same_program(programs->fixed, slot.shape.preloaded_fixed))) {
       return gone("the job's seccomp filters are not those its parked sandbox loaded");
