@@ -88,6 +88,9 @@ constexpr size_t kTailChars = 2000;
 // (one write may be larger: the bound is checked before it is queued).
 constexpr size_t kMaxPendingStdin = size_t{4} << 20;
 constexpr std::chrono::milliseconds kDrainAfterInit{2000};
+// How long a settle that began on init's report of the command's end (kExitedAlone) waits for
+// init's exit before it tells the end: ~0.5 ms here; the bound is for a kernel that hangs.
+constexpr std::chrono::milliseconds kInitExitWait{1000};
 // How long a start that found every host id taken waits for settled jobs' teardowns.
 constexpr std::chrono::milliseconds kTeardownWait{5000};
 // A sandbox's mount-namespace hold (hold_mount_ns(), from its attach) is an fd until its settle;
@@ -427,6 +430,9 @@ struct Job {
   std::string owner;      // EngineOptions::session_owner of its session (concurrency.perUid)
   std::string io_what;    // the failed write and its errno, for the settled error
   bool init_exited = false, have_exit = false, stdin_eof_pending = false;
+  // init reported the command's exit with nothing else left in the sandbox (kExitedAlone):
+  // the job settles once its output and status channel end, without waiting for init's exit.
+  bool exited_alone = false;
   bool command_started = false;  // init reported the command exec'd: its handlers are in place
   int pending_signal = 0;        // a kill that arrived before that
   // Running jobs are spawned by a starter thread after start() returned (launch()): until
@@ -1790,6 +1796,7 @@ class Engine::Impl {
         case sandbox::RecordKind::kCommandExited:
           j.have_exit = true;
           j.wait_status = rec.wait_status;
+          j.exited_alone = (rec.flags & sandbox::kExitedAlone) != 0;
           break;
         case sandbox::RecordKind::kPtyMaster:
           if (j.pty && !j.pty_master && !fds.empty()) {
@@ -1815,7 +1822,7 @@ class Engine::Impl {
 
   // ---- settling -----------------------------------------------------------------------------
   void maybe_settle(Job& j) {
-    if (j.settled() || !j.init_exited) {
+    if (j.settled() || !(j.init_exited || j.exited_alone)) {
       return;
     }
     bool out_done = j.out.eof || (j.pty ? (!j.pty_master && !j.status) : !j.out.pipe);
@@ -1943,6 +1950,12 @@ class Engine::Impl {
       // only here.
       init_status = sys::reaped_wait_status(j.pidfd.get(), 250);
     }
+    // kExitedAlone: the settle began when init reported, and init is exiting meanwhile (the
+    // kill above changes nothing for it); its exit is awaited below, before the end is told.
+    UniqueFd exiting_init;
+    if (j.exited_alone && !j.init_exited) {
+      exiting_init = std::move(j.pidfd);
+    }
     j.pidfd.reset();
     j.stdin_watch = j.pty_watch = 0;
     std::string().swap(j.pending_stdin);  // input nobody will read any more
@@ -2051,6 +2064,18 @@ class Engine::Impl {
           "{}its end could not be recorded on disk when it settled ({}); a restart may read it "
           "as `abandoned`",
           j.error.empty() ? "" : "; ", recorded.error().message());
+    }
+
+    // A settled job's init has exited, and with it every process of its sandbox, whichever
+    // way the settle began. Its exit (~0.3–0.5 ms here) ran beside the work above, so this
+    // wait is short or nothing; the bound is for a kernel that never finishes an exit, and
+    // then the cgroups were killed above.
+    if (exiting_init && !sys::exits_within(exiting_init.get(), kInitExitWait.count())) {
+      j.error += fmt::format(
+          "{}the sandbox's init reported the command's end but had not exited {} ms later; its "
+          "cgroups were killed",
+          j.error.empty() ? "" : "; ", kInitExitWait.count());
+      (void)write_job_meta(j);
     }
 
     auto& c = counters[j.session];

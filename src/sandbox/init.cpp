@@ -619,7 +619,19 @@ int init_main() {
       StatusRecord done{};
       done.kind = RecordKind::kCommandExited;
       done.wait_status = status;
+      // Reaps what already died; ECHILD: no child of ours is left, so nothing but init is in
+      // the pid namespace (status.hpp, kExitedAlone).
+      int other = 0;
+      pid_t left;
+      do {
+        left = static_cast<pid_t>(::syscall(SYS_wait4, -1, &other, WNOHANG | __WALL, nullptr));
+      } while (left > 0 || (left < 0 && errno == EINTR));
+      if (left < 0 && errno == ECHILD) {
+        done.flags = kExitedAlone;
+      }
       send_record(done);
+      // The channel's end is the engine's cue to settle, before our exit's teardown.
+      ::close(kFdStatus);
       // Our exit kills every process left in the pid namespace.
       ::_exit(0);
     }

@@ -619,6 +619,8 @@ std::vector<PreloadCall> preload_calls() {
       {"landlock_restrict_self", SYS_landlock_restrict_self, {arg(kFdLandlockInit), 0}},
       {"seccomp", SYS_seccomp, {SECCOMP_SET_MODE_FILTER, 0, 0}},
       {"wait4", SYS_wait4, {arg(-1), 0, 0, 0}},
+      {"wait4", SYS_wait4, {arg(-1), 0, WNOHANG | __WALL, 0}},
+      {"close", SYS_close, {arg(kFdStatus)}},
       {"kill", SYS_kill, {arg(-1), SIGCONT}},
       {"rt_sigreturn", SYS_rt_sigreturn, {}},
       {"kill", SYS_kill, {2, SIGKILL}},  // the command (pid 2) when init cannot confine itself

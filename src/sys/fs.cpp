@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/ioctl.h>
 #include <time.h>
 #include <unistd.h>
@@ -154,6 +155,26 @@ std::optional<int> reaped_wait_status(int pidfd, int max_wait_ms) {
     }
     struct timespec two_ms = {0, 2'000'000};
     ::nanosleep(&two_ms, nullptr);
+  }
+}
+
+bool exits_within(int pidfd, int max_wait_ms) {
+  struct pollfd p {};
+  p.fd = pidfd;
+  p.events = POLLIN;
+  struct timespec start {};
+  ::clock_gettime(CLOCK_MONOTONIC, &start);
+  for (;;) {
+    struct timespec now {};
+    ::clock_gettime(CLOCK_MONOTONIC, &now);
+    int64_t spent = (now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000;
+    int n = ::poll(&p, 1, static_cast<int>(spent >= max_wait_ms ? 0 : max_wait_ms - spent));
+    if (n > 0) {
+      return true;
+    }
+    if (n == 0 || errno != EINTR) {
+      return false;
+    }
   }
 }
 

@@ -35,5 +35,8 @@ namespace cordon::sys {
 /// reaped it, from PIDFD_GET_INFO (Linux 6.15), asked every 2 ms for at most `max_wait_ms`;
 /// nullopt when the kernel does not say (older kernels) or it was not reaped in time.
 [[nodiscard]] std::optional<int> reaped_wait_status(int pidfd, int max_wait_ms);
+/// Whether the process behind `pidfd` exits (its pidfd becomes readable) within
+/// `max_wait_ms`; false also when poll fails.
+[[nodiscard]] bool exits_within(int pidfd, int max_wait_ms);
 
 }  // namespace cordon::sys

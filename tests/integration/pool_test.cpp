@@ -1232,3 +1232,49 @@ BOOST_AUTO_TEST_CASE(filters_a_parked_init_did_not_load_are_loaded_by_the_comman
     }
   }
 }
+
+namespace {
+// The flags of the command's exit record, or -1 without one.
+int32_t exit_flags(const std::vector<StatusRecord>& recs) {
+  for (const auto& r : recs) {
+    if (r.kind == RecordKind::kCommandExited) return r.flags;
+  }
+  return -1;
+}
+}  // namespace
+
+// init says whether the command's end left it alone in the sandbox (kExitedAlone): the engine
+// then settles beside init's exit instead of after it. A command that leaves a process behind
+// is reported without it (that process dies with init, and the engine waits for init's exit).
+// Pooled and unpooled alike: the same init code reports both.
+BOOST_AUTO_TEST_CASE(init_reports_whether_the_commands_end_left_it_alone) {
+  Fixture fx;
+  auto client = start_spawner();
+  const std::vector<std::string> alone = {"/bin/sh", "-c", "echo done"};
+  const std::vector<std::string> leaves_one = {"/bin/sh", "-c",
+                                               "sleep 1000 </dev/null >/dev/null 2>&1 & echo done"};
+  for (bool pooled : {true, false}) {
+    for (bool leaves : {false, true}) {
+      BOOST_TEST_CONTEXT("pooled " << pooled << ", leaves a process " << leaves) {
+        auto cg = fx.cgroup();
+        uint64_t slot = 0;
+        pid_t parked_init = -1;
+        if (pooled) {
+          auto parked = park_under(fx, client, cg);
+          slot = parked.id;
+          parked_init = parked.init;
+        }
+        JobEnd end = run_job(fx, client, cg, leaves ? leaves_one : alone, slot);
+        if (pooled) {
+          BOOST_TEST(end.pid == parked_init);
+        }
+        BOOST_TEST(end.out == "done\n");
+        BOOST_TEST(exit_code(end.records) == 0);
+        BOOST_TEST(exit_flags(end.records) == (leaves ? 0 : kExitedAlone));
+        // Either way init's exit ends everything in the sandbox: the cgroups empty.
+        auto destroyed = cg.destroy();
+        BOOST_REQUIRE_MESSAGE(destroyed.has_value(), msg(destroyed));
+      }
+    }
+  }
+}
