@@ -98,26 +98,37 @@ Result<EtcMasks> etc_masks(const SandboxSpec& spec) {
   std::sort(secrets.begin(), secrets.end());
   secrets.erase(std::unique(secrets.begin(), secrets.end()), secrets.end());
   EtcMasks out;
+  std::vector<MaskedId> file_ids, dir_ids;
+  auto add = [&](const std::string& path, const struct stat& st) {
+    MaskedId id{st.st_dev, st.st_ino, st.st_ctim.tv_sec, st.st_ctim.tv_nsec};
+    if (S_ISDIR(st.st_mode)) {
+      out.dirs.push_back(rel(path));
+      dir_ids.push_back(id);
+    } else {
+      out.files.push_back(rel(path));
+      file_ids.push_back(id);
+    }
+  };
   for (const auto& s : secrets) {
     struct stat st {};
     if (::lstat(s.c_str(), &st) != 0) {
       continue;
     }
-    if (S_ISDIR(st.st_mode)) {
-      out.dirs.push_back(rel(s));
-    } else if (S_ISREG(st.st_mode)) {
-      out.files.push_back(rel(s));
+    if (S_ISDIR(st.st_mode) || S_ISREG(st.st_mode)) {
+      add(s, st);
     } else if (S_ISLNK(st.st_mode)) {
       // A symlink is masked where it points, when that is under /etc as well.
       char real[PATH_MAX];
       if (::realpath(s.c_str(), real) != nullptr && path_within(real, "/etc")) {
         struct stat rs {};
         if (::stat(real, &rs) == 0) {
-          (S_ISDIR(rs.st_mode) ? out.dirs : out.files).push_back(rel(real));
+          add(real, rs);
         }
       }
     }
   }
+  out.ids = std::move(file_ids);
+  out.ids.insert(out.ids.end(), dir_ids.begin(), dir_ids.end());
   return out;
 }
 
@@ -341,8 +352,11 @@ bool PreparedSandbox::shape_still_holds(const SandboxSpec& spec, const ParkedSha
       spec.read_only_paths.size() != shape.read_only_ids.size()) {
     return false;
   }
+  // The same secrets, and each still the file that was masked: one renamed over since has
+  // taken its mask down in the parked sandbox.
   auto masks = etc_masks(spec);
-  if (!masks || masks->files != shape.masks.files || masks->dirs != shape.masks.dirs) {
+  if (!masks || masks->files != shape.masks.files || masks->dirs != shape.masks.dirs ||
+      masks->ids != shape.masks.ids) {
     return false;
   }
   for (size_t i = 0; i < spec.read_only_paths.size(); ++i) {

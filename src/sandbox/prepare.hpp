@@ -57,9 +57,19 @@ struct SeccompPrograms {
   bool preload = false;
 };
 
-/// The /etc entries masked in a sandbox (relative paths: "etc/shadow").
+/// Which file a masked path named when it was looked at: a mask is a bind over that dentry,
+/// and the kernel detaches it (in every namespace) once the path is renamed over or unlinked.
+/// The ctime tells a new file that reused a freed inode number from the one masked.
+struct MaskedId {
+  uint64_t dev = 0, ino = 0;
+  int64_t ctime_sec = 0, ctime_nsec = 0;
+  bool operator==(const MaskedId&) const = default;
+};
+/// The /etc entries masked in a sandbox (relative paths: "etc/shadow"), and the identity of
+/// each when it was looked at, files then dirs.
 struct EtcMasks {
   std::vector<std::string> files, dirs;
+  std::vector<MaskedId> ids;
 };
 /// Which of the known secrets and `spec.extra_masked_paths` exist on the host now.
 [[nodiscard]] Result<EtcMasks> etc_masks(const SandboxSpec& spec);

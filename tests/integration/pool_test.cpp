@@ -946,6 +946,27 @@ BOOST_AUTO_TEST_CASE(a_secret_that_appears_after_parking_is_masked) {
   BOOST_TEST(r.out == "0\nup\n");
 }
 
+// A mask is a bind over the secret's dentry, and the kernel detaches a mount whose dentry is
+// renamed over or unlinked, in every namespace: a host that replaces a masked secret (a new
+// file renamed over it, as editors and shadow-utils do) unmasks it in sandboxes built before.
+// A parked sandbox so unmasked must not serve a job: the spawner compares each masked path's
+// identity with the one it masked, and the job gets a fresh sandbox that masks the new file.
+BOOST_AUTO_TEST_CASE(a_secret_replaced_after_parking_is_masked) {
+  const std::string secret = "/etc/cordon-pool-test-replaced-" + std::to_string(::getpid());
+  BOOST_REQUIRE(write_text(secret, "old\n"));
+  EngineEnv env(nlohmann::json{{"maskPaths", {secret}}});
+  auto e = open_engine(env);
+  BOOST_TEST(!run_and_see(*e, env, "s", "true").pooled);
+  BOOST_REQUIRE(pool_holds(env, EngineOptions{}.warm_pool_size));
+  BOOST_REQUIRE(write_text(secret + ".new", "top secret\n"));
+  BOOST_REQUIRE(::rename((secret + ".new").c_str(), secret.c_str()) == 0);
+  Ran r = run_and_see(*e, env, "s", "wc -c < " + secret);
+  ::unlink(secret.c_str());
+  BOOST_TEST(r.took_entry);  // the shape fits: the spawner sees the host changed
+  BOOST_TEST(!r.pooled);
+  BOOST_TEST(r.out == "0\nup\n");
+}
+
 // The working root's owner decides the idmapping (files it owns are the sandbox user's, what
 // the sandbox creates lands owned by it). A root given to another owner after parking must
 // not be served through the old mapping (its files would read as nobody's, or another

@@ -381,6 +381,57 @@ BOOST_AUTO_TEST_CASE(etc_mask_alone_hides_readable_secrets_and_ssh_host_keys) {
   BOOST_TEST((st.st_mode & 0004) == 0u);
 }
 
+// A mask is a bind over the secret's dentry, and the kernel detaches a mount whose dentry is
+// renamed over, in every namespace: a host that replaces a masked secret while a sandbox runs
+// (a new file renamed over it, as editors and shadow-utils do) takes the mask down in that
+// sandbox (docs/security.md, "Known limits"). What still holds there is the file's mode: the
+// sandbox's user has no capability over host files, so a secret only its owner may read stays
+// unreadable. The control replaces it with a world-readable file, which the command then reads:
+// the replacement did reach the running sandbox. In a private mount namespace with a tmpfs on
+// /etc/ssh, as above; a helper there replaces the key once the command says it is ready.
+BOOST_AUTO_TEST_CASE(a_secret_replaced_while_a_sandbox_runs_is_still_refused_by_its_mode) {
+  const std::string key = "/etc/ssh/ssh_host_ed25519_key";
+  for (mode_t mode : {mode_t{0600}, mode_t{0644}}) {
+    BOOST_TEST_CONTEXT("replaced by a file of mode " << std::oct << mode) {
+      Sandbox s;
+      auto setup = [&] {
+        if (::mount("tmpfs", "/etc/ssh", "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=0755") !=
+                0 ||
+            !write_file(key, "OLD HOST KEY\n", 0600)) {
+          return false;
+        }
+        pid_t helper = ::fork();
+        if (helper == 0) {
+          for (int i = 0; i < 400 && ::access((s.root + "/ready").c_str(), F_OK) != 0; ++i) {
+            ::usleep(25'000);
+          }
+          bool ok = write_file(key + ".new", "NEW HOST KEY\n", mode) &&
+                    ::rename((key + ".new").c_str(), key.c_str()) == 0 &&
+                    write_file(s.root + "/renamed", "", 0644);
+          ::_exit(ok ? 0 : 1);
+        }
+        return helper > 0;
+      };
+      auto r = run_in_private_mount_ns(
+          s.args({}, {"/bin/sh", "-c",
+                      "cat " + key + "; : > " + s.root + "/ready; i=0; while [ ! -e " + s.root +
+                          "/renamed ] && [ $i -lt 400 ]; do sleep 0.025; i=$((i+1)); done; cat " +
+                          key + " && echo read"}),
+          setup);
+      BOOST_TEST(::access((s.root + "/renamed").c_str(), F_OK) == 0, r.out);
+      if (mode == 0600) {
+        // Masked at first (empty); then the new file's mode refuses it.
+        BOOST_TEST(r.out.find("HOST KEY") == std::string::npos, r.out);
+        BOOST_TEST(r.out.find("Permission denied") != std::string::npos, r.out);
+        BOOST_TEST(r.exit_code() != 0);
+      } else {
+        BOOST_TEST(r.out.find("OLD HOST KEY") == std::string::npos, r.out);
+        BOOST_TEST(r.out == "NEW HOST KEY\nread\n", r.out);
+      }
+    }
+  }
+}
+
 // Only what cordon mounts exists inside. The control is the same probe run on the host,
 // outside any sandbox: each path is there.
 BOOST_AUTO_TEST_CASE(home_dirs_host_tmp_and_cordon_state_are_invisible) {
