@@ -431,7 +431,8 @@ struct Job {
   std::string io_what;    // the failed write and its errno, for the settled error
   bool init_exited = false, have_exit = false, stdin_eof_pending = false;
   // init reported the command's exit with nothing else left in the sandbox (kExitedAlone):
-  // the job settles once its output and status channel end, without waiting for init's exit.
+  // the job settles once its output and status channel end, without waiting for init's exit
+  // (only while the engine holds the sandbox's mount namespace: early_settle()).
   bool exited_alone = false;
   bool command_started = false;  // init reported the command exec'd: its handlers are in place
   int pending_signal = 0;        // a kill that arrived before that
@@ -1821,8 +1822,15 @@ class Engine::Impl {
   }
 
   // ---- settling -----------------------------------------------------------------------------
+  // Whether the settle starts before init's exit (kExitedAlone), to wait for that exit at its
+  // end with `mu` held. Only while the engine holds the sandbox's mount namespace: then init's
+  // exit tears no mount tree down (no RCU grace period, which a burst of exits would queue
+  // behind one another), and takes ~0.4 ms. Without the hold (before Linux 6.11, or near the
+  // fd limit) the settle waits for init's pidfd as it always did.
+  static bool early_settle(const Job& j) { return j.exited_alone && !j.init_exited && j.mount_ns; }
+
   void maybe_settle(Job& j) {
-    if (j.settled() || !(j.init_exited || j.exited_alone)) {
+    if (j.settled() || !(j.init_exited || early_settle(j))) {
       return;
     }
     bool out_done = j.out.eof || (j.pty ? (!j.pty_master && !j.status) : !j.out.pipe);
@@ -1953,14 +1961,16 @@ class Engine::Impl {
     // kExitedAlone: the settle began when init reported, and init is exiting meanwhile (the
     // kill above changes nothing for it); its exit is awaited below, before the end is told.
     UniqueFd exiting_init;
-    if (j.exited_alone && !j.init_exited) {
+    if (early_settle(j)) {
       exiting_init = std::move(j.pidfd);
     }
     j.pidfd.reset();
     j.stdin_watch = j.pty_watch = 0;
     std::string().swap(j.pending_stdin);  // input nobody will read any more
     j.pending_off = 0;
-    release_later(std::move(j.mount_ns));
+    // Handed to the releaser below, after init's exit when the settle waits for it: init's
+    // exit must not be the one that drops the namespace.
+    UniqueFd mount_ns = std::move(j.mount_ns);
 
     if (j.io_failed) {
       // Failure fixed: the error counted only the bytes of the first failed write ("(N bytes
@@ -2077,6 +2087,7 @@ class Engine::Impl {
           j.error.empty() ? "" : "; ", kInitExitWait.count());
       (void)write_job_meta(j);
     }
+    release_later(std::move(mount_ns));
 
     auto& c = counters[j.session];
     if (c.running > 0) {

@@ -607,7 +607,9 @@ class Server {
       return gone("the job does not fit the parked sandbox");
     }
     if (!PreparedSandbox::shape_still_holds(req->spec, slot.shape)) {
-      return gone("the working root or a read-only path changed since the sandbox was parked");
+      return gone(
+          "the working root, a read-only path or a masked /etc secret changed since the sandbox "
+          "was parked");
     }
     if (auto ready = wait_parked(slot.status.get()); !ready) {
       return gone(ready.error().message());

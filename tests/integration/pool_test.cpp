@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "base/strings.hpp"
+#include "base/scope_exit.hpp"
 #include "helpers/engine_fixture.hpp"
 #include "helpers/engine_host.hpp"
 #include "helpers/spawner_fixture.hpp"
@@ -938,9 +939,9 @@ BOOST_AUTO_TEST_CASE(a_secret_that_appears_after_parking_is_masked) {
   auto e = open_engine(env);
   BOOST_TEST(!run_and_see(*e, env, "s", "true").pooled);
   BOOST_REQUIRE(pool_holds(env, EngineOptions{}.warm_pool_size));
+  ScopeExit remove_secret([&] { ::unlink(secret.c_str()); });
   BOOST_REQUIRE(write_text(secret, "top secret\n"));
   Ran r = run_and_see(*e, env, "s", "wc -c < " + secret);
-  ::unlink(secret.c_str());
   BOOST_TEST(r.took_entry);  // the shape fits: the spawner sees the host changed
   BOOST_TEST(!r.pooled);
   BOOST_TEST(r.out == "0\nup\n");
@@ -953,6 +954,10 @@ BOOST_AUTO_TEST_CASE(a_secret_that_appears_after_parking_is_masked) {
 // identity with the one it masked, and the job gets a fresh sandbox that masks the new file.
 BOOST_AUTO_TEST_CASE(a_secret_replaced_after_parking_is_masked) {
   const std::string secret = "/etc/cordon-pool-test-replaced-" + std::to_string(::getpid());
+  ScopeExit remove_secret([&] {
+    ::unlink(secret.c_str());
+    ::unlink((secret + ".new").c_str());
+  });
   BOOST_REQUIRE(write_text(secret, "old\n"));
   EngineEnv env(nlohmann::json{{"maskPaths", {secret}}});
   auto e = open_engine(env);
@@ -961,7 +966,6 @@ BOOST_AUTO_TEST_CASE(a_secret_replaced_after_parking_is_masked) {
   BOOST_REQUIRE(write_text(secret + ".new", "top secret\n"));
   BOOST_REQUIRE(::rename((secret + ".new").c_str(), secret.c_str()) == 0);
   Ran r = run_and_see(*e, env, "s", "wc -c < " + secret);
-  ::unlink(secret.c_str());
   BOOST_TEST(r.took_entry);  // the shape fits: the spawner sees the host changed
   BOOST_TEST(!r.pooled);
   BOOST_TEST(r.out == "0\nup\n");
