@@ -806,11 +806,17 @@ class Engine::Impl {
     if (strict_sync()) {
       return;
     }
+    bool was_dirty;
     {
       std::lock_guard<std::mutex> lock(flush_mu);
+      was_dirty = flush_dirty;
       flush_dirty = true;
     }
-    flush_cv.notify_one();
+    // Dirty already: the flusher has been told and syncs at its interval's end. Waking it
+    // again only made it check and sleep, two wakes of the other CPU in every settle.
+    if (!was_dirty) {
+      flush_cv.notify_one();
+    }
   }
 
   // The flusher: one syncfs() of the state dir's filesystem per interval with changes, never
@@ -833,7 +839,10 @@ class Engine::Impl {
     }
   }
 
-  void release_later(UniqueFd fd) {
+  // `wake` false: the caller wakes the releaser itself (wake_releaser()) once its own work is
+  // done, as a settle does after it told the end: the releaser's work would otherwise share
+  // the CPUs with the rest of the settle.
+  void release_later(UniqueFd fd, bool wake = true) {
     if (!fd) {
       return;
     }
@@ -841,21 +850,26 @@ class Engine::Impl {
       std::lock_guard<std::mutex> lock(release_mu);
       to_release.push_back(std::move(fd));
     }
-    release_cv.notify_one();
+    if (wake) {
+      release_cv.notify_one();
+    }
   }
+  void wake_releaser() { release_cv.notify_one(); }
 
   // After a settle: the job settles once its init exited, and with it every process of its pid
   // namespace (the kernel reaps them all before it reports init's exit), and settle() read
   // the usage and recorded and announced the end. Emptying and removing four cgroups, their
   // record and the lease (~0.3–0.5 ms: spawn_bench --compare-host) no longer delay every
   // settle on the loop's thread.
-  void tear_down_later(Teardown t) {
+  void tear_down_later(Teardown t, bool wake = true) {
     {
       std::lock_guard<std::mutex> lock(release_mu);
       if (!release_stop) {
         to_tear_down.push_back(std::move(t));
         ++teardowns_queued;
-        release_cv.notify_one();
+        if (wake) {
+          release_cv.notify_one();
+        }
         return;
       }
     }
@@ -1941,8 +1955,9 @@ class Engine::Impl {
       }
     }
     // The releaser removes the cgroups, then their record, then gives back the host id, and
-    // asks the pool to refill.
-    tear_down_later({std::move(j.lease), std::move(j.cgroup), std::move(j.record)});
+    // asks the pool to refill; woken at the settle's end.
+    tear_down_later({std::move(j.lease), std::move(j.cgroup), std::move(j.record)},
+                    /*wake=*/false);
     j.lease.reset();
     j.cgroup.reset();
     j.out.pipe.reset();
@@ -2087,7 +2102,7 @@ class Engine::Impl {
           j.error.empty() ? "" : "; ", kInitExitWait.count());
       (void)write_job_meta(j);
     }
-    release_later(std::move(mount_ns));
+    release_later(std::move(mount_ns), /*wake=*/false);
 
     auto& c = counters[j.session];
     if (c.running > 0) {
@@ -2115,6 +2130,7 @@ class Engine::Impl {
     if (announce) {
       announce_settled(id);
     }
+    wake_releaser();  // the teardown queued above, now that the end is told
     start_queued();
   }
 
