@@ -590,10 +590,12 @@ Result<void> PreparedSandbox::prepare_landlock(const SandboxSpec& spec) {
   const uint64_t kDev = LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_WRITE_FILE |
                         sys::kLandlockAccessFsTruncate | sys::kLandlockAccessFsIoctlDev;
   landlock_rules_.push_back({"/", kRead});
-  // Landlock rules belong to inodes and are checked walking up the path the kernel used. A
-  // bind mount shares the host's inodes, so each mounted tree needs its own rule (the tmpfs
-  // root's rule does not cover them), and so does the pinned executable, which is reached
-  // through the host's mount (the child adds that rule from the exec fd).
+  // Landlock rules belong to inodes and are checked walking up the path the kernel used,
+  // across mount points up to the sandbox's root: the root tmpfs's rule above covers every
+  // tree mounted under it (a test program showed a file of a bind-mounted /etc readable with
+  // that rule alone, session 21), so these read rules repeat it, each tree on its own. The
+  // pinned executable is reached through the host's mount, outside the sandbox's tree: it needs
+  // a rule of its own (the child adds it from the exec fd).
   for (const auto& v : visible_) {
     if (v != root_) {
       landlock_rules_.push_back({keep(v), kRead});
