@@ -1,8 +1,6 @@
 #define BOOST_TEST_MODULE engine_settle
 #include <boost/test/unit_test.hpp>
 
-#include <poll.h>
-
 #include <condition_variable>
 #include <fstream>
 #include <mutex>
@@ -11,6 +9,7 @@
 
 #include "base/scope_exit.hpp"
 #include "helpers/engine_fixture.hpp"
+#include "sys/fs.hpp"
 #include "sys/syscalls.hpp"
 
 using namespace cordon;
@@ -119,13 +118,6 @@ pid_t init_among(const std::vector<pid_t>& pids) {
   return -1;
 }
 
-bool exited(int pidfd) {
-  struct pollfd p {};
-  p.fd = pidfd;
-  p.events = POLLIN;
-  return ::poll(&p, 1, 0) == 1;
-}
-
 }  // namespace
 
 // A settle is told once the sandbox's init has exited, and with it every process of the
@@ -144,7 +136,7 @@ BOOST_AUTO_TEST_CASE(a_settle_is_told_once_the_sandboxs_init_has_exited) {
       std::optional<bool> init_gone;
       uint64_t sub = e->subscribe_settled([&](const JobStatus&) {
         std::lock_guard<std::mutex> lock(mu);
-        if (init) init_gone = exited(init.get());
+        if (init) init_gone = sys::exits_within(init.get(), 0);
       });
       ScopeExit unsubscribe([&] { e->unsubscribe_settled(sub); });
       auto s = e->start("s", {.argv = {"/bin/cat"}, .stdin_mode = StdinMode::kPipe});
