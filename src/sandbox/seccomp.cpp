@@ -544,10 +544,12 @@ Result<SeccompCtx> build_fixed() {
 
 // ---- the init filter -----------------------------------------------------------------------
 
+// munmap: init releases what it mapped for the start only once its command has run for a while
+// (init.cpp, release_mappings); a subverted init can unmap nothing but its own memory.
 const std::vector<std::string> kInitAllowed = {
     "read",         "write",          "close",        "wait4",           "waitid",          "kill",
     "rt_sigaction", "rt_sigprocmask", "rt_sigreturn", "rt_sigtimedwait", "restart_syscall", "exit",
-    "exit_group",
+    "exit_group",   "munmap",
 };
 
 Result<SeccompCtx> build_init() {
@@ -619,7 +621,9 @@ std::vector<PreloadCall> preload_calls() {
       {"landlock_restrict_self", SYS_landlock_restrict_self, {arg(kFdLandlockInit), 0}},
       {"seccomp", SYS_seccomp, {SECCOMP_SET_MODE_FILTER, 0, 0}},
       {"wait4", SYS_wait4, {arg(-1), 0, 0, 0}},
+      {"wait4", SYS_wait4, {arg(-1), 0, WNOHANG, 0}},
       {"wait4", SYS_wait4, {arg(-1), 0, WNOHANG | __WALL, 0}},
+      {"rt_sigtimedwait", SYS_rt_sigtimedwait, {0, 0, 0, sizeof(uint64_t)}},
       {"close", SYS_close, {arg(kFdStatus)}},
       {"kill", SYS_kill, {arg(-1), SIGCONT}},
       {"rt_sigreturn", SYS_rt_sigreturn, {}},

@@ -488,10 +488,11 @@ BOOST_AUTO_TEST_CASE(init_filter_allows_its_list_and_kills_the_rest) {
   BOOST_REQUIRE(init.has_value());
   for (int nr : {SYS_read, SYS_write, SYS_close, SYS_wait4, SYS_waitid, SYS_kill, SYS_rt_sigaction,
                  SYS_rt_sigprocmask, SYS_rt_sigreturn, SYS_rt_sigtimedwait, SYS_restart_syscall,
-                 SYS_exit, SYS_exit_group}) {
+                 SYS_exit, SYS_exit_group, SYS_munmap}) {
     BOOST_TEST(bpf_answer(init->insns, syscall_data(nr)) == kRetAllow, nr);
   }
-  for (int nr : {SYS_getpid, SYS_openat, SYS_execve, SYS_ptrace, SYS_mmap, 1000}) {
+  for (int nr :
+       {SYS_getpid, SYS_openat, SYS_execve, SYS_ptrace, SYS_mmap, SYS_mprotect, SYS_mremap, 1000}) {
     BOOST_TEST(bpf_answer(init->insns, syscall_data(nr)) == kRetKillProcess, nr);
   }
   auto pfc = init_pfc();
