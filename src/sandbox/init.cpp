@@ -318,11 +318,12 @@ void find_vdso() {
 // What init mapped for the start and no longer reads once the command has exec'd: the job's
 // plan and its descriptor (the engine closed its own: the memfd's pages go with the last one),
 // a parked init's park plan, the command's stack and pointer array, the vDSO. Released only
-// when the command is still running kReleaseAfter after its start (wait_for_children): each
-// munmap flushes the TLB, ~0.4 ms for the six in this PVM guest, which on the start's path
-// took a CPU from the command; a short command's init exits first and the kernel frees them
-// with it. munmap cannot fail on ranges init mapped itself; if it did, init would keep pages
-// it no longer reads, which changes nothing else.
+// when the command is still running kReleaseAfterNs after its start (the wait loop at the end
+// of init_main): each munmap flushes the TLB, and on the start's path the six took a CPU from
+// the command that had just exec'd (0.2–0.4 ms in this PVM guest, spawn_bench --compare-host); a
+// short command's init exits first and the kernel frees them with it. munmap cannot fail on ranges
+// init mapped itself; if it did, init would keep pages it no longer reads, which changes nothing
+// else.
 struct Mappings {
   const PlanHeader* plan = nullptr;
   size_t plan_size = 0;
@@ -579,8 +580,8 @@ int init_main() {
   // Blocked across the start: the child must not run init's handler for a termination request
   // (it would forward it to nobody and survive); init itself gets it once the child has
   // exec'd (CLONE_VFORK), so a request made meanwhile reaches the exec'd command. SIGCHLD
-  // stays blocked in init from here on: wait_for_children waits for it with a timeout (the
-  // child unblocks everything before its exec, run_command).
+  // stays blocked in init from here on: its wait loop waits for it with a timeout (the child
+  // unblocks everything before its exec, run_command).
   sigset_t term, old;
   sigemptyset(&term);
   for (int sig : kForwardedSignals) {
@@ -643,12 +644,14 @@ int init_main() {
         static_cast<pid_t>(::syscall(SYS_wait4, -1, &status, released ? 0 : WNOHANG, nullptr));
     if (pid == 0) {
       // Nothing to reap yet, and the mappings are still there: wait for a child's change
-      // (SIGCHLD, blocked since the start, so none is lost) or kReleaseAfter, then release.
+      // (SIGCHLD, blocked since the start, so none is lost) or kReleaseAfterNs, then release.
+      // Any failure but EINTR (EAGAIN: the time is up) releases too, and the loop then blocks
+      // in wait4: it never spins.
       struct timespec wait_for {
         0, kReleaseAfterNs
       };
       if (::syscall(SYS_rt_sigtimedwait, &sigchld, nullptr, &wait_for, sizeof(uint64_t)) < 0 &&
-          errno == EAGAIN) {
+          errno != EINTR) {
         release_mappings();
         released = true;
       }
