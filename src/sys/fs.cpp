@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 
 #include "sys/syscalls.hpp"
 
@@ -80,6 +81,31 @@ Result<void> write_all(int fd, const void* data, size_t size) {
     }
     p += n;
     size -= static_cast<size_t>(n);
+  }
+  return {};
+}
+
+Result<void> writev_all(int fd, std::span<struct iovec> pieces) {
+  if (pieces.size() > IOV_MAX) {
+    return invalid("writev of {} pieces, more than IOV_MAX", pieces.size());
+  }
+  while (!pieces.empty()) {
+    ssize_t n = ::writev(fd, pieces.data(), static_cast<int>(pieces.size()));
+    if (n < 0) {
+      if (errno == EINTR) {
+        continue;
+      }
+      return sys_error("writev");
+    }
+    auto left = static_cast<size_t>(n);
+    while (!pieces.empty() && left >= pieces.front().iov_len) {
+      left -= pieces.front().iov_len;
+      pieces = pieces.subspan(1);
+    }
+    if (!pieces.empty()) {
+      pieces.front().iov_base = static_cast<char*>(pieces.front().iov_base) + left;
+      pieces.front().iov_len -= left;
+    }
   }
   return {};
 }

@@ -1,8 +1,10 @@
 #pragma once
 
 #include <sys/stat.h>
+#include <sys/uio.h>
 
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -19,6 +21,9 @@ namespace cordon::sys {
 [[nodiscard]] Result<struct stat> fstat_fd(int fd);
 /// Writes the whole buffer, retrying on EINTR and short writes.
 [[nodiscard]] Result<void> write_all(int fd, const void* data, size_t size);
+/// writev(2) of every piece, in order, retrying on EINTR and short writes (the pieces are
+/// advanced in place). At most IOV_MAX pieces.
+[[nodiscard]] Result<void> writev_all(int fd, std::span<struct iovec> pieces);
 /// Writes `text` to an existing file (cgroupfs, procfs): one write(2), as those files expect.
 [[nodiscard]] Result<void> write_file(const std::string& path, const std::string& text);
 [[nodiscard]] Result<void> write_file_at(int dirfd, const std::string& name,
