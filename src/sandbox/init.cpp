@@ -7,6 +7,7 @@
 #include <linux/seccomp.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/time.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -172,13 +173,9 @@ constexpr size_t kCommandStackBytes = 32 * 1024;
 char* g_command_stack = nullptr;  // kCommandStackBytes, above a PROT_NONE guard page
 // argv/envp pointers for a plan with at most this many entries; a larger one maps its own.
 constexpr size_t kStaticPointers = 1024;
-// The pointer array; once the command has exec'd, init's own filter, copied out of the plan
-// (release_mappings may unmap the plan later).
-union {
+struct {
   char* pointers[kStaticPointers];
-  struct sock_filter init_filter[kMaxInitFilterInsns];
 } g_arrays;
-static_assert(sizeof g_arrays.init_filter <= sizeof g_arrays.pointers);
 ParkedJob g_job;  // 4 KiB of path: static, not on init's small stack
 
 struct CommandStart {
@@ -317,13 +314,13 @@ void find_vdso() {
 
 // What init mapped for the start and no longer reads once the command has exec'd: the job's
 // plan and its descriptor (the engine closed its own: the memfd's pages go with the last one),
-// a parked init's park plan, the command's stack and pointer array, the vDSO. Released only
-// when the command is still running kReleaseAfterNs after its start (the wait loop at the end
-// of init_main): each munmap flushes the TLB, and on the start's path the six took a CPU from
-// the command that had just exec'd (0.2–0.4 ms in this PVM guest, spawn_bench --compare-host); a
-// short command's init exits first and the kernel frees them with it. munmap cannot fail on ranges
-// init mapped itself; if it did, init would keep pages it no longer reads, which changes nothing
-// else.
+// a parked init's park plan, the command's stack and a mapped pointer array, the vDSO.
+// Released only when the command is still running kReleaseAfterNs after its start (a one-shot
+// ITIMER_REAL; its SIGALRM interrupts init's wait): each munmap flushes the TLB, and on the
+// start's path the five to seven of them took a CPU from the command that had just exec'd
+// (0.2–0.4 ms in this PVM guest, spawn_bench --compare-host); a short command's init exits
+// first and the kernel frees them with it. munmap cannot fail on ranges init mapped itself; if
+// it did, init would keep pages it no longer reads, which changes nothing else.
 struct Mappings {
   const PlanHeader* plan = nullptr;
   size_t plan_size = 0;
@@ -334,6 +331,8 @@ struct Mappings {
 };
 Mappings g_mappings;
 constexpr long kReleaseAfterNs = 100L * 1000 * 1000;
+volatile sig_atomic_t g_release_due = 0;
+void release_due(int) { g_release_due = 1; }
 
 void release_mappings() {
   const Mappings& m = g_mappings;
@@ -579,31 +578,27 @@ int init_main() {
 
   // Blocked across the start: the child must not run init's handler for a termination request
   // (it would forward it to nobody and survive); init itself gets it once the child has
-  // exec'd (CLONE_VFORK), so a request made meanwhile reaches the exec'd command. SIGCHLD
-  // stays blocked in init from here on: its wait loop waits for it with a timeout (the child
-  // unblocks everything before its exec, run_command).
+  // exec'd (CLONE_VFORK), so a request made meanwhile reaches the exec'd command.
   sigset_t term, old;
   sigemptyset(&term);
   for (int sig : kForwardedSignals) {
     sigaddset(&term, sig);
   }
-  sigaddset(&term, SIGCHLD);
   ::sigprocmask(SIG_BLOCK, &term, &old);
-  sigset_t after = old;
-  sigaddset(&after, SIGCHLD);
   CommandStart start{h, base, argv, envp, exec_path};
   pid_t cmd = ::clone(command_entry, g_command_stack + kCommandStackBytes,
                       CLONE_VM | CLONE_VFORK | SIGCHLD, &start);
   if (cmd < 0) {
     fail(SetupStep::kInitFork, errno, 125);
   }
-  ::sigprocmask(SIG_SETMASK, &after, nullptr);
+  ::sigprocmask(SIG_SETMASK, &old, nullptr);
   StatusRecord started{};
   started.kind = RecordKind::kCommandStarted;
   started.pid = cmd;
   send_record(started);
 
-  // Confine ourselves: nothing but reaping, signalling and reporting is left to do.
+  // Confine ourselves: nothing but reaping, signalling, reporting and, for a command that runs
+  // on, releasing the start's mappings is left to do.
   ::close(0);
   ::close(1);
   ::close(2);
@@ -617,46 +612,41 @@ int init_main() {
     fail(SetupStep::kInitConfine, errno, 125);
   }
   ::close(kFdLandlockInit);
-  // init's own filter, copied out of the plan into the pointer array (the command has exec'd:
-  // nothing reads the array now) so the plan can go before the filter is loaded.
+  // The start's mappings go once the command has run for kReleaseAfterNs (release_mappings):
+  // a one-shot timer whose SIGALRM interrupts the wait below (no SA_RESTART). A command that
+  // ends first takes them with init's exit. Without the timer (setitimer failed) they go now.
+  g_mappings.plan = h;
+  g_mappings.plan_size = size;
+  g_mappings.pointers = arr;
+  g_mappings.pointers_bytes = nptr * sizeof(char*);
+  struct sigaction due {};
+  due.sa_handler = release_due;
+  sigemptyset(&due.sa_mask);
+  struct itimerval after {};
+  after.it_value.tv_usec = kReleaseAfterNs / 1000;
+  if (::sigaction(SIGALRM, &due, nullptr) != 0 || ::setitimer(ITIMER_REAL, &after, nullptr) != 0) {
+    g_release_due = 1;
+  }
+  // init's own filter, from the plan (still mapped).
   const uint32_t init_count = h->init_count;
   if (init_count > kMaxInitFilterInsns) {  // prepare_plan_file refuses that
     ::kill(cmd, SIGKILL);
     fail(SetupStep::kInitConfine, E2BIG, 125);
   }
-  std::memcpy(g_arrays.init_filter, base + h->init_off, init_count * sizeof(struct sock_filter));
-  g_mappings.plan = h;
-  g_mappings.plan_size = size;
-  g_mappings.pointers = arr;
-  g_mappings.pointers_bytes = nptr * sizeof(char*);
-  if (init_count > 0 && load_filter(g_arrays.init_filter, init_count) != 0) {
+  if (init_count > 0 && load_filter(reinterpret_cast<const struct sock_filter*>(base + h->init_off),
+                                    init_count) != 0) {
     ::kill(cmd, SIGKILL);
     fail(SetupStep::kInitConfine, errno, 125);
   }
 
-  sigset_t sigchld;
-  sigemptyset(&sigchld);
-  sigaddset(&sigchld, SIGCHLD);
   bool released = false;
   for (;;) {
-    int status = 0;
-    pid_t pid =
-        static_cast<pid_t>(::syscall(SYS_wait4, -1, &status, released ? 0 : WNOHANG, nullptr));
-    if (pid == 0) {
-      // Nothing to reap yet, and the mappings are still there: wait for a child's change
-      // (SIGCHLD, blocked since the start, so none is lost) or kReleaseAfterNs, then release.
-      // Any failure but EINTR (EAGAIN: the time is up) releases too, and the loop then blocks
-      // in wait4: it never spins.
-      struct timespec wait_for {
-        0, kReleaseAfterNs
-      };
-      if (::syscall(SYS_rt_sigtimedwait, &sigchld, nullptr, &wait_for, sizeof(uint64_t)) < 0 &&
-          errno != EINTR) {
-        release_mappings();
-        released = true;
-      }
-      continue;
+    if (g_release_due && !released) {
+      release_mappings();
+      released = true;
     }
+    int status = 0;
+    pid_t pid = static_cast<pid_t>(::syscall(SYS_wait4, -1, &status, 0, nullptr));
     if (pid < 0) {
       if (errno == EINTR) {
         continue;

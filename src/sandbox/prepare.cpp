@@ -691,7 +691,8 @@ Result<void> PreparedSandbox::prepare_plan_file(const SandboxSpec& spec,
                    seccomp.init.size(), kMaxInitFilterInsns);
   }
   static constexpr char kPad[8] = {};
-  std::array<struct iovec, 9> pieces{};
+  constexpr size_t kSections = 5;                    // the header, the strings, three programs
+  std::array<struct iovec, 2 * kSections> pieces{};  // each after its padding
   size_t n_pieces = 0, at = 0;
   auto place = [&](const void* data, size_t size) {
     size_t aligned = (at + 7) & ~size_t{7};

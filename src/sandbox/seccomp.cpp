@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -620,10 +621,10 @@ std::vector<PreloadCall> preload_calls() {
       // init once the command runs: confine, reap, forward, report, exit
       {"landlock_restrict_self", SYS_landlock_restrict_self, {arg(kFdLandlockInit), 0}},
       {"seccomp", SYS_seccomp, {SECCOMP_SET_MODE_FILTER, 0, 0}},
+      {"rt_sigaction", SYS_rt_sigaction, {SIGALRM, 0, 0, sizeof(uint64_t)}},
+      {"setitimer", SYS_setitimer, {ITIMER_REAL, 0, 0}},
       {"wait4", SYS_wait4, {arg(-1), 0, 0, 0}},
-      {"wait4", SYS_wait4, {arg(-1), 0, WNOHANG, 0}},
       {"wait4", SYS_wait4, {arg(-1), 0, WNOHANG | __WALL, 0}},
-      {"rt_sigtimedwait", SYS_rt_sigtimedwait, {0, 0, 0, sizeof(uint64_t)}},
       {"close", SYS_close, {arg(kFdStatus)}},
       {"kill", SYS_kill, {arg(-1), SIGCONT}},
       {"rt_sigreturn", SYS_rt_sigreturn, {}},

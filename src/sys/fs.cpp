@@ -97,6 +97,9 @@ Result<void> writev_all(int fd, std::span<struct iovec> pieces) {
       }
       return sys_error("writev");
     }
+    if (n == 0) {
+      return errno_error(EIO, "writev wrote nothing of {} pieces left", pieces.size());
+    }
     auto left = static_cast<size_t>(n);
     while (!pieces.empty() && left >= pieces.front().iov_len) {
       left -= pieces.front().iov_len;

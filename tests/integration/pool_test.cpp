@@ -1173,7 +1173,8 @@ BOOST_AUTO_TEST_CASE(preloaded_filters_keep_their_order) {
 
 // Every call init makes from the preload on is in preload_calls (seccomp.cpp): under a profile
 // of exactly those, plus pause, a parked init preloads, starts a command that makes no other
-// call (tests/helpers/bare.cpp: no libc), forwards a SIGTERM and reports. A call missing from
+// call (tests/helpers/bare.cpp: no libc), releases its start's mappings when the command runs
+// on, forwards a SIGTERM and reports. A call missing from
 // the list would be refused (ENOSYS) and init would report a setup error instead.
 BOOST_AUTO_TEST_CASE(a_pooled_command_under_a_profile_of_only_inits_calls_runs) {
   Fixture fx;
@@ -1201,6 +1202,13 @@ BOOST_AUTO_TEST_CASE(a_pooled_command_under_a_profile_of_only_inits_calls_runs) 
         BOOST_REQUIRE(::recv(reply->status.get(), &started, sizeof started, 0) ==
                       static_cast<ssize_t>(sizeof started));
         BOOST_TEST((started.kind == RecordKind::kCommandStarted));
+        // The start's mappings go 100 ms into the command (init.cpp, release_mappings): its
+        // SIGALRM, munmap and close run under the profile too before the SIGTERM.
+        const std::string maps = "/proc/" + std::to_string(parked.init) + "/maps";
+        BOOST_TEST(eventually([&] {
+          auto m = read_small_file(maps);
+          return m && !m->empty() && m->find("cordon-plan") == std::string::npos;
+        }));
         BOOST_REQUIRE(::kill(parked.init, SIGTERM) == 0);
       }
       auto recs = records_until_eof(reply->status.get());
