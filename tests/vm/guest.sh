@@ -243,9 +243,15 @@ check daemon_in_a_delegated_cgroup_gets_its_limits \
   "state $state: $(cat /tmp/d1.json /tmp/d1.err /tmp/daemon.log)" '[ "$state" = oom ]'
 check the_daemon_runs_in_the_leaf "$(cat /proc/$daemon/cgroup)" \
   'grep -q "^0::/system.slice/cordon-daemon.service/cordon-self$" /proc/$daemon/cgroup'
+# The pool refills and the settled job's cgroup goes after the run has returned: wait for both.
+settled_jobs() { ls -d $D/cordon/*/ 2>/dev/null | grep -v /pool-; }
+for i in $(seq 1 100); do
+  [ -n "$(ls -d $D/cordon/pool-*/ 2>/dev/null)" ] && [ -z "$(settled_jobs)" ] && break
+  sleep 0.1
+done
 check the_daemon_keeps_its_warm_pool_in_the_service "$(ls $D/cordon)" \
   '[ -n "$(ls -d $D/cordon/pool-*/ 2>/dev/null)" ]'
-settled=$(ls -d $D/cordon/*/ 2>/dev/null | grep -v /pool-)
+settled=$(settled_jobs)
 check a_settled_job_of_the_daemon_leaves_no_cgroup "left: $settled" '[ -z "$settled" ]'
 stop_daemon
 check a_stopped_daemon_leaves_no_process_in_its_cgroup "left: $left" '[ -z "$left" ]'
