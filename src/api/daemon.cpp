@@ -96,8 +96,8 @@ std::optional<std::string> read_line(int fd, size_t max, int timeout_ms) {
   return std::nullopt;
 }
 
-bool send_line(int fd, const json& j) {
-  std::string s = json_fields::dump(j) + "\n";
+// Sends `s` whole (MSG_NOSIGNAL: a closed peer is EPIPE, not a signal).
+bool send_all(int fd, const std::string& s) {
   size_t off = 0;
   while (off < s.size()) {
     ssize_t n = ::send(fd, s.data() + off, s.size() - off, MSG_NOSIGNAL);
@@ -111,6 +111,8 @@ bool send_line(int fd, const json& j) {
   }
   return true;
 }
+
+bool send_line(int fd, const json& j) { return send_all(fd, json_fields::dump(j) + "\n"); }
 
 Result<sockaddr_un> socket_address(const std::string& path) {
   sockaddr_un addr{};
@@ -760,7 +762,10 @@ int run_daemon(const DaemonOptions& options) {
 namespace {
 
 // Connects to the daemon and performs the handshake; the error says what to do.
-Result<UniqueFd> connect_session(const std::string& socket_path, const std::string& session) {
+// `then`: lines sent with the handshake, in the same send, before its reply is read (the
+// daemon reads the handshake line exactly and leaves what follows to the MCP server).
+Result<UniqueFd> connect_session(const std::string& socket_path, const std::string& session,
+                                 const std::string& then = "") {
   CORDON_TRY(addr, socket_address(socket_path));
   UniqueFd sock(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!sock || ::connect(sock.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
@@ -788,7 +793,7 @@ Result<UniqueFd> connect_session(const std::string& socket_path, const std::stri
   }
   // A daemon that refuses (full, or not serving this uid) may have answered and closed before
   // the handshake went out: its reason is still read, rather than reporting only EPIPE.
-  const bool sent = send_line(sock.get(), hello);
+  const bool sent = send_all(sock.get(), json_fields::dump(hello) + "\n" + then);
   const int send_errno = errno;
   auto reply = read_line(sock.get(), kMaxHandshake, kHandshakeTimeoutMs);
   json r = reply ? json::parse(*reply, nullptr, false) : json();
@@ -859,15 +864,23 @@ namespace cordon::api {
 
 Result<DaemonClient> DaemonClient::connect(const std::string& socket_path,
                                            const std::string& session) {
-  CORDON_TRY(sock, connect_session(socket_path, session));
+  // The MCP initialize and its notification go out with the handshake, in one send: a run
+  // through the daemon waits for one round trip before its tool calls, not two.
+  const json initialize = {
+      {"jsonrpc", "2.0"},
+      {"id", 1},
+      {"method", "initialize"},
+      {"params",
+       {{"protocolVersion", "2025-06-18"},
+        {"capabilities", json::object()},
+        {"clientInfo", {{"name", "cordon-cli"}, {"version", CORDON_VERSION}}}}}};
+  const json initialized = {{"jsonrpc", "2.0"}, {"method", "notifications/initialized"}};
+  CORDON_TRY(sock, connect_session(socket_path, session,
+                                   json_fields::dump(initialize) + "\n" +
+                                       json_fields::dump(initialized) + "\n"));
   DaemonClient c(std::move(sock));
-  CORDON_CHECK(c.request("initialize",
-                         {{"protocolVersion", "2025-06-18"},
-                          {"capabilities", json::object()},
-                          {"clientInfo", {{"name", "cordon-cli"}, {"version", CORDON_VERSION}}}}));
-  if (!send_line(c.sock_.get(), {{"jsonrpc", "2.0"}, {"method", "notifications/initialized"}})) {
-    return sys_error("send notifications/initialized");
-  }
+  c.next_id_ = 2;
+  CORDON_CHECK(c.reply(1, "initialize"));
   return c;
 }
 
@@ -877,11 +890,15 @@ Result<json> DaemonClient::request(const std::string& method, const json& params
                  {{"jsonrpc", "2.0"}, {"id", id}, {"method", method}, {"params", params}})) {
     return sys_error("send {}", method);
   }
+  return reply(id, method);
+}
+
+Result<json> DaemonClient::reply(int64_t id, const std::string& method) {
   // The reply to `id`; notifications in between are skipped.
   for (;;) {
     auto line = read_line(sock_.get(), 64u << 20, 600000);
     if (!line) {
-      return invalid("the daemon closed the connection without answering");
+      return invalid("the daemon closed the connection without answering {}", method);
     }
     json m = json::parse(*line, nullptr, false);
     if (m.is_object() && m.contains("id") && m["id"] == id) {

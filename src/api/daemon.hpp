@@ -56,6 +56,8 @@ class DaemonClient {
   explicit DaemonClient(UniqueFd sock) : sock_(std::move(sock)) {}
   [[nodiscard]] Result<nlohmann::json> request(const std::string& method,
                                                const nlohmann::json& params);
+  /// Reads up to the reply to request `id` (of `method`), skipping notifications.
+  [[nodiscard]] Result<nlohmann::json> reply(int64_t id, const std::string& method);
   UniqueFd sock_;
   int64_t next_id_ = 1;
 };
