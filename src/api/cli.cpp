@@ -738,12 +738,18 @@ int run_via_daemon(const RunArgs& a) {
   };
   // Started and waited for a quarter second in one call (its answer carries the tails of a
   // settled job's output too, which the copy below does not use: it pages the bytes).
+  // Failure fixed (a review, session 23): --json-status got those tails and a hint when the
+  // job settled within the quarter second, and command_status's answer otherwise.
   args["yieldMs"] = 250;
   auto started = call("run_command", args);
   if (!started) {
     return refuse_with_status(started.error().message());
   }
   const std::string task = jf::str(*started, "taskId");
+  // The status as command_status words it: run_command adds the tails of a settled job's
+  // output and a hint naming this connection's session, which --json-status does not get.
+  started->erase("output");
+  started->erase("hint");
   // Copies what is new in one stream to `fd`, page by page until the daemon has no more now.
   struct Copied {
     uint64_t offset = 0;

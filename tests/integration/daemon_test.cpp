@@ -1202,6 +1202,19 @@ BOOST_AUTO_TEST_CASE(run_through_the_daemon_passes_env_and_writes_its_status) {
   BOOST_TEST(st.value("state", "") == "exited", st.dump());
   BOOST_TEST(st.value("exitCode", -1) == 3, st.dump());
   BOOST_TEST(!st.value("taskId", "").empty(), st.dump());
+  // command_status's words, whether the job settled inside run_command's quarter second or
+  // after it. Failure fixed (a review, session 23): a quick job's status carried run_command's
+  // inline tails and hint.
+  BOOST_TEST(!st.contains("output"), st.dump());
+  BOOST_TEST(!st.contains("hint"), st.dump());
+  BOOST_TEST(st.value("settled", false), st.dump());
+  auto slow = run({"--json-status", status_file}, "sleep 0.6; echo late");
+  BOOST_TEST(slow.exit_code() == 0, slow.err);
+  BOOST_TEST(slow.out == "late\n");
+  json ss = json::parse(read_text_file(status_file), nullptr, false);
+  BOOST_TEST(ss.value("state", "") == "exited", ss.dump());
+  BOOST_TEST(!ss.contains("output"), ss.dump());
+  BOOST_TEST(!ss.contains("hint"), ss.dump());
   auto rt = run({}, "kill -37 $$");
   BOOST_TEST(rt.exit_code() == 128 + 37, rt.err);
   // A program the policy allows but this host lacks: 127 and the daemon's words, as standalone.
