@@ -373,17 +373,27 @@ std::optional<json> await_status(Engine& engine, const std::string& session, con
 json settled_with_output(Engine& engine, const std::string& session, const JobStatus& st) {
   const std::string& id = st.task_id;
   json out = status_json(st);
+  // A log that cannot be read now (removed under the engine, an I/O error) costs the inline
+  // tails, not the outcome. Failure fixed (a review, session 23): the answer was an error
+  // without the taskId, so a job that had run read as one that never started.
+  auto without_output = [&](const Error& e) {
+    out["hint"] = fmt::format(
+        "its output could not be shown inline ({}); page it with command_output "
+        "{{\"taskId\": \"{}\", \"offset\": 0}}",
+        e.message(), id);
+    return out;
+  };
   json output = json::object();
   std::string first = st.pty ? "pty" : "stdout";
   auto a = inline_stream(engine, session, id, first, kInlineOutputChars);
   if (!a) {
-    return error_with_ids(engine, session, a.error());
+    return without_output(a.error());
   }
   output[first] = *a;
   if (!st.pty) {
     auto b = inline_stream(engine, session, id, "stderr", kInlineStderrChars);
     if (!b) {
-      return error_with_ids(engine, session, b.error());
+      return without_output(b.error());
     }
     output["stderr"] = *b;
   }

@@ -3,9 +3,11 @@
 
 #include <dirent.h>
 
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
+#include <thread>
 
 #include "api/schema.hpp"
 #include "helpers/engine_fixture.hpp"
@@ -145,6 +147,41 @@ BOOST_AUTO_TEST_CASE(run_command_returns_status_and_inline_output) {
   BOOST_TEST(y["hint"].get<std::string>().find("command_wait") != std::string::npos);
   json k = s.sc("command_kill", {{"taskId", y["taskId"]}});
   BOOST_TEST(k["state"] == "killed");
+}
+
+// A settled job whose log cannot be read when run_command answers (here: removed under the
+// engine while the command ran) is answered with its outcome and taskId, and a hint instead
+// of the inline tails. Failure fixed (a review, session 23): the answer was an error with
+// neither, so a job that had run read as one that never started.
+BOOST_AUTO_TEST_CASE(run_command_tells_the_outcome_when_its_log_cannot_be_read) {
+  namespace fs = std::filesystem;
+  EngineEnv env;
+  Server s(env);
+  json r;
+  std::thread caller([&] {
+    r = s.call("run_command",
+               {{"argv", {"/bin/sh", "-c", "sleep 1; echo done; exit 5"}}, {"yieldMs", 20000}});
+  });
+  // The job's stdout.log, once it exists (this session's only job), goes while it sleeps.
+  std::string log;
+  for (int i = 0; i < 500 && log.empty(); ++i) {
+    std::error_code ec;
+    for (const auto& d : fs::directory_iterator(env.box.state + "/jobs", ec)) {
+      if (fs::exists(d.path() / "stdout.log")) log = d.path() / "stdout.log";
+    }
+    if (log.empty()) ::usleep(2000);
+  }
+  const bool removed = !log.empty() && ::unlink(log.c_str()) == 0;
+  caller.join();
+  BOOST_REQUIRE_MESSAGE(removed, "no stdout.log to remove: " << log);
+  BOOST_TEST(r["isError"] == false, r.dump());
+  const json& sc = r["structuredContent"];
+  BOOST_TEST(sc.value("state", "") == "exited", sc.dump());
+  BOOST_TEST(sc.value("exitCode", -1) == 5, sc.dump());
+  BOOST_TEST(!sc.value("taskId", "").empty(), sc.dump());
+  BOOST_TEST(!sc.contains("output"), sc.dump());
+  BOOST_TEST(sc.value("hint", "").find("could not be shown inline") != std::string::npos,
+             sc.dump());
 }
 
 BOOST_AUTO_TEST_CASE(background_command_wait_output_and_settle_notification) {
