@@ -864,8 +864,9 @@ namespace cordon::api {
 
 Result<DaemonClient> DaemonClient::connect(const std::string& socket_path,
                                            const std::string& session) {
-  // The MCP initialize and its notification go out with the handshake, in one send: a run
-  // through the daemon waits for one round trip before its tool calls, not two.
+  // The MCP initialize goes out with the handshake, in one send: a run through the daemon
+  // waits for one round trip before its tool calls, not two. notifications/initialized
+  // follows its answer, as MCP orders them (it waits for nothing).
   const json initialize = {
       {"jsonrpc", "2.0"},
       {"id", 1},
@@ -874,13 +875,13 @@ Result<DaemonClient> DaemonClient::connect(const std::string& socket_path,
        {{"protocolVersion", "2025-06-18"},
         {"capabilities", json::object()},
         {"clientInfo", {{"name", "cordon-cli"}, {"version", CORDON_VERSION}}}}}};
-  const json initialized = {{"jsonrpc", "2.0"}, {"method", "notifications/initialized"}};
-  CORDON_TRY(sock, connect_session(socket_path, session,
-                                   json_fields::dump(initialize) + "\n" +
-                                       json_fields::dump(initialized) + "\n"));
+  CORDON_TRY(sock, connect_session(socket_path, session, json_fields::dump(initialize) + "\n"));
   DaemonClient c(std::move(sock));
   c.next_id_ = 2;
   CORDON_CHECK(c.reply(1, "initialize"));
+  if (!send_line(c.sock_.get(), {{"jsonrpc", "2.0"}, {"method", "notifications/initialized"}})) {
+    return sys_error("send notifications/initialized");
+  }
   return c;
 }
 
