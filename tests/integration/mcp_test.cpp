@@ -164,13 +164,13 @@ BOOST_AUTO_TEST_CASE(run_command_tells_the_outcome_when_its_log_cannot_be_read) 
   });
   // The job's stdout.log, once it exists (this session's only job), goes while it sleeps.
   std::string log;
-  for (int i = 0; i < 500 && log.empty(); ++i) {
+  eventually([&] {
     std::error_code ec;
     for (const auto& d : fs::directory_iterator(env.box.state + "/jobs", ec)) {
       if (fs::exists(d.path() / "stdout.log")) log = d.path() / "stdout.log";
     }
-    if (log.empty()) ::usleep(2000);
-  }
+    return !log.empty();
+  });
   const bool removed = !log.empty() && ::unlink(log.c_str()) == 0;
   caller.join();
   BOOST_REQUIRE_MESSAGE(removed, "no stdout.log to remove: " << log);
