@@ -234,7 +234,7 @@ class Engine {
  private:
   explicit Engine(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
-  Result<JobStatus> start_job(const std::string& session, const StartOptions& options);
+  Result<JobStatus> start_job(const std::string& session, const StartOptions& options);  // mu held
 };
 
 }  // namespace cordon

@@ -620,6 +620,42 @@ class Engine::Impl {
 
   std::mutex mu;
   std::condition_variable cv;
+  // Wakes a holder of mu sends only once it let go of mu (run_loop(), Engine::start()): a
+  // thread woken while mu is still held wakes only to block on it, and on a host whose
+  // scheduler keeps a woken thread on its waker's CPU it first preempts the holder there (a
+  // settle's caller, woken before the loop let go, waited for mu in 1 start of 3, ~0.6 ms;
+  // docs/performance.md, session 24). Elsewhere they are sent at once.
+  struct Wakes {
+    bool settled = false;   // cv: a job settled
+    size_t starters = 0;    // starter_cv: jobs handed to the starters
+    bool releaser = false;  // release_cv: teardowns queued
+  };
+  bool defer_wakes = false;  // guarded by mu
+  Wakes deferred;            // guarded by mu
+  Wakes take_wakes() {
+    defer_wakes = false;
+    return std::exchange(deferred, Wakes{});
+  }
+  void send_wakes(const Wakes& w) {
+    if (w.settled) {
+      cv.notify_all();
+    }
+    if (w.starters > 1) {
+      starter_cv.notify_all();
+    } else if (w.starters == 1) {
+      starter_cv.notify_one();
+    }
+    if (w.releaser) {
+      release_cv.notify_one();
+    }
+  }
+  void notify_settled() {
+    if (defer_wakes) {
+      deferred.settled = true;
+    } else {
+      cv.notify_all();
+    }
+  }
   // Launched jobs waiting for a starter thread (launch(), starter_loop()); guarded by mu.
   std::deque<Job*> to_spawn;
   std::condition_variable starter_cv;
@@ -854,7 +890,13 @@ class Engine::Impl {
       release_cv.notify_one();
     }
   }
-  void wake_releaser() { release_cv.notify_one(); }
+  void wake_releaser() {
+    if (defer_wakes) {  // mu held
+      deferred.releaser = true;
+    } else {
+      release_cv.notify_one();
+    }
+  }
 
   // After a settle: the job settles once its init exited, and with it every process of its pid
   // namespace (the kernel reaps them all before it reports init's exit), and settle() read
@@ -2126,7 +2168,7 @@ class Engine::Impl {
     track_settled(ended_at, id);
     apply_retention(id);
     ensure_reserve();
-    cv.notify_all();
+    notify_settled();
     if (announce) {
       announce_settled(id);
     }
@@ -2217,7 +2259,11 @@ class Engine::Impl {
       s->file.reset(fd);
     }
     to_spawn.push_back(&j);
-    starter_cv.notify_one();
+    if (defer_wakes) {
+      ++deferred.starters;
+    } else {
+      starter_cv.notify_one();
+    }
   }
 
   // A job that never ran settles as `state` (failed or killed) with `error`, and `signal`
@@ -2494,57 +2540,66 @@ class Engine::Impl {
           (void)spawners[wid - kFirstSpawnerWatch]->replace_if_dead();
         }
       }
-      std::lock_guard<std::mutex> lock(mu);
+      std::unique_lock<std::mutex> lock(mu);
       if (stopping) {
         return;
       }
-      for (int i = 0; i < n; ++i) {
-        uint64_t wid = events[i].data.u64;
-        if (wid == kTimerWatch) {
-          on_timer();
-          continue;
-        }
-        if (wid == kWakeWatch) {
-          uint64_t v;
-          (void)::read(wakefd.get(), &v, sizeof v);
-          continue;
-        }
-        auto found = watches.find(wid);
-        if (found == watches.end()) {
-          continue;  // its job settled since epoll_wait returned
-        }
-        Watch w = found->second;
-        Job& j = *w.job;
-        if (j.settled()) {
-          continue;
-        }
-        switch (w.kind) {
-          case WatchKind::kPidfd:
-            j.init_exited = true;
-            unwatch(j.pidfd.get());
-            maybe_settle(j);
-            break;
-          case WatchKind::kStatus:
-            read_status(j);
-            break;
-          case WatchKind::kStdout:
-            read_stream(j, j.out, j.out.pipe.get(), "stdout");
-            break;
-          case WatchKind::kStderr:
-            read_stream(j, j.err, j.err.pipe.get(), "stderr");
-            break;
-          case WatchKind::kPty:
-            if ((events[i].events & EPOLLOUT) != 0) {
-              flush_stdin(j);
-            }
-            if ((events[i].events & ~static_cast<uint32_t>(EPOLLOUT)) != 0) {
-              read_stream(j, j.out, j.pty_master.get(), "pty");
-            }
-            break;
-          case WatchKind::kStdin:
+      defer_wakes = true;
+      handle_events(events.data(), n);
+      const Wakes wakes = take_wakes();
+      lock.unlock();
+      send_wakes(wakes);
+    }
+  }
+
+  // One epoll batch of run_loop(); mu held.
+  void handle_events(const struct epoll_event* events, int n) {
+    for (int i = 0; i < n; ++i) {
+      uint64_t wid = events[i].data.u64;
+      if (wid == kTimerWatch) {
+        on_timer();
+        continue;
+      }
+      if (wid == kWakeWatch) {
+        uint64_t v;
+        (void)::read(wakefd.get(), &v, sizeof v);
+        continue;
+      }
+      auto found = watches.find(wid);
+      if (found == watches.end()) {
+        continue;  // its job settled since epoll_wait returned
+      }
+      Watch w = found->second;
+      Job& j = *w.job;
+      if (j.settled()) {
+        continue;
+      }
+      switch (w.kind) {
+        case WatchKind::kPidfd:
+          j.init_exited = true;
+          unwatch(j.pidfd.get());
+          maybe_settle(j);
+          break;
+        case WatchKind::kStatus:
+          read_status(j);
+          break;
+        case WatchKind::kStdout:
+          read_stream(j, j.out, j.out.pipe.get(), "stdout");
+          break;
+        case WatchKind::kStderr:
+          read_stream(j, j.err, j.err.pipe.get(), "stderr");
+          break;
+        case WatchKind::kPty:
+          if ((events[i].events & EPOLLOUT) != 0) {
             flush_stdin(j);
-            break;
-        }
+          }
+          if ((events[i].events & ~static_cast<uint32_t>(EPOLLOUT)) != 0) {
+            read_stream(j, j.out, j.pty_master.get(), "pty");
+          }
+          break;
+        case WatchKind::kStdin:
+          flush_stdin(j);
+          break;
       }
     }
   }
@@ -2964,7 +3019,19 @@ Result<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
 }
 
 Result<JobStatus> Engine::start(const std::string& session, const StartOptions& options) {
-  auto r = start_job(session, options);
+  auto& m = *impl_;
+  std::optional<Result<JobStatus>> started;
+  Impl::Wakes wakes;
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    m.defer_wakes = true;  // a starter is woken once mu is free for it (below)
+    ScopeExit on_throw([&m] { m.send_wakes(m.take_wakes()); });
+    started.emplace(start_job(session, options));
+    on_throw.release();
+    wakes = m.take_wakes();
+  }
+  m.send_wakes(wakes);
+  auto& r = *started;
   if (!r && (r.error().sys_errno() == EMFILE || r.error().sys_errno() == ENFILE)) {
     // Out of descriptors is not out of disk, nor the caller's mistake (a review, session 13:
     // ~1000 queued jobs under a soft limit of 1024).
@@ -2981,7 +3048,6 @@ Result<JobStatus> Engine::start_job(const std::string& session, const StartOptio
   if (!valid_name(session)) {
     return refusal("session name `{}` must be 1-128 letters, digits, `-`, `_` or `.`", session);
   }
-  std::unique_lock<std::mutex> lock(m.mu);
   policy::StartRequest sr;
   sr.argv = options.argv;
   sr.cwd = options.cwd;
