@@ -1958,12 +1958,19 @@ class Engine::Impl {
     }
     save_index(j, s);
     std::string link = artifacts_dir() + "/" + a.artifact_id;
-    ::unlink(link.c_str());
-    if (::link(s.path.c_str(), link.c_str()) != 0) {
+    // A link is there already only when a recovery banks a job again (its engine died after
+    // banking it): replaced. Linked first, so a settle makes no failing unlink.
+    bool linked = ::link(s.path.c_str(), link.c_str()) == 0;
+    if (!linked && errno == EEXIST) {
+      ::unlink(link.c_str());
+      linked = ::link(s.path.c_str(), link.c_str()) == 0;
+    }
+    if (!linked) {
       j.error +=
           fmt::format("{}bank `{}`: {}", j.error.empty() ? "" : "; ", link, errno_name(errno));
     }
-    std::string preview = file_tail(s.path, 200);
+    // An empty stream (stderr, mostly) has no tail to read back.
+    std::string preview = s.written == 0 ? std::string() : file_tail(s.path, 200);
     a.preview = preview;
     a.read_back_hint = fmt::format(
         "retrieve_context {{\"artifactId\": \"{}\"}} pages all {} bytes (units chars, bytes, "

@@ -412,6 +412,33 @@ BOOST_AUTO_TEST_CASE(a_log_that_is_no_regular_file_blocks_neither_open_nor_list)
 // directory; removing the job still removes all of it. Failure fixed (a review, session 14):
 // the rmdir failed (ENOTEMPTY) after the logs and record were gone, the index kept the id for
 // good and the job stayed counted against maxJobs.
+// An engine that died after it banked a job's logs and before its record said so: the next
+// engine abandons the job and banks it again over the artifact links that are there already
+// (replaced; the settle links first and unlinks only when a link is in the way).
+BOOST_AUTO_TEST_CASE(a_job_banked_before_its_engine_died_is_banked_again_over_its_links) {
+  EngineEnv env;
+  std::vector<std::string> ids = settled_echoes(env, 1);
+  const std::string meta_path = env.job_dir(ids[0]) + "/meta.json";
+  auto meta = nlohmann::json::parse(read_file(meta_path));
+  const std::string out_art = meta["stdout"]["artifactId"];
+  BOOST_REQUIRE(fs::exists(env.artifact_path(out_art)));
+  meta["state"] = "running";
+  std::ofstream(meta_path, std::ios::trunc) << meta.dump();
+  auto e = open_engine(env);
+  auto st = e->status("s", ids[0]);
+  BOOST_REQUIRE_MESSAGE(st.has_value(), describe(st));
+  BOOST_TEST(st->state == "abandoned");
+  BOOST_TEST(st->error.find("bank `") == std::string::npos, st->error);  // no bank error
+  BOOST_REQUIRE(st->stdout_artifact.has_value());
+  BOOST_TEST(st->stdout_artifact->artifact_id == out_art);
+  BOOST_TEST(read_file(env.artifact_path(out_art)) == "kept\n");
+  struct stat art {
+  }, log{};
+  BOOST_REQUIRE(::stat(env.artifact_path(out_art).c_str(), &art) == 0);
+  BOOST_REQUIRE(::stat((env.job_dir(ids[0]) + "/stdout.log").c_str(), &log) == 0);
+  BOOST_TEST(art.st_ino == log.st_ino);
+}
+
 BOOST_AUTO_TEST_CASE(a_job_with_a_leftover_temporary_record_is_removed_whole) {
   EngineEnv env;
   std::vector<std::string> ids = settled_echoes(env, 2);
