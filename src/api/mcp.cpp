@@ -21,6 +21,7 @@
 #include <string_view>
 #include <system_error>
 #include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -88,6 +89,113 @@ bool task_tool(const std::string& name) {
 }
 
 std::string dump(const json& j) { return json_fields::dump(j); }
+
+// The threads that run tool calls, kept for the next call (session 24). A thread made for
+// every call cost its clone3 and, since glibc gives a finished thread's stack pages back, the
+// page faults of its stack again on the next call: dear where a fault costs ~20 µs (this
+// project's CI guest). No more threads than calls in flight (the server bounds those); one
+// idle for kIdleExit ends, so a quiet connection holds none for long.
+class CallWorkers {
+ public:
+  static constexpr std::chrono::seconds kIdleExit{10};
+
+  CallWorkers() = default;
+  CallWorkers(const CallWorkers&) = delete;
+  CallWorkers& operator=(const CallWorkers&) = delete;
+  ~CallWorkers() { stop(); }
+
+  // Runs `body` on an idle worker, or on a new one when none is free. Throws std::system_error
+  // when a needed thread cannot be made (EAGAIN: RLIMIT_NPROC, the cgroup's pids limit); then
+  // `body` is not run.
+  void run(std::function<void()> body) {
+    std::unique_lock<std::mutex> lock(mu_);
+    join_retired(lock);
+    queue_.push_back(std::move(body));
+    if (queue_.size() <= idle_) {  // each idle worker takes one queued body
+      cv_.notify_one();
+      return;
+    }
+    try {
+      threads_.emplace_back([this] { work(); });
+    } catch (...) {
+      queue_.pop_back();
+      throw;
+    }
+  }
+
+  // Waits for every body queued and running, then for every worker to end.
+  void stop() {
+    std::list<std::thread> all;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+      all.swap(threads_);
+      retired_.clear();
+    }
+    cv_.notify_all();
+    for (auto& t : all) {
+      if (t.joinable()) {
+        t.join();
+      }
+    }
+  }
+
+ private:
+  void work() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      if (queue_.empty()) {
+        if (stopping_) {
+          break;
+        }
+        ++idle_;
+        bool got = cv_.wait_for(lock, kIdleExit, [this] { return stopping_ || !queue_.empty(); });
+        --idle_;
+        if (!got) {
+          break;  // idle for kIdleExit
+        }
+        continue;
+      }
+      std::function<void()> body = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      body();
+      body = nullptr;  // its captures go before the lock is taken again
+      lock.lock();
+    }
+    retired_.push_back(std::this_thread::get_id());
+  }
+
+  // Joins the workers that ended (each has left work(), or is about to return from it).
+  void join_retired(std::unique_lock<std::mutex>& lock) {
+    if (retired_.empty()) {
+      return;
+    }
+    std::list<std::thread> ended;
+    for (auto id : retired_) {
+      for (auto it = threads_.begin(); it != threads_.end(); ++it) {
+        if (it->get_id() == id) {
+          ended.splice(ended.end(), threads_, it);
+          break;
+        }
+      }
+    }
+    retired_.clear();
+    lock.unlock();
+    for (auto& t : ended) {
+      t.join();
+    }
+    lock.lock();
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+  std::list<std::thread> threads_;
+  std::vector<std::thread::id> retired_;
+  size_t idle_ = 0;
+  bool stopping_ = false;
+};
 
 std::string tail_chars(const std::string& s, size_t n) {
   if (s.size() <= n) {
@@ -229,7 +337,6 @@ class Server {
     std::string tool;  // the tool's name, or the method (tasks/result)
     std::atomic<bool> cancelled{false};
     std::atomic<bool> done{false};
-    std::thread thread;
   };
 
   // ---- output ---------------------------------------------------------------------------------
@@ -588,15 +695,15 @@ class Server {
     });
   }
 
-  // Runs a registered call's body on a thread of its own, then marks it done. A thread the
-  // system refuses (EAGAIN: RLIMIT_NPROC, the pids limit of the daemon's cgroup) ends the call
-  // with a busy error and frees its slot; std::thread's exception would end the process. An
-  // exception out of the body (nothing cordon calls throws; bad_alloc could) ends the call with
-  // an internal error rather than the daemon.
+  // Runs a registered call's body on a worker thread (CallWorkers), then marks it done. A
+  // thread the system refuses (EAGAIN: RLIMIT_NPROC, the pids limit of the daemon's cgroup)
+  // ends the call with a busy error and frees its slot; std::thread's exception would end the
+  // process. An exception out of the body (nothing cordon calls throws; bad_alloc could) ends
+  // the call with an internal error rather than the daemon.
   void run_on_own_thread(const std::shared_ptr<Call>& call, const rpc::Reply& reply,
                          std::function<void()> body) {
     try {
-      call->thread = std::thread([call, reply, body = std::move(body)] {
+      workers_.run([call, reply, body = std::move(body)] {
         try {
           body();
         } catch (const std::exception& e) {
@@ -992,22 +1099,17 @@ class Server {
     return std::nullopt;
   }
 
+  // Forgets the calls that are done; `all`: waits for every call in flight first (shutdown).
   void reap_calls(bool all) {
-    std::list<std::shared_ptr<Call>> finished;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (auto it = calls_.begin(); it != calls_.end();) {
-        if (all || (*it)->done) {
-          finished.push_back(*it);
-          it = calls_.erase(it);
-        } else {
-          ++it;
-        }
-      }
+    if (all) {
+      workers_.stop();
     }
-    for (auto& c : finished) {
-      if (c->thread.joinable()) {
-        c->thread.join();
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = calls_.begin(); it != calls_.end();) {
+      if (all || (*it)->done) {
+        it = calls_.erase(it);
+      } else {
+        ++it;
       }
     }
   }
@@ -1151,6 +1253,8 @@ class Server {
   std::atomic<bool> initialized_{false}, shutting_down_{false};
   std::atomic<size_t> min_level_{1};  // info
   std::thread watcher_;
+  // Last: its destructor waits for the calls still running, which use the members above.
+  CallWorkers workers_;
 };
 
 // The process's one "mcp" logger (made once, whichever thread comes first).

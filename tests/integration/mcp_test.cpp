@@ -461,6 +461,42 @@ BOOST_AUTO_TEST_CASE(cancel_ends_a_wait_but_not_the_command) {
   BOOST_TEST(s.sc("command_status", {{"taskId", id}})["state"] == "running");
 }
 
+// Tool calls run on worker threads kept for the next call (CallWorkers): calls one after
+// another reuse an idle worker, and calls that wait side by side each get one, so a call is
+// never queued behind a wait, however many idle workers there were when they came.
+BOOST_AUTO_TEST_CASE(calls_that_wait_side_by_side_each_get_a_worker) {
+  EngineEnv env;
+  Server s(env);
+  std::string id = s.sc("run_command_bg", {{"argv", {"/bin/sleep", "300"}}})["taskId"];
+  for (int i = 0; i < 3; ++i) {  // one after another: one worker, idle between them
+    BOOST_TEST(s.sc("command_status", {{"taskId", id}})["state"] == "running");
+  }
+  std::vector<int> waits;
+  for (int i = 0; i < 3; ++i) {
+    waits.push_back(s.proc.allocate_id());
+    s.proc.send(
+        {{"jsonrpc", "2.0"},
+         {"id", waits.back()},
+         {"method", "tools/call"},
+         {"params",
+          {{"name", "command_wait"}, {"arguments", {{"taskIds", {id}}, {"timeoutMs", 120000}}}}}});
+  }
+  // Answered while the three waits are pending.
+  BOOST_TEST(s.sc("command_status", {{"taskId", id}})["state"] == "running");
+  for (int w : waits) {
+    s.proc.send({{"jsonrpc", "2.0"},
+                 {"method", "notifications/cancelled"},
+                 {"params", {{"requestId", w}, {"reason", "test"}}}});
+  }
+  BOOST_REQUIRE(eventually([&] {
+    const std::string err = s.proc.stderr_text();
+    return std::all_of(waits.begin(), waits.end(), [&](int w) {
+      return err.find(fmt::format("request {} cancelled: its wait ended", w)) != std::string::npos;
+    });
+  }));
+  BOOST_TEST(s.sc("command_status", {{"taskId", id}})["state"] == "running");
+}
+
 BOOST_AUTO_TEST_CASE(progress_notifications_during_a_long_wait) {
   EngineEnv env;
   Server s(env);
