@@ -93,13 +93,14 @@ std::string dump(const json& j) { return json_fields::dump(j); }
 // The threads that run tool calls, kept for the next call (session 24). A thread made for
 // every call cost its clone3 and, since glibc gives a finished thread's stack pages back, the
 // page faults of its stack again on the next call: dear where a fault costs ~20 µs (this
-// project's CI guest). No more threads than calls in flight (the server bounds those); one
-// idle for kIdleExit ends, so a quiet connection holds none for long.
+// project's CI guest). No more threads than the server's bound on calls in flight; one idle
+// for kIdleExit ends (and is joined at the server's next read or its once-a-second check).
 class CallWorkers {
  public:
   static constexpr std::chrono::seconds kIdleExit{10};
 
-  CallWorkers() = default;
+  // `max`: the server's bound on calls in flight; no more workers are made.
+  explicit CallWorkers(size_t max) : max_(max == 0 ? 1 : max) {}
   CallWorkers(const CallWorkers&) = delete;
   CallWorkers& operator=(const CallWorkers&) = delete;
   ~CallWorkers() { stop(); }
@@ -111,7 +112,10 @@ class CallWorkers {
     std::unique_lock<std::mutex> lock(mu_);
     join_retired(lock);
     queue_.push_back(std::move(body));
-    if (queue_.size() <= idle_) {  // each idle worker takes one queued body
+    // Each idle worker takes one queued body. At `max` workers, one is idle or about to be: the
+    // server lets a call in only when fewer than `max` are in flight, and a call counts as
+    // done a moment before its worker is free again (a new worker then would pile threads up).
+    if (queue_.size() <= idle_ || threads_.size() >= max_) {
       cv_.notify_one();
       return;
     }
@@ -130,7 +134,6 @@ class CallWorkers {
       std::lock_guard<std::mutex> lock(mu_);
       stopping_ = true;
       all.swap(threads_);
-      retired_.clear();
     }
     cv_.notify_all();
     for (auto& t : all) {
@@ -138,6 +141,14 @@ class CallWorkers {
         t.join();
       }
     }
+    std::lock_guard<std::mutex> lock(mu_);
+    retired_.clear();  // ids of the threads just joined
+  }
+
+  // Joins the workers that ended idle (their stacks go with them).
+  void reap() {
+    std::unique_lock<std::mutex> lock(mu_);
+    join_retired(lock);
   }
 
  private:
@@ -193,6 +204,7 @@ class CallWorkers {
   std::deque<std::function<void()>> queue_;
   std::list<std::thread> threads_;
   std::vector<std::thread::id> retired_;
+  const size_t max_;
   size_t idle_ = 0;
   bool stopping_ = false;
 };
@@ -1103,6 +1115,8 @@ class Server {
   void reap_calls(bool all) {
     if (all) {
       workers_.stop();
+    } else {
+      workers_.reap();
     }
     std::lock_guard<std::mutex> lock(mu_);
     for (auto it = calls_.begin(); it != calls_.end();) {
@@ -1254,7 +1268,7 @@ class Server {
   std::atomic<size_t> min_level_{1};  // info
   std::thread watcher_;
   // Last: its destructor waits for the calls still running, which use the members above.
-  CallWorkers workers_;
+  CallWorkers workers_{max_calls_};
 };
 
 // The process's one "mcp" logger (made once, whichever thread comes first).

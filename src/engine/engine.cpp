@@ -2581,67 +2581,69 @@ class Engine::Impl {
           (void)spawners[wid - kFirstSpawnerWatch]->replace_if_dead();
         }
       }
-      std::unique_lock<std::mutex> lock(mu);
-      if (stopping) {
-        return;
+      // Each event under mu of its own, its wakes sent once mu is let go: a settle's waiters
+      // are not kept waiting by the rest of a batch (up to 64 events, output reads among them).
+      for (int i = 0; i < n; ++i) {
+        std::unique_lock<std::mutex> lock(mu);
+        if (stopping) {
+          return;
+        }
+        defer_wakes = true;
+        handle_event(events[i]);
+        const Wakes wakes = take_wakes();
+        lock.unlock();
+        send_wakes(wakes);
       }
-      defer_wakes = true;
-      handle_events(events.data(), n);
-      const Wakes wakes = take_wakes();
-      lock.unlock();
-      send_wakes(wakes);
     }
   }
 
-  // One epoll batch of run_loop(); mu held.
-  void handle_events(const struct epoll_event* events, int n) {
-    for (int i = 0; i < n; ++i) {
-      uint64_t wid = events[i].data.u64;
-      if (wid == kTimerWatch) {
-        on_timer();
-        continue;
-      }
-      if (wid == kWakeWatch) {
-        uint64_t v;
-        (void)::read(wakefd.get(), &v, sizeof v);
-        continue;
-      }
-      auto found = watches.find(wid);
-      if (found == watches.end()) {
-        continue;  // its job settled since epoll_wait returned
-      }
-      Watch w = found->second;
-      Job& j = *w.job;
-      if (j.settled()) {
-        continue;
-      }
-      switch (w.kind) {
-        case WatchKind::kPidfd:
-          j.init_exited = true;
-          unwatch(j.pidfd.get());
-          maybe_settle(j);
-          break;
-        case WatchKind::kStatus:
-          read_status(j);
-          break;
-        case WatchKind::kStdout:
-          read_stream(j, j.out, j.out.pipe.get(), "stdout");
-          break;
-        case WatchKind::kStderr:
-          read_stream(j, j.err, j.err.pipe.get(), "stderr");
-          break;
-        case WatchKind::kPty:
-          if ((events[i].events & EPOLLOUT) != 0) {
-            flush_stdin(j);
-          }
-          if ((events[i].events & ~static_cast<uint32_t>(EPOLLOUT)) != 0) {
-            read_stream(j, j.out, j.pty_master.get(), "pty");
-          }
-          break;
-        case WatchKind::kStdin:
+  // One event of run_loop(); mu held.
+  void handle_event(const struct epoll_event& event) {
+    uint64_t wid = event.data.u64;
+    if (wid == kTimerWatch) {
+      on_timer();
+      return;
+    }
+    if (wid == kWakeWatch) {
+      uint64_t v;
+      (void)::read(wakefd.get(), &v, sizeof v);
+      return;
+    }
+    auto found = watches.find(wid);
+    if (found == watches.end()) {
+      return;  // its job settled since epoll_wait returned
+    }
+    Watch w = found->second;
+    Job& j = *w.job;
+    if (j.settled()) {
+      return;
+    }
+    switch (w.kind) {
+      case WatchKind::kPidfd:
+        j.init_exited = true;
+        unwatch(j.pidfd.get());
+        maybe_settle(j);
+        break;
+      case WatchKind::kStatus:
+        read_status(j);
+        break;
+      case WatchKind::kStdout:
+        read_stream(j, j.out, j.out.pipe.get(), "stdout");
+        break;
+      case WatchKind::kStderr:
+        read_stream(j, j.err, j.err.pipe.get(), "stderr");
+        break;
+      case WatchKind::kPty:
+        if ((event.events & EPOLLOUT) != 0) {
           flush_stdin(j);
-          break;
-      }
+        }
+        if ((event.events & ~static_cast<uint32_t>(EPOLLOUT)) != 0) {
+          read_stream(j, j.out, j.pty_master.get(), "pty");
+        }
+        break;
+      case WatchKind::kStdin:
+        flush_stdin(j);
+        break;
     }
   }
 
@@ -3072,7 +3074,7 @@ Result<JobStatus> Engine::start(const std::string& session, const StartOptions& 
     wakes = m.take_wakes();
   }
   m.send_wakes(wakes);
-  auto& r = *started;
+  Result<JobStatus>& r = *started;
   if (!r && (r.error().sys_errno() == EMFILE || r.error().sys_errno() == ENFILE)) {
     // Out of descriptors is not out of disk, nor the caller's mistake (a review, session 13:
     // ~1000 queued jobs under a soft limit of 1024).
@@ -3081,7 +3083,7 @@ Result<JobStatus> Engine::start(const std::string& session, const StartOptions& 
                                   "limit, LimitNOFILE, or wait for running and queued jobs "
                                   "to end; the command was not started)"));
   }
-  return r;
+  return std::move(r);
 }
 
 Result<JobStatus> Engine::start_job(const std::string& session, const StartOptions& options) {

@@ -408,10 +408,6 @@ BOOST_AUTO_TEST_CASE(a_log_that_is_no_regular_file_blocks_neither_open_nor_list)
   expect_kept(*e, ids[3]);       // the control
 }
 
-// A record rewritten when the engine was killed mid-write leaves `.meta.json.tmp` in the job's
-// directory; removing the job still removes all of it. Failure fixed (a review, session 14):
-// the rmdir failed (ENOTEMPTY) after the logs and record were gone, the index kept the id for
-// good and the job stayed counted against maxJobs.
 // An engine that died after it banked a job's logs and before its record said so: the next
 // engine abandons the job and banks it again over the artifact links that are there already
 // (replaced; the settle links first and unlinks only when a link is in the way).
@@ -439,6 +435,10 @@ BOOST_AUTO_TEST_CASE(a_job_banked_before_its_engine_died_is_banked_again_over_it
   BOOST_TEST(art.st_ino == log.st_ino);
 }
 
+// A record rewritten when the engine was killed mid-write leaves `.meta.json.tmp` in the job's
+// directory; removing the job still removes all of it. Failure fixed (a review, session 14):
+// the rmdir failed (ENOTEMPTY) after the logs and record were gone, the index kept the id for
+// good and the job stayed counted against maxJobs.
 BOOST_AUTO_TEST_CASE(a_job_with_a_leftover_temporary_record_is_removed_whole) {
   EngineEnv env;
   std::vector<std::string> ids = settled_echoes(env, 2);
