@@ -2,6 +2,8 @@
 #include <boost/test/unit_test.hpp>
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -10,6 +12,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <set>
 #include <string>
@@ -258,4 +261,59 @@ BOOST_AUTO_TEST_CASE(a_sweep_removes_only_the_files_no_one_holds) {
   BOOST_TEST(fs::exists(d.dir + "/README"));
   // The held lease is still exclusive after the sweep.
   BOOST_TEST(!HostIdLease::acquire(d.dir, kBase, 1).has_value());
+}
+
+// The idmap user namespace (made for every sandbox's idmapped mounts) maps exactly the ids
+// asked, and its maker leaves nothing behind: its child shares the caller's memory since
+// session 24, so it must be gone (reaped) when the call returns, and the caller's signal
+// mask must be as it was.
+BOOST_AUTO_TEST_CASE(an_idmap_user_namespace_maps_the_ids_asked_and_leaves_nothing_behind) {
+  sigset_t usr1, before, after;
+  sigemptyset(&usr1);
+  sigaddset(&usr1, SIGUSR1);
+  BOOST_REQUIRE(::pthread_sigmask(SIG_BLOCK, &usr1, &before) == 0);
+  BOOST_REQUIRE(::pthread_sigmask(SIG_BLOCK, nullptr, &before) == 0);
+  auto ns = make_idmap_userns(1000, 1001, kBase + 7, kBase + 8);
+  BOOST_REQUIRE(::pthread_sigmask(SIG_BLOCK, nullptr, &after) == 0);
+  BOOST_REQUIRE_MESSAGE(ns.has_value(), ns.error().message());
+  for (int sig = 1; sig < NSIG; ++sig) {
+    BOOST_TEST(sigismember(&before, sig) == sigismember(&after, sig), "signal " << sig);
+  }
+  BOOST_TEST(sigismember(&after, SIGUSR1) == 1);
+  BOOST_TEST(sigismember(&after, SIGTERM) == 0);
+  ::pthread_sigmask(SIG_UNBLOCK, &usr1, nullptr);
+  // No child left to reap, not even a zombie.
+  siginfo_t info{};
+  BOOST_TEST(::waitid(P_ALL, 0, &info, WEXITED | WNOHANG) == -1);
+  BOOST_TEST(errno == ECHILD);
+  // A process that joins the namespace sees the maps written.
+  int ready[2], done[2];
+  BOOST_REQUIRE(::pipe(ready) == 0 && ::pipe(done) == 0);
+  pid_t pid = ::fork();
+  BOOST_REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::close(ready[0]);
+    ::close(done[1]);  // or the read below never sees the parent's close
+    char c = ::setns(ns->get(), CLONE_NEWUSER) == 0 ? 'y' : 'n';
+    (void)::write(ready[1], &c, 1);
+    (void)::read(done[0], &c, 1);
+    ::_exit(0);
+  }
+  ::close(ready[1]);
+  ::close(done[0]);
+  char c = 0;
+  BOOST_REQUIRE(::read(ready[0], &c, 1) == 1);
+  BOOST_TEST(c == 'y');
+  auto read_map = [&](const char* name) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/" + name);
+    std::string inside, outside, count;
+    in >> inside >> outside >> count;
+    return inside + " " + outside + " " + count;
+  };
+  BOOST_TEST(read_map("uid_map") == "1000 " + std::to_string(kBase + 7) + " 1");
+  BOOST_TEST(read_map("gid_map") == "1001 " + std::to_string(kBase + 8) + " 1");
+  ::close(done[1]);
+  int st = 0;
+  BOOST_TEST(::waitpid(pid, &st, 0) == pid);
+  ::close(ready[0]);
 }
