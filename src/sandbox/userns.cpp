@@ -1,7 +1,6 @@
 #include "sandbox/userns.hpp"
 
 #include <fcntl.h>
-#include <pthread.h>
 #include <linux/sched.h>
 #include <sched.h>
 #include <signal.h>
@@ -13,7 +12,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdint>
 #include <optional>
 #include <random>
 #include <vector>
@@ -204,77 +202,35 @@ Result<void> write_id_maps(pid_t pid, uid_t inside_uid, gid_t inside_gid, uid_t 
   return {};
 }
 
-namespace {
-
-// The idmap namespace's only process: it waits for the pipe's EOF and ends. It shares the
-// caller's memory (CLONE_VM) and runs on a stack of its own in the caller's frame, so the clone
-// copies no page tables and leaves none of the caller's pages write-protected: with a plain
-// fork every page the caller wrote afterwards faulted once (~20 µs each in a PVM guest; a
-// fifth of a warm-pool build's CPU in the spawner, session 24). No handler can run in it (see
-// make_idmap_userns), it touches nothing but that stack and makes raw syscalls, so no errno of
-// the caller's is written (a read of a pipe is not interrupted without a handler to run).
-// `arg`: the pipe's two ends, in the caller's frame (which it does not change meanwhile); the
-// child's copy of the write end is closed first, or the EOF would never come. Not
-// instrumented by AddressSanitizer: the frame it leaves behind (it ends by SYS_exit, never
-// returning) would keep its redzones poisoned in the shadow of the caller's memory.
-__attribute__((no_sanitize("address"))) int idmap_child(void* arg) {
-  const int* ends = static_cast<const int*>(arg);
-  ::syscall(SYS_close, ends[1]);
-  char c;
-  while (::syscall(SYS_read, ends[0], &c, 1) > 0) {
-  }
-  ::syscall(SYS_exit, 0);
-  return 0;
-}
-
-}  // namespace
-
 Result<UniqueFd> make_idmap_userns(uid_t disk_uid, gid_t disk_gid, uid_t host_uid, gid_t host_gid) {
-  // A child in a new user namespace that only waits; we map it, keep its namespace, end it.
+  // A child in a new user namespace that only waits; we map it, keep its namespace, kill it.
   int pipefd[2];
   if (::pipe2(pipefd, O_CLOEXEC) != 0) {
     return sys_error("pipe2");
   }
   UniqueFd rd(pipefd[0]);
   UniqueFd wr(pipefd[1]);
-  alignas(64) char stack[16384];  // the child's; untouched by this frame until it is reaped
   int pidfd = -1;
-  // Signals are blocked across the clone, so no handler runs in the child (it would run on the
-  // child's stack, in memory it shares with us). The ones that end a process by default and
-  // have no handler (SIGTERM before `cordon run` watches for it) are left as they were (added
-  // with SIG_BLOCK: one blocked already stays so): they end the child, or us, as they did
-  // before. Blocking them would hold them back, and would look like the moment the CLI takes
-  // SIGTERM for itself (run/a_signal_before_init_is_ready_still_reaches_the_command watches
-  // the mask for that).
-  sigset_t all, old;
-  ::sigfillset(&all);
-  for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT}) {
-    struct sigaction sa {};
-    if (::sigaction(sig, nullptr, &sa) == 0 && sa.sa_handler == SIG_DFL &&
-        (sa.sa_flags & SA_SIGINFO) == 0) {
-      ::sigdelset(&all, sig);
-    }
-  }
-  if (int e = ::pthread_sigmask(SIG_BLOCK, &all, &old); e != 0) {
-    return errno_error(e, "pthread_sigmask (idmap user namespace)");
-  }
-  int pid =
-      ::clone(idmap_child, stack + sizeof stack, CLONE_VM | CLONE_NEWUSER | CLONE_PIDFD | SIGCHLD,
-              static_cast<void*>(pipefd), &pidfd);
-  int clone_errno = errno;
-  (void)::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  struct clone_args args {};
+  args.flags = CLONE_NEWUSER | CLONE_PIDFD;
+  args.pidfd = reinterpret_cast<uint64_t>(&pidfd);
+  args.exit_signal = SIGCHLD;
+  long pid = sys::clone3(&args);
   if (pid < 0) {
-    return errno_error(clone_errno, "clone (idmap user namespace)");
+    return sys_error("clone3 (idmap user namespace)");
+  }
+  if (pid == 0) {
+    char c;
+    ::close(pipefd[1]);
+    while (::read(pipefd[0], &c, 1) < 0 && errno == EINTR) {
+    }
+    ::_exit(0);
   }
   UniqueFd child(pidfd);
-  // Waits until the child is gone: it runs on `stack`, which must outlive it.
   auto reap = [&] {
     wr.reset();
     siginfo_t info{};
-    while (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(child.get()), &info,
-                    WEXITED) != 0 &&
-           errno == EINTR) {
-    }
+    ::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(child.get()), &info, WEXITED);
   };
   auto maps = write_id_maps(static_cast<pid_t>(pid), disk_uid, disk_gid, host_uid, host_gid);
   if (!maps) {
