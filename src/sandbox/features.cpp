@@ -40,7 +40,7 @@ std::pair<bool, std::string> try_clone3(uint64_t flags) {
   args.flags = flags | CLONE_PIDFD;
   args.pidfd = reinterpret_cast<uint64_t>(&pidfd);
   args.exit_signal = SIGCHLD;
-  long pid = sys::clone3(&args);
+  long pid = clone3_in_owned_userns(&args);
   if (pid < 0) {
     return {false, "clone3: " + errno_name(errno)};
   }

@@ -203,14 +203,28 @@ Result<void> write_id_maps(pid_t pid, uid_t inside_uid, gid_t inside_gid, uid_t 
   return {};
 }
 
-namespace {
-
-std::mutex& idmap_clone_mutex() {
+long clone3_in_owned_userns(struct clone_args* args) {
+  // The lock keeps two callers from restoring the flag under each other's clone.
   static std::mutex mu;
-  return mu;
+  std::unique_lock lock(mu);
+  int was_dumpable = ::prctl(PR_GET_DUMPABLE, 0, 0, 0, 0);
+  if (was_dumpable < 0 || (was_dumpable != 0 && ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0)) {
+    return -1;  // errno is prctl's
+  }
+  long pid = sys::clone3(args);
+  if (pid == 0) {
+    (void)lock.release();  // the child's copy: never unlocked, never used
+    return 0;
+  }
+  const int clone_errno = errno;
+  // Only 1 is set again (2, "suidsafe", is the kernel's own). Should that fail we stay
+  // non-dumpable, the stricter side, and go on.
+  if (was_dumpable == 1) {
+    (void)::prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+  }
+  errno = clone_errno;
+  return pid;
 }
-
-}  // namespace
 
 Result<UniqueFd> make_idmap_userns(uid_t disk_uid, gid_t disk_gid, uid_t host_uid, gid_t host_gid) {
   // A child in a new user namespace that only waits; we map it, keep its namespace, end it.
@@ -225,22 +239,7 @@ Result<UniqueFd> make_idmap_userns(uid_t disk_uid, gid_t disk_gid, uid_t host_ui
   args.flags = CLONE_NEWUSER | CLONE_PIDFD;
   args.pidfd = reinterpret_cast<uint64_t>(&pidfd);
   args.exit_signal = SIGCHLD;
-  // The child sits in a user namespace our euid owns, which gives every process of that euid,
-  // even one without any capability, CAP_SYS_PTRACE over it: /proc/<child>/mem (a copy of our
-  // memory) and /proc/<child>/fd (our descriptors, inherited) would be open to it. A
-  // non-dumpable memory refuses them: it asks for CAP_SYS_PTRACE in the namespace the memory
-  // was made in, the initial one here. So we turn non-dumpable across the clone, and the copy
-  // the child gets keeps that; the lock keeps two callers from restoring it under each
-  // other's clone.
-  std::unique_lock dumpable_lock(idmap_clone_mutex());
-  int was_dumpable = ::prctl(PR_GET_DUMPABLE, 0, 0, 0, 0);
-  if (was_dumpable < 0) {
-    return sys_error("prctl PR_GET_DUMPABLE");
-  }
-  if (was_dumpable != 0 && ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {
-    return sys_error("prctl PR_SET_DUMPABLE 0");
-  }
-  long pid = sys::clone3(&args);
+  long pid = clone3_in_owned_userns(&args);
   if (pid == 0) {
     char c;
     ::close(pipefd[1]);
@@ -248,15 +247,8 @@ Result<UniqueFd> make_idmap_userns(uid_t disk_uid, gid_t disk_gid, uid_t host_ui
     }
     ::_exit(0);
   }
-  const int clone_errno = errno;
-  // Only 1 is set again (2, "suidsafe", is the kernel's own). Should that fail we stay
-  // non-dumpable, the stricter side, and go on.
-  if (was_dumpable == 1) {
-    (void)::prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
-  }
-  dumpable_lock.unlock();
   if (pid < 0) {
-    return errno_error(clone_errno, "clone3 (idmap user namespace)");
+    return sys_error("clone3 (idmap user namespace)");
   }
   UniqueFd child(pidfd);
   auto reap = [&] {

@@ -4,6 +4,7 @@
 // seen inside as the requested uid. The user namespace is created owned by that host uid, so
 // per-user kernel limits (inotify instances, user namespaces…) are charged to it, not to root.
 
+#include <linux/sched.h>
 #include <sys/types.h>
 
 #include <string>
@@ -53,6 +54,16 @@ class HostIdLease {
 /// Writes uid_map and gid_map of `pid` ("inside host 1"), as the privileged parent.
 [[nodiscard]] Result<void> write_id_maps(pid_t pid, uid_t inside_uid, gid_t inside_gid,
                                          uid_t host_uid, gid_t host_gid);
+
+/// clone3 of a child in a new user namespace (`args` asks CLONE_NEWUSER) that the caller's euid
+/// will own. Such a namespace gives every process of that euid, even one without any
+/// capability, CAP_SYS_PTRACE over its members: /proc/<child>/mem (a copy of the caller's
+/// memory) and /proc/<child>/fd (the caller's descriptors, inherited) would be open to it. A
+/// non-dumpable memory refuses that (it asks for CAP_SYS_PTRACE in the namespace the memory was
+/// made in, the caller's), so the caller is made non-dumpable across the clone and the child's
+/// copy stays so; the flag is restored after. Returns as clone3 does (0 in the child; -1 with
+/// errno, of prctl or clone3).
+long clone3_in_owned_userns(struct clone_args* args);
 
 /// A user namespace whose only mapping is disk owner → host id, for MOUNT_ATTR_IDMAP: files
 /// owned by `disk_uid` appear owned by `host_uid`, and what `host_uid` creates lands on disk
