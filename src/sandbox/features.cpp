@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <optional>
 
 #include "base/strings.hpp"
 #include "sandbox/userns.hpp"
@@ -40,12 +41,27 @@ std::pair<bool, std::string> try_clone3(uint64_t flags) {
   args.flags = flags | CLONE_PIDFD;
   args.pidfd = reinterpret_cast<uint64_t>(&pidfd);
   args.exit_signal = SIGCHLD;
-  long pid = clone3_in_owned_userns(&args);
-  if (pid < 0) {
-    return {false, "clone3: " + errno_name(errno)};
+  long pid;
+  int clone_errno = 0;
+  {
+    // As a sandbox's own namespaces are made: owned by a host id, not by root (see
+    // EffectiveIdSwitch).
+    std::optional<EffectiveIdSwitch> as_host;
+    if (::geteuid() == 0) {
+      auto sw = EffectiveIdSwitch::to(kHostIdBase);
+      if (!sw) {
+        return {false, sw.error().message()};
+      }
+      as_host.emplace(std::move(*sw));
+    }
+    pid = sys::clone3(&args);
+    if (pid == 0) {
+      ::_exit(0);
+    }
+    clone_errno = errno;
   }
-  if (pid == 0) {
-    ::_exit(0);
+  if (pid < 0) {
+    return {false, "clone3: " + errno_name(clone_errno)};
   }
   siginfo_t info{};
   ::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd), &info, WEXITED);

@@ -19,63 +19,6 @@
 #include "sys/syscalls.hpp"
 
 namespace cordon::sandbox {
-namespace {
-
-// Switches the effective uid/gid to the leased host id around clone3, so the new user
-// namespace is owned by that unprivileged id (per-user kernel limits are charged there, not
-// to root). SECBIT_NO_SETUID_FIXUP keeps our effective capabilities across the switch, which
-// CLONE_INTO_CGROUP needs (write access to the common ancestor's cgroup.procs).
-class EffectiveIdSwitch {
- public:
-  static Result<EffectiveIdSwitch> to(uid_t id) {
-    int old_bits = ::prctl(PR_GET_SECUREBITS, 0, 0, 0, 0);
-    if (old_bits < 0) {
-      return sys_error("prctl PR_GET_SECUREBITS");
-    }
-    if (::prctl(PR_SET_SECUREBITS, static_cast<unsigned long>(old_bits) | sys::kSecbitNoSetuidFixup,
-                0, 0, 0) != 0) {
-      return sys_error("prctl PR_SET_SECUREBITS NO_SETUID_FIXUP");
-    }
-    EffectiveIdSwitch sw(old_bits);
-    // Raw syscalls: only this thread (the one calling clone3) changes credentials.
-    if (::syscall(SYS_setresgid, -1, id, -1) != 0) {
-      return sys_error("setresgid(-1, {}, -1)", id);
-    }
-    sw.gid_switched_ = true;
-    if (::syscall(SYS_setresuid, -1, id, -1) != 0) {
-      return sys_error("setresuid(-1, {}, -1)", id);
-    }
-    sw.uid_switched_ = true;
-    return sw;
-  }
-  EffectiveIdSwitch(EffectiveIdSwitch&& o) noexcept
-      : old_bits_(o.old_bits_), uid_switched_(o.uid_switched_), gid_switched_(o.gid_switched_) {
-    o.old_bits_ = -1;
-    o.uid_switched_ = o.gid_switched_ = false;
-  }
-  EffectiveIdSwitch& operator=(EffectiveIdSwitch&&) = delete;
-  ~EffectiveIdSwitch() {
-    // Restoring root's ids cannot fail while the saved ids are 0; if it did, continuing
-    // as the wrong user would be worse than dying.
-    if (uid_switched_ && ::syscall(SYS_setresuid, -1, 0, -1) != 0) {
-      ::abort();
-    }
-    if (gid_switched_ && ::syscall(SYS_setresgid, -1, 0, -1) != 0) {
-      ::abort();
-    }
-    if (old_bits_ >= 0) {
-      (void)::prctl(PR_SET_SECUREBITS, static_cast<unsigned long>(old_bits_), 0, 0, 0);
-    }
-  }
-
- private:
-  explicit EffectiveIdSwitch(int old_bits) : old_bits_(old_bits) {}
-  int old_bits_;
-  bool uid_switched_ = false;
-  bool gid_switched_ = false;
-};
-
-}  // namespace
 
 Result<SpawnedSandbox> spawn_sandbox(PreparedSandbox& prepared, const SpawnOptions& options) {
   ChildPlan& plan = prepared.plan();

@@ -1,6 +1,7 @@
 #include "sandbox/userns.hpp"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <linux/sched.h>
 #include <sched.h>
 #include <signal.h>
@@ -12,12 +13,14 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <mutex>
+#include <cstdlib>
 #include <optional>
 #include <random>
 #include <vector>
 
+#include "base/scope_exit.hpp"
 #include "base/strings.hpp"
+#include "sandbox/idmap_child.hpp"
 #include "sys/fs.hpp"
 #include "sys/syscalls.hpp"
 
@@ -203,31 +206,87 @@ Result<void> write_id_maps(pid_t pid, uid_t inside_uid, gid_t inside_gid, uid_t 
   return {};
 }
 
-long clone3_in_owned_userns(struct clone_args* args) {
-  // The lock keeps two callers from restoring the flag under each other's clone.
-  static std::mutex mu;
-  std::unique_lock lock(mu);
-  int was_dumpable = ::prctl(PR_GET_DUMPABLE, 0, 0, 0, 0);
-  if (was_dumpable < 0 || (was_dumpable != 0 && ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0)) {
-    return -1;  // errno is prctl's
+Result<EffectiveIdSwitch> EffectiveIdSwitch::to(uid_t id) {
+  int old_bits = ::prctl(PR_GET_SECUREBITS, 0, 0, 0, 0);
+  if (old_bits < 0) {
+    return sys_error("prctl PR_GET_SECUREBITS");
   }
-  long pid = sys::clone3(args);
-  if (pid == 0) {
-    (void)lock.release();  // the child's copy: never unlocked, never used
-    return 0;
+  if (::prctl(PR_SET_SECUREBITS, static_cast<unsigned long>(old_bits) | sys::kSecbitNoSetuidFixup,
+              0, 0, 0) != 0) {
+    return sys_error("prctl PR_SET_SECUREBITS NO_SETUID_FIXUP");
   }
-  const int clone_errno = errno;
-  // Only 1 is set again (2, "suidsafe", is the kernel's own). Should that fail we stay
-  // non-dumpable, the stricter side, and go on.
-  if (was_dumpable == 1) {
-    (void)::prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+  EffectiveIdSwitch sw(old_bits);
+  // Raw syscalls: only this thread (the one that clones) changes credentials.
+  if (::syscall(SYS_setresgid, -1, id, -1) != 0) {
+    return sys_error("setresgid(-1, {}, -1)", id);
   }
-  errno = clone_errno;
-  return pid;
+  sw.gid_switched_ = true;
+  if (::syscall(SYS_setresuid, -1, id, -1) != 0) {
+    return sys_error("setresuid(-1, {}, -1)", id);
+  }
+  sw.uid_switched_ = true;
+  return sw;
 }
+
+EffectiveIdSwitch::~EffectiveIdSwitch() {
+  // Continuing as the wrong user would be worse than dying.
+  if (uid_switched_ && ::syscall(SYS_setresuid, -1, 0, -1) != 0) {
+    ::abort();
+  }
+  if (gid_switched_ && ::syscall(SYS_setresgid, -1, 0, -1) != 0) {
+    ::abort();
+  }
+  if (old_bits_ >= 0) {
+    (void)::prctl(PR_SET_SECUREBITS, static_cast<unsigned long>(old_bits_), 0, 0, 0);
+  }
+}
+
+namespace {
+
+#if defined(__x86_64__)
+// Blocks every signal of this thread but those that end a process by default and have no
+// handler, and restores the mask at the end of its scope. Nothing else runs in a child made
+// meanwhile (a handler would run on its stack, in memory it shares with us); a signal left
+// unblocked ends the child, or us, as it would have before. Blocking those too would hold
+// them back, and would look like the moment the CLI takes SIGTERM for itself
+// (run/a_signal_before_init_is_ready_still_reaches_the_command watches the mask for that).
+class SignalsHeld {
+ public:
+  SignalsHeld() {
+    sigset_t all;
+    ::sigfillset(&all);
+    for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT}) {
+      struct sigaction sa {};
+      if (::sigaction(sig, nullptr, &sa) == 0 && sa.sa_handler == SIG_DFL &&
+          (sa.sa_flags & SA_SIGINFO) == 0) {
+        ::sigdelset(&all, sig);
+      }
+    }
+    err_ = ::pthread_sigmask(SIG_BLOCK, &all, &old_);
+  }
+  SignalsHeld(const SignalsHeld&) = delete;
+  SignalsHeld& operator=(const SignalsHeld&) = delete;
+  ~SignalsHeld() {
+    if (err_ == 0) {
+      (void)::pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+    }
+  }
+  int error() const { return err_; }
+
+ private:
+  sigset_t old_{};
+  int err_ = 0;
+};
+#endif
+
+}  // namespace
 
 Result<UniqueFd> make_idmap_userns(uid_t disk_uid, gid_t disk_gid, uid_t host_uid, gid_t host_gid) {
   // A child in a new user namespace that only waits; we map it, keep its namespace, end it.
+  // Root makes it as `host_uid` (EffectiveIdSwitch): a namespace owned by root would give any
+  // process of euid 0, even one without any capability, CAP_SYS_PTRACE over the child (its
+  // memory, which is ours; its namespace, whose maps we are writing), also while it exits.
+  // Another caller's processes may reach the child only as their own.
   int pipefd[2];
   if (::pipe2(pipefd, O_CLOEXEC) != 0) {
     return sys_error("pipe2");
@@ -235,11 +294,41 @@ Result<UniqueFd> make_idmap_userns(uid_t disk_uid, gid_t disk_gid, uid_t host_ui
   UniqueFd rd(pipefd[0]);
   UniqueFd wr(pipefd[1]);
   int pidfd = -1;
+  std::optional<EffectiveIdSwitch> as_host;
+  auto become_host = [&]() -> Result<void> {
+    if (::geteuid() == 0) {
+      CORDON_TRY(sw, EffectiveIdSwitch::to(host_uid));
+      as_host.emplace(std::move(sw));
+    }
+    return {};
+  };
+#if defined(__x86_64__)
+  alignas(64) char stack[16384];  // the child's; untouched by this frame until it is reaped
+  IdmapChildArgs child_args{pipefd[0], ::getpid()};
+  long pid;
+  {
+    SignalsHeld held;
+    if (held.error() != 0) {
+      return errno_error(held.error(), "pthread_sigmask (idmap user namespace)");
+    }
+    CORDON_CHECK(become_host());
+    pid = ::clone(idmap_child, stack + sizeof stack,
+                  CLONE_VM | CLONE_FILES | CLONE_NEWUSER | CLONE_PIDFD | SIGCHLD,
+                  static_cast<void*>(&child_args), &pidfd);
+    const int clone_errno = errno;
+    as_host.reset();
+    errno = clone_errno;
+  }
+  if (pid < 0) {
+    return sys_error("clone (idmap user namespace)");
+  }
+#else
   struct clone_args args {};
   args.flags = CLONE_NEWUSER | CLONE_PIDFD;
   args.pidfd = reinterpret_cast<uint64_t>(&pidfd);
   args.exit_signal = SIGCHLD;
-  long pid = clone3_in_owned_userns(&args);
+  CORDON_CHECK(become_host());
+  long pid = sys::clone3(&args);
   if (pid == 0) {
     char c;
     ::close(pipefd[1]);
@@ -247,24 +336,28 @@ Result<UniqueFd> make_idmap_userns(uid_t disk_uid, gid_t disk_gid, uid_t host_ui
     }
     ::_exit(0);
   }
+  const int clone_errno = errno;
+  as_host.reset();
   if (pid < 0) {
-    return sys_error("clone3 (idmap user namespace)");
+    return errno_error(clone_errno, "clone3 (idmap user namespace)");
   }
+#endif
   UniqueFd child(pidfd);
-  auto reap = [&] {
+  // On every way out: killed (a stopped child would not read the EOF) and reaped.
+  ScopeExit reap([&] {
+    (void)sys::pidfd_send_signal(child.get(), SIGKILL, nullptr, 0);
     wr.reset();
     siginfo_t info{};
-    ::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(child.get()), &info, WEXITED);
-  };
+    while (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(child.get()), &info,
+                    WEXITED) != 0 &&
+           errno == EINTR) {
+    }
+  });
   auto maps = write_id_maps(static_cast<pid_t>(pid), disk_uid, disk_gid, host_uid, host_gid);
   if (!maps) {
-    reap();
     return std::unexpected(std::move(maps.error()).wrap("map idmap user namespace"));
   }
-  std::string ns = fmt::format("/proc/{}/ns/user", pid);
-  auto fd = sys::open_fd(ns, O_RDONLY);
-  reap();
-  return fd;
+  return sys::open_fd(fmt::format("/proc/{}/ns/user", pid), O_RDONLY);
 }
 
 namespace {

@@ -4,7 +4,6 @@
 // seen inside as the requested uid. The user namespace is created owned by that host uid, so
 // per-user kernel limits (inotify instances, user namespaces…) are charged to it, not to root.
 
-#include <linux/sched.h>
 #include <sys/types.h>
 
 #include <string>
@@ -55,19 +54,36 @@ class HostIdLease {
 [[nodiscard]] Result<void> write_id_maps(pid_t pid, uid_t inside_uid, gid_t inside_gid,
                                          uid_t host_uid, gid_t host_gid);
 
-/// clone3 of a child in a new user namespace (`args` asks CLONE_NEWUSER) that the caller's euid
-/// will own. Such a namespace gives every process of that euid, even one without any
-/// capability, CAP_SYS_PTRACE over its members: /proc/<child>/mem (a copy of the caller's
-/// memory) and /proc/<child>/fd (the caller's descriptors, inherited) would be open to it. A
-/// non-dumpable memory refuses that (it asks for CAP_SYS_PTRACE in the namespace the memory was
-/// made in, the caller's), so the caller is made non-dumpable across the clone and the child's
-/// copy stays so; the flag is restored after. Returns as clone3 does (0 in the child; -1 with
-/// errno, of prctl or clone3).
-long clone3_in_owned_userns(struct clone_args* args);
+/// Switches this thread's effective uid/gid to `id` for its life (raw syscalls: only this
+/// thread's credentials change), so a user namespace cloned meanwhile is owned by that
+/// unprivileged id: per-user kernel limits are charged there, not to root, and no process of
+/// the caller's own euid holds capabilities over the namespace's members (an owner's
+/// namespace would give every process of that euid, even one without any capability,
+/// CAP_SYS_PTRACE over them: the child's memory, its descriptors, its namespace).
+/// SECBIT_NO_SETUID_FIXUP keeps the effective capabilities across the switch, which
+/// CLONE_INTO_CGROUP needs (write access to the common ancestor's cgroup.procs). Needs root;
+/// restoring root's ids cannot fail while the saved ids are 0 (if it did: abort).
+class EffectiveIdSwitch {
+ public:
+  [[nodiscard]] static Result<EffectiveIdSwitch> to(uid_t id);
+  EffectiveIdSwitch(EffectiveIdSwitch&& o) noexcept
+      : old_bits_(o.old_bits_), uid_switched_(o.uid_switched_), gid_switched_(o.gid_switched_) {
+    o.old_bits_ = -1;
+    o.uid_switched_ = o.gid_switched_ = false;
+  }
+  EffectiveIdSwitch& operator=(EffectiveIdSwitch&&) = delete;
+  ~EffectiveIdSwitch();
+
+ private:
+  explicit EffectiveIdSwitch(int old_bits) : old_bits_(old_bits) {}
+  int old_bits_;
+  bool uid_switched_ = false;
+  bool gid_switched_ = false;
+};
 
 /// A user namespace whose only mapping is disk owner → host id, for MOUNT_ATTR_IDMAP: files
 /// owned by `disk_uid` appear owned by `host_uid`, and what `host_uid` creates lands on disk
-/// owned by `disk_uid`.
+/// owned by `disk_uid`. Made by root, it is owned by `host_uid` (EffectiveIdSwitch).
 [[nodiscard]] Result<UniqueFd> make_idmap_userns(uid_t disk_uid, gid_t disk_gid, uid_t host_uid,
                                                  gid_t host_gid);
 

@@ -2,14 +2,19 @@
 
 // The host side of every sandbox build: before it mounts the working root idmapped, cordon (the
 // spawner, or `cordon run` itself) makes a user namespace for the idmapping, with a child that
-// only waits while the maps are written. That namespace is owned by cordon's euid (root), and
-// an owner's namespace gives every process of that euid CAP_SYS_PTRACE over its members, even a
-// process that dropped every capability. The attack: such a process (root without
-// capabilities, like a service that dropped them) watches for the child and opens its
-// /proc/<pid>/mem, which holds a copy of cordon's memory, and /proc/<pid>/fd, cordon's
-// descriptors. The wall: the child's memory is made non-dumpable in the initial namespace,
-// where the attacker has no capability. The control: the same attacker against a child made
-// the same way but left dumpable reads the secret and the descriptor, so the refusal is the
+// only waits while the maps are written; on x86-64 the child shares cordon's memory and
+// descriptor table. A namespace owned by root would give every process of euid 0, even one
+// that dropped every capability, CAP_SYS_PTRACE over that child. The attack: such a process
+// (root without capabilities, like a service that dropped them) watches for the child and
+// opens its /proc/<pid>/mem (cordon's memory) for reading and for writing, reads a descriptor
+// through /proc/<pid>/fd and takes one with pidfd_getfd, and opens /proc/<pid>/ns/user (the
+// namespace whose maps cordon is writing). The wall: the child is made with the effective ids
+// of the sandbox's host id, so the namespace is that id's and the child's credentials are not
+// the attacker's (the kernel also turns cordon non-dumpable at that change of its effective
+// ids, fs.suid_dumpable 0: a second wall for memory and descriptors while the child lives,
+// not for a child that is exiting on kernels before the fix of CVE-2026-46333; the first holds
+// there too). The control: the same attacker against a child made as root (a fork in a new
+// user namespace, as cordon made it before session 25) gets all of them, so the refusal is the
 // wall's, not the attacker's blindness.
 
 #include <fcntl.h>
@@ -52,8 +57,11 @@ struct Tally {
   std::atomic<long> refused{0};     // ... refused (EACCES/EPERM)
   std::atomic<long> mem_opened{0};  // ... opened
   std::atomic<long> leaked{0};      // ... and the secret read from it
+  std::atomic<long> writable{0};    // ... opened for writing (never written)
   std::atomic<long> fd_refused{0};  // /proc/<pid>/fd/<marker> refused
   std::atomic<long> fd_read{0};     // ... read, naming the marker
+  std::atomic<long> fd_taken{0};    // the marker taken with pidfd_getfd
+  std::atomic<long> ns_opened{0};   // /proc/<pid>/ns/user opened
 };
 
 // Root with no capability at all (effective, permitted, inheritable), as the attacker.
@@ -109,6 +117,11 @@ bool drop_all_capabilities() {
         ++t->tries;
         ++t->refused;
       }
+      fd = ::open((proc + "/mem").c_str(), O_RDWR | O_CLOEXEC);
+      if (fd >= 0) {
+        ++t->writable;
+        ::close(fd);
+      }
       char link[256];
       ssize_t n =
           ::readlink((proc + "/fd/" + std::to_string(marker_fd)).c_str(), link, sizeof link - 1);
@@ -119,6 +132,20 @@ bool drop_all_capabilities() {
         }
       } else if (errno == EACCES || errno == EPERM) {
         ++t->fd_refused;
+      }
+      int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+      if (pidfd >= 0) {
+        int taken = static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd, marker_fd, 0));
+        if (taken >= 0) {
+          ++t->fd_taken;
+          ::close(taken);
+        }
+        ::close(pidfd);
+      }
+      fd = ::open((proc + "/ns/user").c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd >= 0) {
+        ++t->ns_opened;
+        ::close(fd);
       }
     }
   }
@@ -157,13 +184,14 @@ struct Attacker {
     ::munmap(t, sizeof(Tally));
   }
   void reset() {
-    t->tries = t->refused = t->mem_opened = t->leaked = t->fd_refused = t->fd_read = 0;
+    t->tries = t->refused = t->mem_opened = t->leaked = t->writable = 0;
+    t->fd_refused = t->fd_read = t->fd_taken = t->ns_opened = 0;
   }
 };
 
-// A child made as make_idmap_userns makes its own, but left dumpable: a fork in a new user
-// namespace that waits for its pipe's EOF. Returns its pidfd; `hold` is the write end.
-int dumpable_child(int& hold) {
+// A child made as make_idmap_userns made its own before session 25: a fork, as root, in a new
+// user namespace, that waits for its pipe's EOF. Returns its pidfd; `hold` is the write end.
+int root_owned_child(int& hold) {
   int p[2];
   BOOST_REQUIRE(::pipe2(p, O_CLOEXEC) == 0);
   int pidfd = -1;
@@ -203,19 +231,27 @@ BOOST_AUTO_TEST_CASE(a_root_without_capabilities_cannot_reach_into_the_idmap_chi
   BOOST_REQUIRE_MESSAGE(::geteuid() == 0, "needs root (the idmap child's namespace is root's)");
   Attacker a;
 
-  // Control: a dumpable child of the same making gives the attacker our memory and descriptors.
+  // Control: a child in a namespace of root's gives the attacker our memory, descriptors and
+  // namespace.
   int hold = -1;
-  int pidfd = dumpable_child(hold);
-  bool reached = wait_for([&] { return a.t->leaked.load() > 0 && a.t->fd_read.load() > 0; },
-                          std::chrono::seconds(10));
+  int pidfd = root_owned_child(hold);
+  bool reached = wait_for(
+      [&] {
+        return a.t->leaked.load() > 0 && a.t->writable.load() > 0 && a.t->fd_read.load() > 0 &&
+               a.t->fd_taken.load() > 0 && a.t->ns_opened.load() > 0;
+      },
+      std::chrono::seconds(10));
   ::close(hold);
   siginfo_t info{};
   BOOST_TEST(::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd), &info, WEXITED) ==
              0);
   ::close(pidfd);
-  BOOST_REQUIRE_MESSAGE(reached, "the control: the attacker read a dumpable child's memory ("
-                                     << a.t->leaked.load() << ") and descriptor ("
-                                     << a.t->fd_read.load() << ")");
+  BOOST_REQUIRE_MESSAGE(reached, "the control: from a root-owned child the attacker read memory ("
+                                     << a.t->leaked.load() << "), opened it for writing ("
+                                     << a.t->writable.load() << "), read a descriptor ("
+                                     << a.t->fd_read.load() << "), took one ("
+                                     << a.t->fd_taken.load() << ") and opened the namespace ("
+                                     << a.t->ns_opened.load() << ")");
 
   // The wall: make_idmap_userns's child, as often as it takes the attacker to meet it alive.
   a.reset();
@@ -232,8 +268,12 @@ BOOST_AUTO_TEST_CASE(a_root_without_capabilities_cannot_reach_into_the_idmap_chi
   BOOST_TEST(a.t->refused.load() >= 20);  // it met the children alive, and was refused
   BOOST_TEST(a.t->mem_opened.load() == 0);
   BOOST_TEST(a.t->leaked.load() == 0);
+  BOOST_TEST(a.t->writable.load() == 0);
   BOOST_TEST(a.t->fd_read.load() == 0);
+  BOOST_TEST(a.t->fd_taken.load() == 0);
+  BOOST_TEST(a.t->ns_opened.load() == 0);
   BOOST_TEST(a.t->fd_refused.load() > 0);
-  // The caller's own flag is as it was.
-  BOOST_TEST(::prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) == 1);
+  // The caller is root again.
+  BOOST_TEST(::geteuid() == 0u);
+  BOOST_TEST(::getegid() == 0u);
 }

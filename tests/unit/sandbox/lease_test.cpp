@@ -5,17 +5,22 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <linux/nsfs.h>
 #include <sys/file.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "sandbox/userns.hpp"
@@ -336,4 +341,41 @@ BOOST_AUTO_TEST_CASE(an_idmap_user_namespace_maps_the_ids_asked_and_leaves_nothi
   BOOST_TEST(no_child_left());
   BOOST_TEST(open_fds() == fds_before);
   ::pthread_sigmask(SIG_UNBLOCK, &usr1, nullptr);
+}
+
+// Makers on several threads at once: each gets its namespace, owned by its own host id (made
+// with that id as the effective one: see EffectiveIdSwitch), and each thread is root again after.
+BOOST_AUTO_TEST_CASE(idmap_namespaces_made_side_by_side_are_owned_by_their_host_ids) {
+  BOOST_REQUIRE_MESSAGE(::geteuid() == 0, "needs root (the maps name host ids)");
+  std::atomic<int> made{0}, failed{0}, wrong_owner{0}, not_root_after{0};
+  std::vector<std::thread> makers;
+  for (int t = 0; t < 3; ++t) {
+    makers.emplace_back([&, t] {
+      const uid_t host = kBase + 20 + static_cast<uid_t>(t);
+      for (int i = 0; i < 100; ++i) {
+        auto ns = make_idmap_userns(1000, 1000, host, host);
+        if (!ns) {
+          ++failed;
+          continue;
+        }
+        ++made;
+        uid_t owner = 0;
+        if (::ioctl(ns->get(), NS_GET_OWNER_UID, &owner) != 0 || owner != host) {
+          ++wrong_owner;
+        }
+        if (::geteuid() != 0 || ::getegid() != 0) {
+          ++not_root_after;
+        }
+      }
+    });
+  }
+  for (auto& m : makers) {
+    m.join();
+  }
+  BOOST_TEST(made.load() == 300);
+  BOOST_TEST(failed.load() == 0);
+  BOOST_TEST(wrong_owner.load() == 0);
+  BOOST_TEST(not_root_after.load() == 0);
+  siginfo_t info{};
+  BOOST_TEST(::waitid(P_ALL, 0, &info, WEXITED | WNOHANG) == -1);
 }
