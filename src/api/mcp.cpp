@@ -249,7 +249,7 @@ class Server {
   int serve(int in_fd, const ConnectionLimits& limits = {}, const std::string& first_line = {}) {
     try {
       watcher_ = std::thread([this] { watch_loop(); });
-    } catch (const std::system_error& e) {  // EAGAIN: no thread to be had (run_on_own_thread)
+    } catch (const std::system_error& e) {  // EAGAIN: no thread to be had (run_on_worker)
       log_->error("closing: no thread for the connection's watcher ({})", e.code().message());
       return 1;
     }
@@ -698,7 +698,7 @@ class Server {
     if (!call) {
       return;
     }
-    run_on_own_thread(call, reply, [this, call, tool, args, token, reply, as_task] {
+    run_on_worker(call, reply, [this, call, tool, args, token, reply, as_task] {
       if (as_task) {
         run_task_call(*call, *tool, args, reply);
       } else {
@@ -712,8 +712,8 @@ class Server {
   // ends the call with a busy error and frees its slot; std::thread's exception would end the
   // process. An exception out of the body (nothing cordon calls throws; bad_alloc could) ends
   // the call with an internal error rather than the daemon.
-  void run_on_own_thread(const std::shared_ptr<Call>& call, const rpc::Reply& reply,
-                         std::function<void()> body) {
+  void run_on_worker(const std::shared_ptr<Call>& call, const rpc::Reply& reply,
+                     std::function<void()> body) {
     try {
       workers_.run([call, reply, body = std::move(body)] {
         try {
@@ -1082,7 +1082,7 @@ class Server {
       if (!call) {
         return;
       }
-      run_on_own_thread(call, reply, [this, call, id = *id, reply] {
+      run_on_worker(call, reply, [this, call, id = *id, reply] {
         std::string tool = "run_command";  // a job not started as a task: the fuller answer
         {
           std::lock_guard<std::mutex> lock(mu_);

@@ -630,6 +630,36 @@ class Engine::Impl {
     size_t starters = 0;    // starter_cv: jobs handed to the starters
     bool releaser = false;  // release_cv: teardowns queued
   };
+  bool defer_wakes = false;  // guarded by mu
+  Wakes deferred;            // guarded by mu
+  Wakes take_wakes() {
+    defer_wakes = false;
+    return std::exchange(deferred, Wakes{});
+  }
+  void send_wakes(const Wakes& w) {
+    if (w.settled) {
+      cv.notify_all();
+    }
+    if (w.starters > 1) {
+      starter_cv.notify_all();
+    } else if (w.starters == 1) {
+      starter_cv.notify_one();
+    }
+    if (w.releaser) {
+      release_cv.notify_one();
+    }
+  }
+  // Sends `w` now, or once mu is let go when a holder defers them; mu held.
+  void wake(const Wakes& w) {
+    if (!defer_wakes) {
+      send_wakes(w);
+      return;
+    }
+    deferred.settled = deferred.settled || w.settled;
+    deferred.starters += w.starters;
+    deferred.releaser = deferred.releaser || w.releaser;
+  }
+  void notify_settled() { wake({.settled = true}); }
   // Task ids that status() or wait() calls are waiting for now, and how many calls each (mu).
   std::unordered_map<std::string, uint32_t> awaited;
   // Counts a waiting call in `awaited` for its life; mu held at both ends.
@@ -655,32 +685,6 @@ class Engine::Impl {
     Impl& m_;
     const std::vector<std::string>& ids_;
   };
-  bool defer_wakes = false;  // guarded by mu
-  Wakes deferred;            // guarded by mu
-  Wakes take_wakes() {
-    defer_wakes = false;
-    return std::exchange(deferred, Wakes{});
-  }
-  void send_wakes(const Wakes& w) {
-    if (w.settled) {
-      cv.notify_all();
-    }
-    if (w.starters > 1) {
-      starter_cv.notify_all();
-    } else if (w.starters == 1) {
-      starter_cv.notify_one();
-    }
-    if (w.releaser) {
-      release_cv.notify_one();
-    }
-  }
-  void notify_settled() {
-    if (defer_wakes) {
-      deferred.settled = true;
-    } else {
-      cv.notify_all();
-    }
-  }
   // Launched jobs waiting for a starter thread (launch(), starter_loop()); guarded by mu.
   std::deque<Job*> to_spawn;
   std::condition_variable starter_cv;
@@ -915,13 +919,7 @@ class Engine::Impl {
       release_cv.notify_one();
     }
   }
-  void wake_releaser() {
-    if (defer_wakes) {  // mu held
-      deferred.releaser = true;
-    } else {
-      release_cv.notify_one();
-    }
-  }
+  void wake_releaser() { wake({.releaser = true}); }  // mu held
 
   // After a settle: the job settles once its init exited, and with it every process of its pid
   // namespace (the kernel reaps them all before it reports init's exit), and settle() read
@@ -2158,8 +2156,9 @@ class Engine::Impl {
     j.drain_deadline.reset();
     // A caller already waiting for this end (status() or wait() with a wait) reads it as it
     // wakes, and a read marks the record read: marked now, in the settle's own write, rather
-    // than by a second write of meta.json on that caller's path (~0.2 ms on ext4, where a
-    // rename over a record allocates its blocks; docs/performance.md, session 24).
+    // than by a second write of meta.json on that caller's path (0.7 ms off start → settle
+    // here: on ext4 a rename over a record allocates its blocks; docs/performance.md,
+    // session 24).
     if (!j.read && awaited.contains(j.id)) {
       j.read = true;
     }
@@ -2300,11 +2299,7 @@ class Engine::Impl {
       s->file.reset(fd);
     }
     to_spawn.push_back(&j);
-    if (defer_wakes) {
-      ++deferred.starters;
-    } else {
-      starter_cv.notify_one();
-    }
+    wake({.starters = 1});
   }
 
   // A job that never ran settles as `state` (failed or killed) with `error`, and `signal`
