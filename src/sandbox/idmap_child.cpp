@@ -26,7 +26,7 @@ __attribute__((always_inline)) inline long raw_syscall(long nr, long a = 0, long
 // every page the caller wrote faulted once: ~20 µs each in a PVM guest, a fifth of a warm-pool
 // build's CPU in the spawner, session 24) and holds no copy of any of the caller's
 // descriptors (a copy of a job's pipe end, taken while the spawner passed it on, would keep
-// the pipe open for as long as the child lived). It runs on a stack of its own in the
+// the pipe open for as long as the child lived); it uses none. It runs on a stack of its own in the
 // caller's frame, touches nothing but that stack, runs no handler (the caller blocks signals
 // across the clone) and makes raw system calls. This file is never instrumented
 // (src/sandbox/meson.build): a sanitizer's shadow writes or a coverage counter here would be
@@ -34,20 +34,17 @@ __attribute__((always_inline)) inline long raw_syscall(long nr, long a = 0, long
 // never returning) would keep its redzones poisoned.
 int idmap_child(void* arg) {
   const IdmapChildArgs* a = static_cast<const IdmapChildArgs*>(arg);
-  // The table is shared, so the caller's end of the pipe stays open while the caller lives:
-  // should the caller die before it ends us, the kernel does (the caller's thread is our
-  // parent, and it dies with its process).
+  // Should the caller die before it kills us, the kernel does: the caller's thread is our
+  // parent, and it dies with its process (a parent already gone: we exit at once).
   if (raw_syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL) != 0 ||
       raw_syscall(SYS_getppid) != a->parent) {
     raw_syscall(SYS_exit, 0);
   }
-  char c;
-  // 0 at EOF (the caller closed its end), or an error: either ends it (a read without a
-  // handler to run is restarted).
-  while (raw_syscall(SYS_read, a->read_end, reinterpret_cast<long>(&c), 1) > 0) {
+  // Until the caller's SIGKILL: no handler can run here (every signal is blocked, also
+  // glibc's own), so a pause is never interrupted into anything but another pause.
+  for (;;) {
+    raw_syscall(SYS_pause);
   }
-  raw_syscall(SYS_exit, 0);
-  __builtin_unreachable();
 }
 
 #endif

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <optional>
 #include <random>
@@ -245,36 +246,40 @@ namespace {
 
 #if defined(__x86_64__)
 // Blocks every signal of this thread but those that end a process by default and have no
-// handler, and restores the mask at the end of its scope. Nothing else runs in a child made
-// meanwhile (a handler would run on its stack, in memory it shares with us); a signal left
-// unblocked ends the child, or us, as it would have before. Blocking those too would hold
-// them back, and would look like the moment the CLI takes SIGTERM for itself
-// (run/a_signal_before_init_is_ready_still_reaches_the_command watches the mask for that).
+// handler, and restores the mask at the end of its scope. No handler runs in a child made
+// meanwhile (it would run on the child's stack with our thread's thread-local storage, in
+// memory it shares with us); a signal left unblocked ends the child, or us, as it would have
+// before. Blocking those too would hold them back, and would look like the moment the CLI
+// takes SIGTERM for itself (run/a_signal_before_init_is_ready_still_reaches_the_command
+// watches the mask for that). The raw system call: glibc's pthread_sigmask leaves its own
+// two signals (32, 33: thread cancellation and set*id broadcast) unblocked, and a threaded
+// caller has a handler for the second.
 class SignalsHeld {
  public:
   SignalsHeld() {
-    sigset_t all;
-    ::sigfillset(&all);
+    uint64_t all = ~uint64_t{0};
     for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT}) {
       struct sigaction sa {};
       if (::sigaction(sig, nullptr, &sa) == 0 && sa.sa_handler == SIG_DFL &&
           (sa.sa_flags & SA_SIGINFO) == 0) {
-        ::sigdelset(&all, sig);
+        all &= ~(uint64_t{1} << (sig - 1));
       }
     }
-    err_ = ::pthread_sigmask(SIG_BLOCK, &all, &old_);
+    if (::syscall(SYS_rt_sigprocmask, SIG_BLOCK, &all, &old_, sizeof all) != 0) {
+      err_ = errno;
+    }
   }
   SignalsHeld(const SignalsHeld&) = delete;
   SignalsHeld& operator=(const SignalsHeld&) = delete;
   ~SignalsHeld() {
     if (err_ == 0) {
-      (void)::pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+      (void)::syscall(SYS_rt_sigprocmask, SIG_SETMASK, &old_, nullptr, sizeof old_);
     }
   }
   int error() const { return err_; }
 
  private:
-  sigset_t old_{};
+  uint64_t old_ = 0;  // the kernel's sigset on x86-64: 64 bits
   int err_ = 0;
 };
 #endif
@@ -287,12 +292,6 @@ Result<UniqueFd> make_idmap_userns(uid_t disk_uid, gid_t disk_gid, uid_t host_ui
   // process of euid 0, even one without any capability, CAP_SYS_PTRACE over the child (its
   // memory, which is ours; its namespace, whose maps we are writing), also while it exits.
   // Another caller's processes may reach the child only as their own.
-  int pipefd[2];
-  if (::pipe2(pipefd, O_CLOEXEC) != 0) {
-    return sys_error("pipe2");
-  }
-  UniqueFd rd(pipefd[0]);
-  UniqueFd wr(pipefd[1]);
   int pidfd = -1;
   std::optional<EffectiveIdSwitch> as_host;
   auto become_host = [&]() -> Result<void> {
@@ -304,7 +303,7 @@ Result<UniqueFd> make_idmap_userns(uid_t disk_uid, gid_t disk_gid, uid_t host_ui
   };
 #if defined(__x86_64__)
   alignas(64) char stack[16384];  // the child's; untouched by this frame until it is reaped
-  IdmapChildArgs child_args{pipefd[0], ::getpid()};
+  IdmapChildArgs child_args{::getpid()};
   long pid;
   {
     SignalsHeld held;
@@ -323,6 +322,13 @@ Result<UniqueFd> make_idmap_userns(uid_t disk_uid, gid_t disk_gid, uid_t host_ui
     return sys_error("clone (idmap user namespace)");
   }
 #else
+  // A fork that waits for its pipe's EOF (its copy of the write end closed first).
+  int pipefd[2];
+  if (::pipe2(pipefd, O_CLOEXEC) != 0) {
+    return sys_error("pipe2");
+  }
+  UniqueFd rd(pipefd[0]);
+  UniqueFd wr(pipefd[1]);
   struct clone_args args {};
   args.flags = CLONE_NEWUSER | CLONE_PIDFD;
   args.pidfd = reinterpret_cast<uint64_t>(&pidfd);
@@ -343,10 +349,9 @@ Result<UniqueFd> make_idmap_userns(uid_t disk_uid, gid_t disk_gid, uid_t host_ui
   }
 #endif
   UniqueFd child(pidfd);
-  // On every way out: killed (a stopped child would not read the EOF) and reaped.
+  // On every way out: killed and reaped.
   ScopeExit reap([&] {
     (void)sys::pidfd_send_signal(child.get(), SIGKILL, nullptr, 0);
-    wr.reset();
     siginfo_t info{};
     while (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(child.get()), &info,
                     WEXITED) != 0 &&
@@ -357,7 +362,13 @@ Result<UniqueFd> make_idmap_userns(uid_t disk_uid, gid_t disk_gid, uid_t host_ui
   if (!maps) {
     return std::unexpected(std::move(maps.error()).wrap("map idmap user namespace"));
   }
-  return sys::open_fd(fmt::format("/proc/{}/ns/user", pid), O_RDONLY);
+  CORDON_TRY(ns, sys::open_fd(fmt::format("/proc/{}/ns/user", pid), O_RDONLY));
+  // The maps and the namespace were reached by pid: the child is not reaped yet (by us; nor by
+  // an embedder that ignores SIGCHLD or waits for any child), so that pid was still its own.
+  if (sys::pidfd_send_signal(child.get(), 0, nullptr, 0) != 0) {
+    return sys_error("pidfd_send_signal (the idmap namespace's child ended early)");
+  }
+  return ns;
 }
 
 namespace {

@@ -62,7 +62,10 @@ class HostIdLease {
 /// CAP_SYS_PTRACE over them: the child's memory, its descriptors, its namespace).
 /// SECBIT_NO_SETUID_FIXUP keeps the effective capabilities across the switch, which
 /// CLONE_INTO_CGROUP needs (write access to the common ancestor's cgroup.procs). Needs root;
-/// restoring root's ids cannot fail while the saved ids are 0 (if it did: abort).
+/// restoring root's ids cannot fail while the saved ids are 0 (if it did: abort). Side effects
+/// of the kernel's at any change of the effective ids, for whoever embeds this: the process
+/// turns non-dumpable for good (`fs.suid_dumpable`, 0 on most hosts; cordon wants that) and
+/// the switching thread's own PR_SET_PDEATHSIG is cleared (cordon's processes set none).
 class EffectiveIdSwitch {
  public:
   [[nodiscard]] static Result<EffectiveIdSwitch> to(uid_t id);

@@ -19,9 +19,11 @@
 
 #include <fcntl.h>
 #include <linux/capability.h>
+#include <linux/nsfs.h>
 #include <linux/sched.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -229,6 +231,9 @@ bool wait_for(Pred pred, std::chrono::milliseconds limit) {
 
 BOOST_AUTO_TEST_CASE(a_root_without_capabilities_cannot_reach_into_the_idmap_child) {
   BOOST_REQUIRE_MESSAGE(::geteuid() == 0, "needs root (the idmap child's namespace is root's)");
+  // The control needs us dumpable: no make_idmap_userns has run in this process yet (a change
+  // of the effective ids turns a process non-dumpable, fs.suid_dumpable).
+  BOOST_REQUIRE(::prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) == 1);
   Attacker a;
 
   // Control: a child in a namespace of root's gives the attacker our memory, descriptors and
@@ -255,16 +260,23 @@ BOOST_AUTO_TEST_CASE(a_root_without_capabilities_cannot_reach_into_the_idmap_chi
 
   // The wall: make_idmap_userns's child, as often as it takes the attacker to meet it alive.
   a.reset();
-  int made = 0;
+  int made = 0, wrong_owner = 0;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while ((a.t->refused.load() < 20 || made < 200) && std::chrono::steady_clock::now() < deadline) {
     auto ns = cordon::sandbox::make_idmap_userns(1000, 1000, kHostBase, kHostBase);
     BOOST_REQUIRE_MESSAGE(ns.has_value(), (ns ? std::string() : ns.error().message()));
     ++made;
+    // The wall itself (on a host where fs.suid_dumpable is 0 the refusals above would also
+    // come from our non-dumpable memory): the namespace is the host id's.
+    uid_t owner = 0;
+    if (::ioctl(ns->get(), NS_GET_OWNER_UID, &owner) != 0 || owner != kHostBase) {
+      ++wrong_owner;
+    }
   }
   // The last child is reaped: nothing the attacker counts from here on is ours.
   BOOST_TEST_MESSAGE("builds " << made << ", tries " << a.t->tries.load() << ", refused "
                                << a.t->refused.load() << ", fd refused " << a.t->fd_refused.load());
+  BOOST_TEST(wrong_owner == 0);
   BOOST_TEST(a.t->refused.load() >= 20);  // it met the children alive, and was refused
   BOOST_TEST(a.t->mem_opened.load() == 0);
   BOOST_TEST(a.t->leaked.load() == 0);
