@@ -26,12 +26,12 @@ __attribute__((always_inline)) inline long raw_syscall(long nr, long a = 0, long
 // every page the caller wrote faulted once: ~20 µs each in a PVM guest, a fifth of a warm-pool
 // build's CPU in the spawner, session 24) and holds no copy of any of the caller's
 // descriptors (a copy of a job's pipe end, taken while the spawner passed it on, would keep
-// the pipe open for as long as the child lived); it uses none. It runs on a stack of its own in the
-// caller's frame, touches nothing but that stack, runs no handler (the caller blocks signals
-// across the clone) and makes raw system calls. This file is never instrumented
+// the pipe open for as long as the child lived); it uses none. It runs on a stack of its own
+// in the caller's frame, touches nothing but that stack, runs no handler (the caller blocks
+// every signal across the clone) and makes raw system calls. This file is never instrumented
 // (src/sandbox/meson.build): a sanitizer's shadow writes or a coverage counter here would be
-// writes into the caller's live memory, and the frame it leaves behind (it ends by SYS_exit,
-// never returning) would keep its redzones poisoned.
+// writes into the caller's live memory, and the frame it leaves behind (it never returns: it
+// is killed, or exits) would keep its redzones poisoned.
 int idmap_child(void* arg) {
   const IdmapChildArgs* a = static_cast<const IdmapChildArgs*>(arg);
   // Should the caller die before it kills us, the kernel does: the caller's thread is our

@@ -1,7 +1,6 @@
 #include "sandbox/userns.hpp"
 
 #include <fcntl.h>
-#include <pthread.h>
 #include <linux/sched.h>
 #include <sched.h>
 #include <signal.h>
