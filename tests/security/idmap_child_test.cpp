@@ -64,6 +64,7 @@ struct Tally {
   std::atomic<long> fd_read{0};     // ... read, naming the marker
   std::atomic<long> fd_taken{0};    // the marker taken with pidfd_getfd
   std::atomic<long> ns_opened{0};   // /proc/<pid>/ns/user opened
+  std::atomic<long> rounds{0};      // passes over the children list, each one finished
 };
 
 // Root with no capability at all (effective, permitted, inheritable), as the attacker.
@@ -150,6 +151,7 @@ bool drop_all_capabilities() {
         ::close(fd);
       }
     }
+    ++t->rounds;
   }
   ::_exit(0);
 }
@@ -185,7 +187,15 @@ struct Attacker {
     ::close(marker);
     ::munmap(t, sizeof(Tally));
   }
+  // Zeroes the tally once every pass that may have met an earlier child is finished (a pass
+  // under way could count what it found before the reset after it).
   void reset() {
+    const long now = t->rounds.load();
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (t->rounds.load() < now + 2 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    BOOST_REQUIRE(t->rounds.load() >= now + 2);
     t->tries = t->refused = t->mem_opened = t->leaked = t->writable = 0;
     t->fd_refused = t->fd_read = t->fd_taken = t->ns_opened = 0;
   }
