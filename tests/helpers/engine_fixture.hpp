@@ -42,6 +42,26 @@ inline std::string read_proc_file(const std::string& path) {
   return out;
 }
 
+// The value of one "Name:\tvalue" line of /proc/<pid>/status ("" when it is not there).
+inline std::string status_field(const std::string& status, const std::string& name) {
+  const std::string key = "\n" + name + ":";
+  size_t at = status.rfind(name + ":", 0) == 0 ? 0 : status.find(key);
+  if (at == std::string::npos) return "";
+  at = status.find(':', at) + 1;
+  const size_t eol = status.find('\n', at);
+  std::string v = status.substr(at, eol == std::string::npos ? std::string::npos : eol - at);
+  const size_t first = v.find_first_not_of(" \t");
+  return first == std::string::npos ? "" : v.substr(first);
+}
+
+// How many pid namespaces a process is in (the fields of its NSpid line).
+inline size_t pid_ns_depth(const std::string& status) {
+  std::istringstream in(status_field(status, "NSpid"));
+  size_t n = 0;
+  for (std::string pid; in >> pid;) ++n;
+  return n;
+}
+
 inline std::string build_dir() {
   std::string bin = cordon_bin();
   return bin.substr(0, bin.rfind('/'));
@@ -96,32 +116,32 @@ struct EngineEnv {
     return state_dir + "/artifacts/" + artifact_id;
   }
 
-  // The processes running as one of this engine's host ids: its jobs' sandboxes. The
-  // warm pool's parked sandboxes (no job in them yet) are not counted.
+  // The processes running as one of this engine's host ids in a pid namespace below ours:
+  // its jobs' sandboxes. The warm pool's parked sandboxes (no job in them yet) are not
+  // counted, nor the engine's spawners (our children, which switch their effective uid to a
+  // host id around each clone3) and a spawner's idmap helper (a host id's child in the
+  // spawner's own pid namespace, alive for the microseconds it takes to map its user
+  // namespace; a sandbox is always in a new one).
   std::vector<pid_t> sandbox_pids() const {
     std::vector<pid_t> out;
+    const size_t our_depth = pid_ns_depth(read_proc_file("/proc/self/status"));
     DIR* d = ::opendir("/proc");
     if (d == nullptr) return out;
     while (struct dirent* e = ::readdir(d)) {
       if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-      std::istringstream in(read_proc_file(std::string("/proc/") + e->d_name + "/status"));
-      std::string line;
-      while (std::getline(in, line)) {
-        // A zombie runs nothing and holds nothing; it waits for whoever reaps orphans.
-        if (line.rfind("State:", 0) == 0 && line.find('Z') != std::string::npos) break;
-        // Our own children are the engine's spawners, which switch their effective uid to a
-        // host id around each clone3 (a sandbox is the spawner's child, never ours).
-        if (line.rfind("PPid:", 0) == 0 && std::stol(line.substr(5)) == ::getpid()) break;
-        if (line.rfind("Uid:", 0) != 0) continue;
-        std::istringstream ids(line.substr(4));
-        uint64_t id;
-        while (ids >> id) {
-          if (id >= host_id_base && id < host_id_base + host_id_count) {
-            out.push_back(static_cast<pid_t>(std::stol(e->d_name)));
-            break;
-          }
+      const std::string status = read_proc_file(std::string("/proc/") + e->d_name + "/status");
+      // A zombie runs nothing and holds nothing; it waits for whoever reaps orphans.
+      if (status_field(status, "State").find('Z') != std::string::npos) continue;
+      const std::string ppid = status_field(status, "PPid");
+      if (ppid.empty() || std::stol(ppid) == ::getpid()) continue;
+      if (pid_ns_depth(status) <= our_depth) continue;
+      std::istringstream ids(status_field(status, "Uid"));
+      uint64_t id;
+      while (ids >> id) {
+        if (id >= host_id_base && id < host_id_base + host_id_count) {
+          out.push_back(static_cast<pid_t>(std::stol(e->d_name)));
+          break;
         }
-        break;
       }
     }
     ::closedir(d);
