@@ -591,6 +591,14 @@ int init_main() {
   if (cmd < 0) {
     fail(SetupStep::kInitFork, errno, 125);
   }
+  // The command's stdio is its own from here: init's copies go first, before anything that
+  // can let another task run in our place (the record below wakes its reader). While init held
+  // the read end of stdin, a command that had closed its own got no EPIPE for input written
+  // to it (a write was accepted into a pipe nobody would read), and while it held the write
+  // ends its readers saw no EOF.
+  ::close(0);
+  ::close(1);
+  ::close(2);
   ::sigprocmask(SIG_SETMASK, &old, nullptr);
   StatusRecord started{};
   started.kind = RecordKind::kCommandStarted;
@@ -599,9 +607,6 @@ int init_main() {
 
   // Confine ourselves: nothing but reaping, signalling, reporting and, for a command that runs
   // on, releasing the start's mappings is left to do.
-  ::close(0);
-  ::close(1);
-  ::close(2);
   if (!(h->flags & kPlanExecByPath)) {
     ::close(kFdExec);
   }
