@@ -44,14 +44,15 @@ inline std::string read_proc_file(const std::string& path) {
 
 // The value of one "Name:\tvalue" line of /proc/<pid>/status ("" when it is not there).
 inline std::string status_field(const std::string& status, const std::string& name) {
-  const std::string key = "\n" + name + ":";
-  size_t at = status.rfind(name + ":", 0) == 0 ? 0 : status.find(key);
-  if (at == std::string::npos) return "";
-  at = status.find(':', at) + 1;
-  const size_t eol = status.find('\n', at);
-  std::string v = status.substr(at, eol == std::string::npos ? std::string::npos : eol - at);
-  const size_t first = v.find_first_not_of(" \t");
-  return first == std::string::npos ? "" : v.substr(first);
+  std::istringstream in(status);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(name + ":\t", 0) == 0) return line.substr(name.size() + 2);
+  }
+  return {};
+}
+
+inline std::string status_field(pid_t pid, const std::string& name) {
+  return status_field(read_proc_file("/proc/" + std::to_string(pid) + "/status"), name);
 }
 
 // How many pid namespaces a process is in (the fields of its NSpid line).
@@ -118,10 +119,10 @@ struct EngineEnv {
 
   // The processes running as one of this engine's host ids in a pid namespace below ours:
   // its jobs' sandboxes. The warm pool's parked sandboxes (no job in them yet) are not
-  // counted, nor the engine's spawners (our children, which switch their effective uid to a
-  // host id around each clone3) and a spawner's idmap helper (a host id's child in the
-  // spawner's own pid namespace, alive for the microseconds it takes to map its user
-  // namespace; a sandbox is always in a new one).
+  // counted, nor what runs as a host id in our own pid namespace: the engine's spawners
+  // (which switch their effective uid to a host id around each clone3) and a spawner's idmap
+  // helper (alive for the microseconds it takes to map its user namespace). A sandbox is
+  // always in a new one; a process that exited meanwhile has no status and no depth.
   std::vector<pid_t> sandbox_pids() const {
     std::vector<pid_t> out;
     const size_t our_depth = pid_ns_depth(read_proc_file("/proc/self/status"));
@@ -132,8 +133,6 @@ struct EngineEnv {
       const std::string status = read_proc_file(std::string("/proc/") + e->d_name + "/status");
       // A zombie runs nothing and holds nothing; it waits for whoever reaps orphans.
       if (status_field(status, "State").find('Z') != std::string::npos) continue;
-      const std::string ppid = status_field(status, "PPid");
-      if (ppid.empty() || std::stol(ppid) == ::getpid()) continue;
       if (pid_ns_depth(status) <= our_depth) continue;
       std::istringstream ids(status_field(status, "Uid"));
       uint64_t id;

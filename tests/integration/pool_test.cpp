@@ -260,17 +260,6 @@ bool pool_holds(const EngineEnv& env, size_t n) {
   return eventually([&] { return parked_pool_pids(env.state_dir + "/cgroups").size() == n; });
 }
 
-// A field of /proc/<pid>/status ("Seccomp_filters"), or "" when there is none.
-std::string status_field(pid_t pid, const std::string& name) {
-  std::istringstream in(read_small_file("/proc/" + std::to_string(pid) + "/status").value_or(""));
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind(name + ":\t", 0) == 0) {
-      return line.substr(name.size() + 2);
-    }
-  }
-  return {};
-}
-
 // A profile file `name` in `dir`: `names` get `action` (with errno `err`), every other call the
 // default (ALLOW, or ENOSYS as in the default profile).
 std::string write_profile(const std::string& dir, const std::string& name, bool allow_by_default,
