@@ -47,6 +47,9 @@ const char* const kEtcSecrets[] = {
     "/etc/ssh/ssh_host_ed25519_key",
     "/etc/ssh/ssh_host_dsa_key",
 };
+// Host keys of other names are masked too (etc_secret_paths).
+constexpr const char* kSshHostKeyDir = "/etc/ssh";
+constexpr const char* kSshHostKeys = "/etc/ssh/ssh_host_*key";
 const char* const kSystemDirs[] = {"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"};
 const char* const kDevNodes[] = {"null", "zero", "full", "random", "urandom", "tty"};
 const char* const kProcReadOnly[] = {"proc/sys", "proc/sysrq-trigger", "proc/irq",       "proc/bus",
@@ -82,15 +85,19 @@ Result<UniqueFd> clone_tree(int dirfd, const std::string& path, uint64_t attr_se
 
 }  // namespace
 
-Result<EtcMasks> etc_masks(const SandboxSpec& spec) {
+Result<std::vector<std::string>> etc_secret_paths(const SandboxSpec& spec, bool present_keys) {
   std::vector<std::string> secrets(std::begin(kEtcSecrets), std::end(kEtcSecrets));
-  glob_t g{};
-  if (::glob("/etc/ssh/ssh_host_*key", 0, nullptr, &g) == 0) {
-    for (size_t i = 0; i < g.gl_pathc; ++i) {
-      secrets.emplace_back(g.gl_pathv[i]);
+  if (present_keys) {
+    glob_t g{};
+    if (::glob(kSshHostKeys, 0, nullptr, &g) == 0) {
+      for (size_t i = 0; i < g.gl_pathc; ++i) {
+        secrets.emplace_back(g.gl_pathv[i]);
+      }
     }
+    globfree(&g);
+  } else {
+    secrets.emplace_back(kSshHostKeyDir);
   }
-  globfree(&g);
   for (const auto& extra : spec.extra_masked_paths) {
     std::string n = normalize_path(extra);
     if (!path_within(n, "/etc") || n == "/etc") {
@@ -100,6 +107,11 @@ Result<EtcMasks> etc_masks(const SandboxSpec& spec) {
   }
   std::sort(secrets.begin(), secrets.end());
   secrets.erase(std::unique(secrets.begin(), secrets.end()), secrets.end());
+  return secrets;
+}
+
+Result<EtcMasks> etc_masks(const SandboxSpec& spec) {
+  CORDON_TRY(secrets, etc_secret_paths(spec, true));
   EtcMasks out;
   std::vector<MaskedId> file_ids, dir_ids;
   auto add = [&](const std::string& path, const struct stat& st) {
@@ -333,7 +345,8 @@ ParkedShape PreparedSandbox::parked_shape() const {
   return s;
 }
 
-bool PreparedSandbox::shape_still_holds(const SandboxSpec& spec, const ParkedShape& shape) {
+bool PreparedSandbox::shape_still_holds(const SandboxSpec& spec, const ParkedShape& shape,
+                                        bool masks_unchanged) {
   auto stat_of = [](const std::string& path, int extra_flags) -> std::optional<struct stat> {
     auto fd = sys::openat2_fd(AT_FDCWD, path, O_PATH | extra_flags,
                               RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS);
@@ -357,10 +370,12 @@ bool PreparedSandbox::shape_still_holds(const SandboxSpec& spec, const ParkedSha
   }
   // The same secrets, and each still the file that was masked: one renamed over since has
   // taken its mask down in the parked sandbox.
-  auto masks = etc_masks(spec);
-  if (!masks || masks->files != shape.masks.files || masks->dirs != shape.masks.dirs ||
-      masks->ids != shape.masks.ids) {
-    return false;
+  if (!masks_unchanged) {
+    auto masks = etc_masks(spec);
+    if (!masks || masks->files != shape.masks.files || masks->dirs != shape.masks.dirs ||
+        masks->ids != shape.masks.ids) {
+      return false;
+    }
   }
   for (size_t i = 0; i < spec.read_only_paths.size(); ++i) {
     const auto& [dev, ino] = shape.read_only_ids[i];

@@ -71,6 +71,12 @@ struct EtcMasks {
   std::vector<std::string> files, dirs;
   std::vector<MaskedId> ids;
 };
+/// The /etc paths a sandbox of `spec` masks where they exist: the known secrets, the host's
+/// ssh host keys and `spec.extra_masked_paths`, sorted. With `present_keys` false, the
+/// directory of the host keys stands for the keys of other names it may come to hold (what
+/// EtcWatch watches); with true, the keys it holds now are listed.
+[[nodiscard]] Result<std::vector<std::string>> etc_secret_paths(const SandboxSpec& spec,
+                                                                bool present_keys);
 /// Which of the known secrets and `spec.extra_masked_paths` exist on the host now.
 [[nodiscard]] Result<EtcMasks> etc_masks(const SandboxSpec& spec);
 
@@ -113,7 +119,10 @@ class PreparedSandbox {
   /// Whether the host still is as `shape` saw it: the working root and each --ro path resolve
   /// to what was bound (a directory replaced since must not be served by the old bind), the
   /// root has the same owner (the idmapping) and the same /etc secrets exist (the masks).
-  [[nodiscard]] static bool shape_still_holds(const SandboxSpec& spec, const ParkedShape& shape);
+  /// `masks_unchanged`: an EtcWatch armed before the shape's masks were looked at saw nothing
+  /// happen to them since, and they are not looked at again.
+  [[nodiscard]] static bool shape_still_holds(const SandboxSpec& spec, const ParkedShape& shape,
+                                              bool masks_unchanged = false);
   /// After prepare(kPark).
   ParkedShape parked_shape() const;
   /// After prepare_job(): the job's plan memfd and pinned executable (-1 when by path).

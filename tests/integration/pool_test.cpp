@@ -960,6 +960,74 @@ BOOST_AUTO_TEST_CASE(a_secret_replaced_after_parking_is_masked) {
   BOOST_TEST(r.out == "0\nup\n");
 }
 
+// The spawner scans the secrets again only when its inotify watch saw something happen on the
+// way to one since the sandbox parked (sandbox/etc_watch.hpp). A secret two directories down
+// whose directory is replaced (a new one renamed into place, holding a new file) is a change
+// only a watch on that directory sees: the job must still get a fresh sandbox that masks the
+// new file.
+BOOST_AUTO_TEST_CASE(a_secret_whose_directory_is_replaced_after_parking_is_masked) {
+  const std::string top = "/etc/cordon-pool-test-dir-" + std::to_string(::getpid());
+  ScopeExit remove_top([&] { std::filesystem::remove_all(top); });
+  std::filesystem::create_directories(top + "/keys");
+  BOOST_REQUIRE(write_text(top + "/keys/key", "old\n"));
+  EngineEnv env(nlohmann::json{{"maskPaths", {top + "/keys/key"}}});
+  auto e = open_engine(env);
+  BOOST_TEST(!run_and_see(*e, env, "s", "true").pooled);
+  BOOST_REQUIRE(pool_holds(env, EngineOptions{}.warm_pool_size));
+  std::filesystem::create_directories(top + "/keys.new");
+  BOOST_REQUIRE(write_text(top + "/keys.new/key", "top secret\n"));
+  BOOST_REQUIRE(::rename((top + "/keys").c_str(), (top + "/keys.old").c_str()) == 0);
+  BOOST_REQUIRE(::rename((top + "/keys.new").c_str(), (top + "/keys").c_str()) == 0);
+  Ran r = run_and_see(*e, env, "s", "wc -c < " + top + "/keys/key");
+  BOOST_TEST(r.took_entry);  // the shape fits: the spawner sees the host changed
+  BOOST_TEST(!r.pooled);
+  BOOST_TEST(r.out == "0\nup\n");
+}
+
+// A masked symlink is masked where it points. Its target's directory replaced after parking
+// is seen only by a watch on the target's way, which the spawner makes too.
+BOOST_AUTO_TEST_CASE(a_symlinked_secrets_target_replaced_after_parking_is_masked) {
+  const std::string top = "/etc/cordon-pool-test-target-" + std::to_string(::getpid());
+  const std::string link = "/etc/cordon-pool-test-link-" + std::to_string(::getpid());
+  ScopeExit remove_both([&] {
+    ::unlink(link.c_str());
+    std::filesystem::remove_all(top);
+  });
+  std::filesystem::create_directories(top + "/keys");
+  BOOST_REQUIRE(write_text(top + "/keys/key", "old\n"));
+  BOOST_REQUIRE(::symlink((top + "/keys/key").c_str(), link.c_str()) == 0);
+  EngineEnv env(nlohmann::json{{"maskPaths", {link}}});
+  auto e = open_engine(env);
+  BOOST_TEST(!run_and_see(*e, env, "s", "true").pooled);
+  BOOST_REQUIRE(pool_holds(env, EngineOptions{}.warm_pool_size));
+  std::filesystem::create_directories(top + "/keys.new");
+  BOOST_REQUIRE(write_text(top + "/keys.new/key", "top secret\n"));
+  BOOST_REQUIRE(::rename((top + "/keys").c_str(), (top + "/keys.old").c_str()) == 0);
+  BOOST_REQUIRE(::rename((top + "/keys.new").c_str(), (top + "/keys").c_str()) == 0);
+  Ran r = run_and_see(*e, env, "s", "wc -c < " + link);
+  BOOST_TEST(r.took_entry);
+  BOOST_TEST(!r.pooled);
+  BOOST_TEST(r.out == "0\nup\n");
+}
+
+// With /etc as it was, the job is served by the parked sandbox (the watch answered for the
+// scan) and its secrets are masked all the same.
+BOOST_AUTO_TEST_CASE(an_unchanged_etc_serves_the_parked_sandbox_with_its_masks) {
+  const std::string secret = "/etc/cordon-pool-test-kept-" + std::to_string(::getpid());
+  ScopeExit remove_secret([&] { ::unlink(secret.c_str()); });
+  BOOST_REQUIRE(write_text(secret, "top secret\n"));
+  EngineEnv env(nlohmann::json{{"maskPaths", {secret}}});
+  auto e = open_engine(env);
+  BOOST_TEST(!run_and_see(*e, env, "s", "true").pooled);
+  BOOST_REQUIRE(pool_holds(env, EngineOptions{}.warm_pool_size));
+  for (int i = 0; i < 2; ++i) {
+    Ran r = run_and_see(*e, env, "s", "wc -c < " + secret + "; wc -c < /etc/shadow");
+    BOOST_TEST(r.pooled);
+    BOOST_TEST(r.out == "0\n0\nup\n");
+    BOOST_REQUIRE(pool_holds(env, EngineOptions{}.warm_pool_size));
+  }
+}
+
 // The working root's owner decides the idmapping (files it owns are the sandbox user's, what
 // the sandbox creates lands owned by it). A root given to another owner after parking must
 // not be served through the old mapping (its files would read as nobody's, or another
