@@ -85,17 +85,16 @@ Result<UniqueFd> clone_tree(int dirfd, const std::string& path, uint64_t attr_se
 
 }  // namespace
 
-Result<std::vector<std::string>> etc_secret_paths(const SandboxSpec& spec, bool present_keys) {
+Result<std::vector<std::string>> etc_secret_paths(const SandboxSpec& spec, bool with_key_dir) {
   std::vector<std::string> secrets(std::begin(kEtcSecrets), std::end(kEtcSecrets));
-  if (present_keys) {
-    glob_t g{};
-    if (::glob(kSshHostKeys, 0, nullptr, &g) == 0) {
-      for (size_t i = 0; i < g.gl_pathc; ++i) {
-        secrets.emplace_back(g.gl_pathv[i]);
-      }
+  glob_t g{};
+  if (::glob(kSshHostKeys, 0, nullptr, &g) == 0) {
+    for (size_t i = 0; i < g.gl_pathc; ++i) {
+      secrets.emplace_back(g.gl_pathv[i]);
     }
-    globfree(&g);
-  } else {
+  }
+  globfree(&g);
+  if (with_key_dir) {
     secrets.emplace_back(kSshHostKeyDir);
   }
   for (const auto& extra : spec.extra_masked_paths) {
@@ -111,7 +110,7 @@ Result<std::vector<std::string>> etc_secret_paths(const SandboxSpec& spec, bool 
 }
 
 Result<EtcMasks> etc_masks(const SandboxSpec& spec) {
-  CORDON_TRY(secrets, etc_secret_paths(spec, true));
+  CORDON_TRY(secrets, etc_secret_paths(spec, false));
   EtcMasks out;
   std::vector<MaskedId> file_ids, dir_ids;
   auto add = [&](const std::string& path, const struct stat& st) {

@@ -72,11 +72,10 @@ struct EtcMasks {
   std::vector<MaskedId> ids;
 };
 /// The /etc paths a sandbox of `spec` masks where they exist: the known secrets, the host's
-/// ssh host keys and `spec.extra_masked_paths`, sorted. With `present_keys` false, the
-/// directory of the host keys stands for the keys of other names it may come to hold (what
-/// EtcWatch watches); with true, the keys it holds now are listed.
+/// ssh host keys now and `spec.extra_masked_paths`, sorted. `with_key_dir` adds the host keys'
+/// directory, where keys of other names may appear (what EtcWatch watches).
 [[nodiscard]] Result<std::vector<std::string>> etc_secret_paths(const SandboxSpec& spec,
-                                                                bool present_keys);
+                                                                bool with_key_dir);
 /// Which of the known secrets and `spec.extra_masked_paths` exist on the host now.
 [[nodiscard]] Result<EtcMasks> etc_masks(const SandboxSpec& spec);
 

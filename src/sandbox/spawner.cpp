@@ -265,7 +265,7 @@ class Server {
     SpawnRequestBody request;
     ParkedShape shape;
     AppliedFeatures applied;
-    uint64_t etc_mark = 0;  // etc_watch_ armed before the shape's masks were looked at
+    uint64_t etc_generation = 0;  // etc_watch_'s, armed before the masks were looked at
   };
 
   void drain_signalfd() {
@@ -525,10 +525,12 @@ class Server {
     CORDON_TRY(programs, programs_for(req.seccomp_profile_path, req.spec.allow_ptrace));
     // Armed before prepare() looks at the /etc secrets it masks: whatever happens to them
     // from here on makes the job's check scan them again.
-    CORDON_TRY(secrets, etc_secret_paths(req.spec, false));
-    const uint64_t etc_mark = etc_watch_.arm("/etc", secrets);
+    CORDON_TRY(secrets, etc_secret_paths(req.spec, true));
+    const EtcWatch::Mark etc_mark = etc_watch_.arm("/etc", secrets);
     CORDON_TRY(prepared, PreparedSandbox::prepare(req.spec, programs, req.host_id, req.init_path,
                                                   PreparedSandbox::Mode::kPark));
+    // A mount placed on the way while prepare() copied /etc raised no event: no mark then.
+    const uint64_t etc_generation = etc_watch_.confirm(etc_mark);
     CORDON_TRY(spawned, clone_sandbox(*prepared, req, cg.v2, cg.v1));
     Slot slot;
     slot.pid = spawned.pid;
@@ -536,7 +538,7 @@ class Server {
     slot.status = std::move(prepared->status_parent);
     slot.shape = prepared->parked_shape();
     slot.applied = prepared->applied();
-    slot.etc_mark = etc_mark;
+    slot.etc_generation = etc_generation;
     slot.request = std::move(req);
     slots_.emplace(h.request_id, std::move(slot));
     return spawned.pid;
@@ -616,7 +618,7 @@ class Server {
     // The /etc secrets are scanned again only when the watch saw something happen to them
     // since the slot's masks were made (~20 calls fewer on a start that finds nothing).
     if (!PreparedSandbox::shape_still_holds(req->spec, slot.shape,
-                                            etc_watch_.unchanged_since(slot.etc_mark))) {
+                                            etc_watch_.unchanged_since(slot.etc_generation))) {
       return gone(
           "the working root, a read-only path or a masked /etc secret changed since the sandbox "
           "was parked");

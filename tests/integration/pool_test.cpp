@@ -1010,8 +1010,40 @@ BOOST_AUTO_TEST_CASE(a_symlinked_secrets_target_replaced_after_parking_is_masked
   BOOST_TEST(r.out == "0\nup\n");
 }
 
-// With /etc as it was, the job is served by the parked sandbox (the watch answered for the
-// scan) and its secrets are masked all the same.
+// The host's ssh keys are masked by a pattern (/etc/ssh/ssh_host_*key), a symlinked one where
+// it points: the spawner watches the way of each key present, not only their directory.
+BOOST_AUTO_TEST_CASE(a_symlinked_ssh_host_keys_target_replaced_after_parking_is_masked) {
+  const std::string pid = std::to_string(::getpid());
+  const std::string top = "/etc/cordon-pool-test-keytarget-" + pid;
+  const std::string key = "/etc/ssh/ssh_host_cordontest" + pid + "_key";
+  const bool made_ssh_dir = ::mkdir("/etc/ssh", 0755) == 0;
+  ScopeExit remove_all([&] {
+    ::unlink(key.c_str());
+    std::filesystem::remove_all(top);
+    if (made_ssh_dir) {
+      ::rmdir("/etc/ssh");
+    }
+  });
+  std::filesystem::create_directories(top + "/keys");
+  BOOST_REQUIRE(write_text(top + "/keys/key", "old\n"));
+  BOOST_REQUIRE(::symlink((top + "/keys/key").c_str(), key.c_str()) == 0);
+  EngineEnv env;
+  auto e = open_engine(env);
+  BOOST_TEST(!run_and_see(*e, env, "s", "true").pooled);
+  BOOST_REQUIRE(pool_holds(env, EngineOptions{}.warm_pool_size));
+  std::filesystem::create_directories(top + "/keys.new");
+  BOOST_REQUIRE(write_text(top + "/keys.new/key", "top secret\n"));
+  BOOST_REQUIRE(::rename((top + "/keys").c_str(), (top + "/keys.old").c_str()) == 0);
+  BOOST_REQUIRE(::rename((top + "/keys.new").c_str(), (top + "/keys").c_str()) == 0);
+  Ran r = run_and_see(*e, env, "s", "wc -c < " + key);
+  BOOST_TEST(r.took_entry);
+  BOOST_TEST(!r.pooled);
+  BOOST_TEST(r.out == "0\nup\n");
+}
+
+// With /etc as it was, the job is served by the parked sandbox and its secrets are masked all
+// the same. (That the watch, not a scan, answered is shown by sandbox_etc_watch and by
+// spawn_bench: this case passes either way.)
 BOOST_AUTO_TEST_CASE(an_unchanged_etc_serves_the_parked_sandbox_with_its_masks) {
   const std::string secret = "/etc/cordon-pool-test-kept-" + std::to_string(::getpid());
   ScopeExit remove_secret([&] { ::unlink(secret.c_str()); });
