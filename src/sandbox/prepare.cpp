@@ -16,6 +16,7 @@
 #include <cerrno>
 #include <cstring>
 #include <optional>
+#include <set>
 #include <span>
 
 #include "base/strings.hpp"
@@ -123,22 +124,31 @@ Result<EtcMasks> etc_masks(const SandboxSpec& spec) {
       file_ids.push_back(id);
     }
   };
-  for (const auto& s : secrets) {
+  // Each secret is masked where it resolves, by a path without symlinks: the binds are made
+  // before pivot_root (child.cpp), where an absolute symlink on the way would lead into the
+  // host's tree and the mask would land there, not on the sandbox's copy (failure fixed,
+  // session 27, found by a review: /etc/a -> /etc/b made /etc/a/secret readable). Where it
+  // resolves outside /etc, it is masked in the system tree that shows it; outside every tree
+  // the sandbox shows, there is nothing to mask.
+  std::vector<std::string> shown = {"/etc"};
+  for (const char* dir : kSystemDirs) {
     struct stat st {};
-    if (::lstat(s.c_str(), &st) != 0) {
+    if (::lstat(dir, &st) == 0 && S_ISDIR(st.st_mode)) {
+      shown.emplace_back(dir);
+    }
+  }
+  std::set<std::string> masked;
+  for (const auto& s : secrets) {
+    char real[PATH_MAX];
+    if (::realpath(s.c_str(), real) == nullptr ||
+        std::none_of(shown.begin(), shown.end(),
+                     [&](const std::string& d) { return path_within(real, d) && real != d; }) ||
+        !masked.insert(real).second) {
       continue;
     }
-    if (S_ISDIR(st.st_mode) || S_ISREG(st.st_mode)) {
-      add(s, st);
-    } else if (S_ISLNK(st.st_mode)) {
-      // A symlink is masked where it points, when that is under /etc as well.
-      char real[PATH_MAX];
-      if (::realpath(s.c_str(), real) != nullptr && path_within(real, "/etc")) {
-        struct stat rs {};
-        if (::stat(real, &rs) == 0) {
-          add(real, rs);
-        }
-      }
+    struct stat rs {};
+    if (::stat(real, &rs) == 0 && (S_ISDIR(rs.st_mode) || S_ISREG(rs.st_mode))) {
+      add(real, rs);
     }
   }
   out.ids = std::move(file_ids);

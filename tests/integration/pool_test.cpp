@@ -1041,6 +1041,33 @@ BOOST_AUTO_TEST_CASE(a_symlinked_ssh_host_keys_target_replaced_after_parking_is_
   BOOST_TEST(r.out == "0\nup\n");
 }
 
+// A mask is bound before the sandbox's pivot_root: a secret's path with an absolute symlink on
+// its way resolved into the host's tree there, the mask landed on the host's copy of the
+// secret, and the sandbox's own /etc showed it (failure fixed, session 27: both jobs below
+// read "top secret"). Masked where it resolves, in both the unpooled and the pooled sandbox.
+BOOST_AUTO_TEST_CASE(a_secret_behind_an_absolute_symlink_on_its_way_is_masked) {
+  const std::string pid = std::to_string(::getpid());
+  const std::string real = "/etc/cordon-pool-test-real-" + pid;
+  const std::string via = "/etc/cordon-pool-test-via-" + pid;
+  ScopeExit remove_both([&] {
+    ::unlink(via.c_str());
+    std::filesystem::remove_all(real);
+  });
+  std::filesystem::create_directories(real);
+  BOOST_REQUIRE(write_text(real + "/secret", "top secret\n"));
+  BOOST_REQUIRE(::symlink(real.c_str(), via.c_str()) == 0);
+  EngineEnv env(nlohmann::json{{"maskPaths", {via + "/secret"}}});
+  auto e = open_engine(env);
+  const std::string script = "wc -c < " + via + "/secret; wc -c < " + real + "/secret";
+  Ran first = run_and_see(*e, env, "s", script);
+  BOOST_TEST(!first.pooled);
+  BOOST_TEST(first.out == "0\n0\nup\n");
+  BOOST_REQUIRE(pool_holds(env, EngineOptions{}.warm_pool_size));
+  Ran pooled = run_and_see(*e, env, "s", script);
+  BOOST_TEST(pooled.pooled);
+  BOOST_TEST(pooled.out == "0\n0\nup\n");
+}
+
 // With /etc as it was, the job is served by the parked sandbox and its secrets are masked all
 // the same. (That the watch, not a scan, answered is shown by sandbox_etc_watch and by
 // spawn_bench: this case passes either way.)
