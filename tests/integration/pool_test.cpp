@@ -960,6 +960,33 @@ BOOST_AUTO_TEST_CASE(a_secret_replaced_after_parking_is_masked) {
   BOOST_TEST(r.out == "0\nup\n");
 }
 
+namespace {
+
+// A directory `top`/keys holding one key, as a host that rotates keys by directory keeps it.
+void make_keys(const std::string& top) {
+  std::filesystem::create_directories(top + "/keys");
+  BOOST_REQUIRE(write_text(top + "/keys/key", "old\n"));
+}
+
+// Fills the pool, then replaces `top`/keys (a new directory holding a new key renamed into
+// place, the old one moved aside): the job reading `path` takes the parked entry (the shape
+// fits), is not served by it (the spawner sees the host changed) and reads the new key masked.
+void keys_replaced_after_parking_read_masked(const EngineEnv& env, Engine& e,
+                                             const std::string& top, const std::string& path) {
+  BOOST_TEST(!run_and_see(e, env, "s", "true").pooled);
+  BOOST_REQUIRE(pool_holds(env, EngineOptions{}.warm_pool_size));
+  std::filesystem::create_directories(top + "/keys.new");
+  BOOST_REQUIRE(write_text(top + "/keys.new/key", "top secret\n"));
+  BOOST_REQUIRE(::rename((top + "/keys").c_str(), (top + "/keys.old").c_str()) == 0);
+  BOOST_REQUIRE(::rename((top + "/keys.new").c_str(), (top + "/keys").c_str()) == 0);
+  Ran r = run_and_see(e, env, "s", "wc -c < " + path);
+  BOOST_TEST(r.took_entry);
+  BOOST_TEST(!r.pooled);
+  BOOST_TEST(r.out == "0\nup\n");
+}
+
+}  // namespace
+
 // The spawner scans the secrets again only when its inotify watch saw something happen on the
 // way to one since the sandbox parked (sandbox/etc_watch.hpp). A secret two directories down
 // whose directory is replaced (a new one renamed into place, holding a new file) is a change
@@ -968,20 +995,10 @@ BOOST_AUTO_TEST_CASE(a_secret_replaced_after_parking_is_masked) {
 BOOST_AUTO_TEST_CASE(a_secret_whose_directory_is_replaced_after_parking_is_masked) {
   const std::string top = "/etc/cordon-pool-test-dir-" + std::to_string(::getpid());
   ScopeExit remove_top([&] { std::filesystem::remove_all(top); });
-  std::filesystem::create_directories(top + "/keys");
-  BOOST_REQUIRE(write_text(top + "/keys/key", "old\n"));
+  make_keys(top);
   EngineEnv env(nlohmann::json{{"maskPaths", {top + "/keys/key"}}});
   auto e = open_engine(env);
-  BOOST_TEST(!run_and_see(*e, env, "s", "true").pooled);
-  BOOST_REQUIRE(pool_holds(env, EngineOptions{}.warm_pool_size));
-  std::filesystem::create_directories(top + "/keys.new");
-  BOOST_REQUIRE(write_text(top + "/keys.new/key", "top secret\n"));
-  BOOST_REQUIRE(::rename((top + "/keys").c_str(), (top + "/keys.old").c_str()) == 0);
-  BOOST_REQUIRE(::rename((top + "/keys.new").c_str(), (top + "/keys").c_str()) == 0);
-  Ran r = run_and_see(*e, env, "s", "wc -c < " + top + "/keys/key");
-  BOOST_TEST(r.took_entry);  // the shape fits: the spawner sees the host changed
-  BOOST_TEST(!r.pooled);
-  BOOST_TEST(r.out == "0\nup\n");
+  keys_replaced_after_parking_read_masked(env, *e, top, top + "/keys/key");
 }
 
 // A masked symlink is masked where it points. Its target's directory replaced after parking
@@ -993,21 +1010,11 @@ BOOST_AUTO_TEST_CASE(a_symlinked_secrets_target_replaced_after_parking_is_masked
     ::unlink(link.c_str());
     std::filesystem::remove_all(top);
   });
-  std::filesystem::create_directories(top + "/keys");
-  BOOST_REQUIRE(write_text(top + "/keys/key", "old\n"));
+  make_keys(top);
   BOOST_REQUIRE(::symlink((top + "/keys/key").c_str(), link.c_str()) == 0);
   EngineEnv env(nlohmann::json{{"maskPaths", {link}}});
   auto e = open_engine(env);
-  BOOST_TEST(!run_and_see(*e, env, "s", "true").pooled);
-  BOOST_REQUIRE(pool_holds(env, EngineOptions{}.warm_pool_size));
-  std::filesystem::create_directories(top + "/keys.new");
-  BOOST_REQUIRE(write_text(top + "/keys.new/key", "top secret\n"));
-  BOOST_REQUIRE(::rename((top + "/keys").c_str(), (top + "/keys.old").c_str()) == 0);
-  BOOST_REQUIRE(::rename((top + "/keys.new").c_str(), (top + "/keys").c_str()) == 0);
-  Ran r = run_and_see(*e, env, "s", "wc -c < " + link);
-  BOOST_TEST(r.took_entry);
-  BOOST_TEST(!r.pooled);
-  BOOST_TEST(r.out == "0\nup\n");
+  keys_replaced_after_parking_read_masked(env, *e, top, link);
 }
 
 // The host's ssh keys are masked by a pattern (/etc/ssh/ssh_host_*key), a symlinked one where
@@ -1024,21 +1031,11 @@ BOOST_AUTO_TEST_CASE(a_symlinked_ssh_host_keys_target_replaced_after_parking_is_
       ::rmdir("/etc/ssh");
     }
   });
-  std::filesystem::create_directories(top + "/keys");
-  BOOST_REQUIRE(write_text(top + "/keys/key", "old\n"));
+  make_keys(top);
   BOOST_REQUIRE(::symlink((top + "/keys/key").c_str(), key.c_str()) == 0);
   EngineEnv env;
   auto e = open_engine(env);
-  BOOST_TEST(!run_and_see(*e, env, "s", "true").pooled);
-  BOOST_REQUIRE(pool_holds(env, EngineOptions{}.warm_pool_size));
-  std::filesystem::create_directories(top + "/keys.new");
-  BOOST_REQUIRE(write_text(top + "/keys.new/key", "top secret\n"));
-  BOOST_REQUIRE(::rename((top + "/keys").c_str(), (top + "/keys.old").c_str()) == 0);
-  BOOST_REQUIRE(::rename((top + "/keys.new").c_str(), (top + "/keys").c_str()) == 0);
-  Ran r = run_and_see(*e, env, "s", "wc -c < " + key);
-  BOOST_TEST(r.took_entry);
-  BOOST_TEST(!r.pooled);
-  BOOST_TEST(r.out == "0\nup\n");
+  keys_replaced_after_parking_read_masked(env, *e, top, key);
 }
 
 // A mask is bound before the sandbox's pivot_root: a secret's path with an absolute symlink on
