@@ -130,25 +130,40 @@ Result<EtcMasks> etc_masks(const SandboxSpec& spec) {
   // session 27, found by a review: /etc/a -> /etc/b made /etc/a/secret readable). Where it
   // resolves outside /etc, it is masked in the system tree that shows it; outside every tree
   // the sandbox shows, there is nothing to mask.
-  std::vector<std::string> shown = {"/etc"};
+  // Each tree the sandbox shows, as (where it resolves on the host, where the sandbox shows it):
+  // /etc itself may be a symlink (its copy is of the target, shown at /etc).
+  std::vector<std::pair<std::string, std::string>> shown;
+  char etc_real[PATH_MAX];
+  if (::realpath("/etc", etc_real) == nullptr) {
+    return sys_error("realpath `/etc`");
+  }
+  shown.emplace_back(etc_real, "/etc");
   for (const char* dir : kSystemDirs) {
     struct stat st {};
-    if (::lstat(dir, &st) == 0 && S_ISDIR(st.st_mode)) {
-      shown.emplace_back(dir);
+    char real[PATH_MAX];
+    if (::lstat(dir, &st) == 0 && S_ISDIR(st.st_mode) && ::realpath(dir, real) != nullptr) {
+      shown.emplace_back(real, dir);
     }
   }
   std::set<std::string> masked;
   for (const auto& s : secrets) {
     char real[PATH_MAX];
-    if (::realpath(s.c_str(), real) == nullptr ||
-        std::none_of(shown.begin(), shown.end(),
-                     [&](const std::string& d) { return path_within(real, d) && real != d; }) ||
-        !masked.insert(real).second) {
+    if (::realpath(s.c_str(), real) == nullptr) {
+      continue;
+    }
+    auto tree = std::find_if(shown.begin(), shown.end(), [&](const auto& t) {
+      return path_within(real, t.first) && real != t.first;
+    });
+    if (tree == shown.end()) {
+      continue;
+    }
+    const std::string at = tree->second + std::string(real).substr(tree->first.size());
+    if (!masked.insert(at).second) {
       continue;
     }
     struct stat rs {};
     if (::stat(real, &rs) == 0 && (S_ISDIR(rs.st_mode) || S_ISREG(rs.st_mode))) {
-      add(real, rs);
+      add(at, rs);
     }
   }
   out.ids = std::move(file_ids);
