@@ -6,6 +6,7 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 
@@ -84,6 +85,11 @@ void EtcWatch::drain() {
 // Watches `path` (no symlink: the caller lstat'ed it after its parent was watched, so a
 // symlink put there since is an event) and records the inode it resolves to.
 bool EtcWatch::add(const std::string& path, bool dir, Mark& mark) {
+  // The ways share their directories (/etc on every one): each is watched and recorded once.
+  if (std::any_of(mark.entries.begin(), mark.entries.end(),
+                  [&](const Mark::Entry& e) { return e.path == path; })) {
+    return true;
+  }
   struct stat st {};
   if (::lstat(path.c_str(), &st) != 0) {
     return errno == ENOENT;  // gone since: an event of its parent

@@ -127,11 +127,10 @@ Result<EtcMasks> etc_masks(const SandboxSpec& spec) {
   // Each secret is masked where it resolves, by a path without symlinks: the binds are made
   // before pivot_root (child.cpp), where an absolute symlink on the way would lead into the
   // host's tree and the mask would land there, not on the sandbox's copy (failure fixed,
-  // session 27, found by a review: /etc/a -> /etc/b made /etc/a/secret readable). Where it
-  // resolves outside /etc, it is masked in the system tree that shows it; outside every tree
-  // the sandbox shows, there is nothing to mask.
-  // Each tree the sandbox shows, as (where it resolves on the host, where the sandbox shows it):
-  // /etc itself may be a symlink (its copy is of the target, shown at /etc).
+  // session 27, found by a review: /etc/a -> /etc/b made /etc/a/secret readable). The resolved
+  // path is translated into the tree that shows it, each kept as (where it resolves on the
+  // host, where the sandbox shows it): /etc itself may be a symlink, a secret may resolve into
+  // a system tree; outside every tree the sandbox shows, there is nothing to mask.
   std::vector<std::pair<std::string, std::string>> shown;
   char etc_real[PATH_MAX];
   if (::realpath("/etc", etc_real) == nullptr) {
