@@ -34,6 +34,13 @@ inline int open_component(int dirfd, const char* name, int flags) {
 
 }  // namespace beneath_detail
 
+/// `rel` opened beneath `dirfd` with `flags` (O_CLOEXEC added), no component a symlink, the
+/// last one neither: an fd, or -errno (ELOOP at a symlink, EXDEV for a way leading above).
+inline int open_beneath(int dirfd, const char* rel, int flags) {
+  int fd = beneath_detail::open_component(dirfd, rel, flags);
+  return fd < 0 ? -errno : fd;
+}
+
 /// Makes the directories of `rel` (relative, '/'-separated) beneath `dirfd` as needed (mode
 /// 0755; existing ones, also on read-only mounts, are fine) and returns an O_PATH fd of the last
 /// one, or -errno (ELOOP: a component is a symlink; ENAMETOOLONG). `count` components of `rel`

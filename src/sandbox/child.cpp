@@ -88,12 +88,29 @@ void remount_ro(const char* path, unsigned long keep, SetupStep step) {
   }
 }
 
-// Binds `src` (a file or directory in the root tmpfs) over `dst` read-only.
-void bind_ro(const char* src, const char* dst, SetupStep step) {
-  if (::mount(src, dst, nullptr, MS_BIND, nullptr) != 0) {
+// Binds `src` (in the read-only source directory of mount_etc) over `dst` (in the cloned /etc):
+// a copy of the source's mount, moved onto `dst` opened beneath the new root with no symlink on
+// its way. Not mount(2) on the path: these binds are made before pivot_root, and a directory on
+// the way replaced by a symlink since the parent resolved it (etc_masks) led the bind into the
+// host's tree (an absolute link) or onto another file (a relative one), leaving the sandbox's
+// copy of the secret unmasked (failure fixed, session 28; security_etc_masks). Such a way now
+// stops the setup with ELOOP. The copy keeps the source's flags: read-only, nosuid, nodev,
+// noexec.
+void bind_ro(int root_fd, const char* src, const char* dst, SetupStep step) {
+  int tree = sys::open_tree(root_fd, src, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+  if (tree < 0) {
     fail(step);
   }
-  remount_ro(dst, MS_NOSUID | MS_NODEV | MS_NOEXEC, step);
+  int target = open_beneath(root_fd, dst, O_PATH);
+  if (target < 0) {
+    fail_errno(step, -target);
+  }
+  if (sys::move_mount(tree, "", target, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) !=
+      0) {
+    fail(step);
+  }
+  ::close(target);
+  ::close(tree);
 }
 
 void write_new_file(int root_fd, const char* name, const char* data, size_t size, SetupStep step) {
@@ -128,42 +145,61 @@ void write_proc(const char* path, const char* value, SetupStep step) {
 }
 
 void mount_etc(const ChildPlan& plan, int root_fd) {
-  // Generated files (passwd, group, hostname, hosts) shadow the host's, read-only.
-  char name[32] = ".cordon-gen-00";
+  // The sources of every bind below, in one directory of the root tmpfs bound onto itself
+  // read-only, nosuid, nodev, noexec: the generated files (passwd, group, hostname, hosts), an
+  // empty file for the secrets that are files, an empty directory (mode 000) for those that are
+  // directories. Each bind clones those flags; the directory goes once they are made (a removed
+  // directory can never gain an entry). Not a tmpfs of its own: every superblock costs each
+  // memory cgroup on the machine a shrinker slot (see mount_tmp).
+  constexpr SetupStep kGen = SetupStep::kMountEtc, kMask = SetupStep::kMountEtcMask;
+  const bool masks = wall_on(plan, Wall::kEtcMask);
+  if (::mkdirat(root_fd, ".cordon-src", 0755) != 0) {
+    fail(kGen);
+  }
+  char name[32] = ".cordon-src/gen-00";
+  auto gen_name = [&name](size_t i) {
+    name[16] = static_cast<char>('0' + (i / 10) % 10);
+    name[17] = static_cast<char>('0' + i % 10);
+    return name;
+  };
   for (size_t i = 0; i < plan.n_generated; ++i) {
-    name[12] = static_cast<char>('0' + (i / 10) % 10);
-    name[13] = static_cast<char>('0' + i % 10);
-    const GeneratedFile& g = plan.generated[i];
-    write_new_file(root_fd, name, g.data, g.size, SetupStep::kMountEtc);
-    bind_ro(name, g.path, SetupStep::kMountEtc);
-    if (::unlinkat(root_fd, name, 0) != 0) {
-      fail(SetupStep::kMountEtc);
+    write_new_file(root_fd, gen_name(i), plan.generated[i].data, plan.generated[i].size, kGen);
+  }
+  if (masks) {
+    write_new_file(root_fd, ".cordon-src/empty", "", 0, kMask);
+    if (::mkdirat(root_fd, ".cordon-src/empty-dir", 0) != 0) {
+      fail(kMask);
     }
   }
-  if (!wall_on(plan, Wall::kEtcMask)) {
-    return;
+  if (::mount(".cordon-src", ".cordon-src", nullptr, MS_BIND, nullptr) != 0) {
+    fail(kGen);
   }
-  // Secrets: an empty read-only file over each file, an empty read-only directory over each dir.
-  write_new_file(root_fd, ".cordon-empty", "", 0, SetupStep::kMountEtcMask);
-  for (size_t i = 0; i < plan.n_mask_files; ++i) {
-    bind_ro(".cordon-empty", plan.mask_files[i], SetupStep::kMountEtcMask);
+  remount_ro(".cordon-src", MS_NOSUID | MS_NODEV | MS_NOEXEC, kGen);
+  for (size_t i = 0; i < plan.n_generated; ++i) {
+    bind_ro(root_fd, gen_name(i), plan.generated[i].path, kGen);
   }
-  if (::unlinkat(root_fd, ".cordon-empty", 0) != 0) {
-    fail(SetupStep::kMountEtcMask);
-  }
-  // Over each dir, an empty directory of the root tmpfs (mode 000), bound read-only and then
-  // removed: a removed directory can never gain an entry. Not a tmpfs of its own: every
-  // superblock costs each memory cgroup on the machine a shrinker slot (see mount_tmp).
-  if (plan.n_mask_dirs > 0) {
-    if (::mkdirat(root_fd, ".cordon-empty-dir", 0) != 0) {
-      fail(SetupStep::kMountEtcMask);
+  if (masks) {
+    for (size_t i = 0; i < plan.n_mask_files; ++i) {
+      bind_ro(root_fd, ".cordon-src/empty", plan.mask_files[i], kMask);
     }
     for (size_t i = 0; i < plan.n_mask_dirs; ++i) {
-      bind_ro(".cordon-empty-dir", plan.mask_dirs[i], SetupStep::kMountEtcMask);
+      bind_ro(root_fd, ".cordon-src/empty-dir", plan.mask_dirs[i], kMask);
     }
-    if (::unlinkat(root_fd, ".cordon-empty-dir", AT_REMOVEDIR) != 0) {
-      fail(SetupStep::kMountEtcMask);
+  }
+  if (::umount2(".cordon-src", MNT_DETACH) != 0) {
+    fail(kGen);
+  }
+  for (size_t i = 0; i < plan.n_generated; ++i) {
+    if (::unlinkat(root_fd, gen_name(i), 0) != 0) {
+      fail(kGen);
     }
+  }
+  if (masks && (::unlinkat(root_fd, ".cordon-src/empty", 0) != 0 ||
+                ::unlinkat(root_fd, ".cordon-src/empty-dir", AT_REMOVEDIR) != 0)) {
+    fail(kMask);
+  }
+  if (::unlinkat(root_fd, ".cordon-src", AT_REMOVEDIR) != 0) {
+    fail(kGen);
   }
 }
 

@@ -145,6 +145,7 @@ Result<EtcMasks> etc_masks(const SandboxSpec& spec) {
     }
   }
   std::set<std::string> masked;
+  std::vector<std::pair<std::string, struct stat>> found;
   for (const auto& s : secrets) {
     char real[PATH_MAX];
     if (::realpath(s.c_str(), real) == nullptr) {
@@ -162,7 +163,18 @@ Result<EtcMasks> etc_masks(const SandboxSpec& spec) {
     }
     struct stat rs {};
     if (::stat(real, &rs) == 0 && (S_ISDIR(rs.st_mode) || S_ISREG(rs.st_mode))) {
-      add(at, rs);
+      found.emplace_back(at, rs);
+    }
+  }
+  // Nothing is masked inside a masked directory: it shows empty already, and a bind there
+  // would find no way once the directory's own mask is in place (`maskPaths: ["/etc/ssh"]`
+  // with the host keys in it failed every sandbox with ENOENT; fixed, session 28).
+  for (const auto& [at, st] : found) {
+    bool inside = std::any_of(found.begin(), found.end(), [&](const auto& other) {
+      return S_ISDIR(other.second.st_mode) && other.first != at && path_within(at, other.first);
+    });
+    if (!inside) {
+      add(at, st);
     }
   }
   out.ids = std::move(file_ids);
