@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -23,6 +24,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <climits>
 #include <cstring>
 #include <filesystem>
 #include <initializer_list>
@@ -379,6 +381,91 @@ BOOST_AUTO_TEST_CASE(etc_mask_alone_hides_readable_secrets_and_ssh_host_keys) {
   struct stat st {};
   BOOST_TEST_REQUIRE(::stat("/etc/shadow", &st) == 0);
   BOOST_TEST((st.st_mode & 0004) == 0u);
+}
+
+// A masked secret that is a symlink into a system tree: /etc/ssl/private pointing into /usr.
+// The mask is bound where it resolves (made before pivot_root, a bind by the link's path would
+// follow it into the host's tree), translated into the sandbox's own /usr: both ways to the
+// key show the masked directory (mode 000). In a private mount namespace: tmpfs on /usr/local
+// (the key) and on /etc/ssl (the link). Control without the etc-mask wall: the key is read.
+BOOST_AUTO_TEST_CASE(a_secret_resolving_into_usr_is_masked_there) {
+  Sandbox s;
+  auto setup = [&] {
+    return ::mount("tmpfs", "/usr/local", "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=0755") ==
+               0 &&
+           ::mkdir("/usr/local/cordon-private", 0755) == 0 &&
+           write_file("/usr/local/cordon-private/key", "FAKE KEY\n", 0644) &&
+           ::mount("tmpfs", "/etc/ssl", "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=0755") == 0 &&
+           ::symlink("/usr/local/cordon-private", "/etc/ssl/private") == 0;
+  };
+  for (const char* path : {"/etc/ssl/private/key", "/usr/local/cordon-private/key"}) {
+    BOOST_TEST_CONTEXT(path) {
+      auto masked = run_in_private_mount_ns(s.args({}, {probe_bin(), "read-file", path}), setup);
+      BOOST_TEST(masked.out == "probe read-file: errno EACCES\n");
+      auto ctl = run_in_private_mount_ns(
+          s.args({"--test-disable-wall", "etc-mask"}, {probe_bin(), "read-file", path}, true),
+          setup);
+      BOOST_TEST(ctl.out == "probe read-file: value " + hex("FAKE KEY\n") + "\n");
+    }
+  }
+}
+
+// /etc itself a symlink (/etc -> /etc-real, as on hosts that keep /etc elsewhere): the masks
+// are bound in the sandbox's /etc, a copy of what the link resolves to, not at the resolved
+// path (etc-real does not exist in the sandbox; a mask there failed every sandbox, fixed in
+// session 27 before it shipped). The test runs cordon in a root of its own: a private mount
+// namespace, a tmpfs root holding the host's top-level directories bound recursively (its
+// top-level symlinks copied), /etc-real bound from the host's /etc with a readable fake
+// /etc-real/shadow, and /etc a symlink to it. Control without the etc-mask wall: the fake.
+BOOST_AUTO_TEST_CASE(etc_itself_a_symlink_still_has_its_secrets_masked) {
+  Sandbox s;
+  const std::string fake_shadow = s.base + "/fake-shadow";
+  const std::string root = s.base + "/host-root";
+  BOOST_TEST_REQUIRE(write_file(fake_shadow, "root:$6$fake:19000::::::\n", 0644));
+  BOOST_TEST_REQUIRE(::mkdir(root.c_str(), 0755) == 0);
+  auto setup = [&] {
+    if (::mount("tmpfs", root.c_str(), "tmpfs", 0, "size=1m,mode=0755") != 0) {
+      return false;
+    }
+    for (const auto& e : std::filesystem::directory_iterator("/")) {
+      const std::string name = e.path().filename();
+      const std::string at = root + "/" + name;
+      if (e.is_symlink()) {
+        if (::symlink(std::filesystem::read_symlink(e.path()).c_str(), at.c_str()) != 0) {
+          return false;
+        }
+      } else if (e.is_directory() && name != "etc") {
+        if (::mkdir(at.c_str(), 0755) != 0 ||
+            ::mount(e.path().c_str(), at.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0) {
+          return false;
+        }
+      }
+    }
+    const std::string real = root + "/etc-real";
+    if (::mkdir(real.c_str(), 0755) != 0 ||
+        ::mount("/etc", real.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0 ||
+        ::mount(fake_shadow.c_str(), (real + "/shadow").c_str(), nullptr, MS_BIND, nullptr) != 0 ||
+        ::symlink("/etc-real", (root + "/etc").c_str()) != 0 ||
+        ::mkdir((root + "/.old").c_str(), 0700) != 0 || ::chdir(root.c_str()) != 0 ||
+        ::syscall(SYS_pivot_root, ".", ".old") != 0 || ::umount2("/.old", MNT_DETACH) != 0 ||
+        ::chdir("/") != 0) {
+      return false;
+    }
+    char real_etc[PATH_MAX];
+    return ::realpath("/etc", real_etc) != nullptr && std::string(real_etc) == "/etc-real";
+  };
+  auto masked =
+      run_in_private_mount_ns(s.args({}, {probe_bin(), "read-file", "/etc/shadow"}), setup);
+  BOOST_TEST(masked.exit_code() == 0, masked.out);
+  BOOST_TEST(masked.out == "probe read-file: value -\n");
+  auto ctl = run_in_private_mount_ns(
+      s.args({"--test-disable-wall", "etc-mask"}, {probe_bin(), "read-file", "/etc/shadow"}, true),
+      setup);
+  BOOST_TEST(ctl.out == "probe read-file: value " + hex("root:$6$fake:19000::::::\n") + "\n");
+  // The tmpfs root went with the namespace: the host's /etc is what it was.
+  struct stat st {};
+  BOOST_TEST_REQUIRE(::lstat("/etc", &st) == 0);
+  BOOST_TEST(S_ISDIR(st.st_mode));
 }
 
 // A mask is a bind over the secret's dentry, and the kernel detaches a mount whose dentry is
