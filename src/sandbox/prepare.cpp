@@ -151,24 +151,25 @@ Result<EtcMasks> etc_masks(const SandboxSpec& spec) {
     if (::realpath(s.c_str(), real) == nullptr) {
       continue;
     }
-    auto tree = std::find_if(shown.begin(), shown.end(), [&](const auto& t) {
-      return path_within(real, t.first) && real != t.first;
-    });
-    if (tree == shown.end()) {
-      continue;
-    }
-    const std::string at = tree->second + std::string(real).substr(tree->first.size());
-    if (!masked.insert(at).second) {
-      continue;
-    }
     struct stat rs {};
-    if (::stat(real, &rs) == 0 && (S_ISDIR(rs.st_mode) || S_ISREG(rs.st_mode))) {
-      found.emplace_back(at, rs);
+    if (::stat(real, &rs) != 0 || !(S_ISDIR(rs.st_mode) || S_ISREG(rs.st_mode))) {
+      continue;
+    }
+    // In every tree that shows it: with /etc a link into /usr (/etc -> /usr/etc), the
+    // sandbox's /usr shows the same file as its /etc (found by a review, session 28).
+    for (const auto& [host, sandbox] : shown) {
+      if (path_within(real, host) && real != host) {
+        std::string at = sandbox + std::string(real).substr(host.size());
+        if (masked.insert(at).second) {
+          found.emplace_back(std::move(at), rs);
+        }
+      }
     }
   }
   // Nothing is masked inside a masked directory: it shows empty already, and a bind there
-  // would find no way once the directory's own mask is in place (`maskPaths: ["/etc/ssh"]`
-  // with the host keys in it failed every sandbox with ENOENT; fixed, session 28).
+  // would find no way once the directory's own mask is in place (a masked directory inside
+  // a masked directory, e.g. `maskPaths: ["/etc/ssl"]` with /etc/ssl/private, failed every
+  // sandbox with ENOENT: the directories were bound in order; fixed, session 28).
   for (const auto& [at, st] : found) {
     bool inside = std::any_of(found.begin(), found.end(), [&](const auto& other) {
       return S_ISDIR(other.second.st_mode) && other.first != at && path_within(at, other.first);

@@ -148,13 +148,14 @@ struct EtcScratch {
 
 }  // namespace
 
-// The masks are computed with each secret's directory a real one; before the setup child binds
-// them, the host moves that directory aside (`moved`) and puts a symlink in its place, to
-// another directory holding a file of the same name. Failure fixed (session 28): the child's
-// bind followed the symlink — an absolute one into the host's tree (before pivot_root), a
-// relative one to the other file in the sandbox's /etc — and the sandbox read the secret
-// through `moved`, unmasked. The child now opens each mask's way beneath the new root with no
-// symlink on it: the setup stops with ELOOP at the mask step and nothing runs.
+// The masks are computed with the secret's directory a real one; before the setup child binds
+// them, the host moves that directory aside and puts a symlink in its place, to another
+// directory holding a file of the same name. The masked path then leads to that file. Failure
+// fixed (session 28): the child's bind followed the symlink: an absolute one into the host's
+// tree (the binds are made before pivot_root), where the mask landed, so the masked path read
+// the other file's contents in the sandbox; a relative one onto that other file in the
+// sandbox's /etc. The child now opens each mask's way beneath the new root with no symlink on
+// it: the setup stops with ELOOP at the mask step and nothing runs.
 BOOST_AUTO_TEST_CASE(a_secrets_directory_replaced_by_a_symlink_before_the_binds_stops_the_setup) {
   SpawnerFixture fx("etc-masks");
   for (bool absolute : {true, false}) {
@@ -166,12 +167,11 @@ BOOST_AUTO_TEST_CASE(a_secrets_directory_replaced_by_a_symlink_before_the_binds_
       fs::create_directories(other);
       write_text(dir + "/secret", "top secret\n");
       write_text(other + "/secret", "other file\n");
-      Built b = prepare_change_run(
-          fx, "cat " + dir + "/secret " + moved + "/secret", {dir + "/secret"}, [&] {
-            BOOST_REQUIRE(::rename(dir.c_str(), moved.c_str()) == 0);
-            BOOST_REQUIRE(::symlink(absolute ? other.c_str() : "other", dir.c_str()) == 0);
-          });
-      BOOST_TEST(b.out.find("top secret") == std::string::npos, b.out);
+      Built b = prepare_change_run(fx, "cat " + dir + "/secret", {dir + "/secret"}, [&] {
+        BOOST_REQUIRE(::rename(dir.c_str(), moved.c_str()) == 0);
+        BOOST_REQUIRE(::symlink(absolute ? other.c_str() : "other", dir.c_str()) == 0);
+      });
+      BOOST_TEST(b.out.find("other file") == std::string::npos, b.out);
       BOOST_TEST(b.setup_failed, "the setup went on; the command printed `" << b.out << "`");
       BOOST_TEST((b.step == SetupStep::kMountEtcMask), step_name(b.step));
       BOOST_TEST(b.err == ELOOP, errno_name(b.err));
@@ -193,10 +193,11 @@ BOOST_AUTO_TEST_CASE(with_etc_unchanged_the_same_sandbox_runs_and_reads_the_secr
   BOOST_TEST(b.out == "0\n");
 }
 
-// A masked directory holding other masked paths (`maskPaths: ["/etc/ssh"]` holds the host keys
-// cordon masks anyway). Failure fixed (session 28): the directory was masked first, the masks
-// inside it then found no way (ENOENT) and every sandbox of such a policy failed at the mask
-// step. Nothing inside a masked directory is masked again: it shows empty.
+// A masked directory holding other masked paths, a directory among them (`maskPaths:
+// ["/etc/ssl"]` holds /etc/ssl/private). Failure fixed (session 28): the directories were bound
+// in order, the inner one then found no way (ENOENT) and every sandbox of such a policy failed
+// at the mask step (files were bound before directories, so masked files inside were fine).
+// Nothing inside a masked directory is masked again: it shows empty.
 BOOST_AUTO_TEST_CASE(a_masked_directory_holding_masked_paths_shows_empty) {
   SpawnerFixture fx("etc-masks");
   EtcScratch scratch("nested");
