@@ -4,6 +4,7 @@
 // parents, a host uid lease, fresh job cgroups and a spawn request for a command in the root.
 // Talks to cordon-spawner directly (no engine).
 
+#include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -24,6 +25,15 @@ namespace cordon::test {
 template <class R>
 std::string error_of(const R& r) {
   return r.has_value() ? std::string() : r.error().message();
+}
+
+// Whether `fd` has something to read (or its end) within `timeout_ms`: every wait is bounded,
+// so a broken test fails instead of hanging.
+inline bool readable(int fd, int timeout_ms = 20000) {
+  struct pollfd p {
+    fd, POLLIN, 0
+  };
+  return ::poll(&p, 1, timeout_ms) == 1;
 }
 
 // The directory of the cordon binary under test: cordon-spawner, cordon-init and

@@ -53,13 +53,6 @@ std::string msg(const R& r) {
   return r.has_value() ? std::string() : r.error().message();
 }
 
-bool readable(int fd, int timeout_ms = kWaitMs) {
-  struct pollfd p {
-    fd, POLLIN, 0
-  };
-  return ::poll(&p, 1, timeout_ms) == 1;
-}
-
 std::set<pid_t> procs_of(const std::string& cgroup_dir) {
   std::set<pid_t> out;
   std::istringstream in(read_small_file(cgroup_dir + "/cgroup.procs").value_or(""));

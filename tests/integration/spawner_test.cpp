@@ -30,10 +30,9 @@
 
 using namespace cordon;
 using namespace cordon::sandbox;
+using cordon::test::readable;
 
 namespace {
-
-constexpr int kWaitMs = 20000;  // a bound for every wait, so a broken test fails, not hangs
 
 template <class R>
 std::string why(const R& r) {
@@ -48,13 +47,6 @@ std::string bin_dir() {
 std::string spawner_bin() {
   const char* s = std::getenv("CORDON_SPAWNER");
   return s ? s : bin_dir() + "/cordon-spawner";
-}
-
-bool readable(int fd, int timeout_ms = kWaitMs) {
-  struct pollfd p {
-    fd, POLLIN, 0
-  };
-  return ::poll(&p, 1, timeout_ms) == 1;
 }
 
 // Everything on a pipe until EOF (bounded).

@@ -9,7 +9,6 @@
 #define BOOST_TEST_MODULE security_etc_masks
 
 #include <fcntl.h>
-#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -38,15 +37,6 @@ using namespace cordon::test;
 namespace fs = std::filesystem;
 
 namespace {
-
-constexpr int kWaitMs = 20000;  // a bound for every wait, so a broken test fails, not hangs
-
-bool readable(int fd) {
-  struct pollfd p {
-    fd, POLLIN, 0
-  };
-  return ::poll(&p, 1, kWaitMs) == 1;
-}
 
 void write_text(const std::string& path, const std::string& text) {
   std::ofstream f(path);
