@@ -27,9 +27,11 @@ std::string error_of(const R& r) {
   return r.has_value() ? std::string() : r.error().message();
 }
 
-// Whether `fd` has something to read (or its end) within `timeout_ms`: every wait is bounded,
-// so a broken test fails instead of hanging.
-inline bool readable(int fd, int timeout_ms = 20000) {
+// A bound for every wait, so a broken test fails, not hangs.
+inline constexpr int kWaitMs = 20000;
+
+// Whether `fd` has something to read (or its end) within `timeout_ms`.
+inline bool readable(int fd, int timeout_ms = kWaitMs) {
   struct pollfd p {
     fd, POLLIN, 0
   };

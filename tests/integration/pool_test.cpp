@@ -5,7 +5,6 @@
 // another shape, nor a working root that was replaced after it was built.
 
 #include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -45,8 +44,6 @@ using namespace cordon::test;
 namespace fs = std::filesystem;
 
 namespace {
-
-constexpr int kWaitMs = 20000;  // a bound for every wait, so a broken test fails, not hangs
 
 template <class R>
 std::string msg(const R& r) {
