@@ -6,15 +6,19 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
@@ -69,11 +73,36 @@ inline std::string build_dir() {
 }
 
 // Host uids for one test's sandboxes: a private block outside the default range, so the
-// "no process of the job's uid is left" checks never see another run's sandboxes.
+// "no process of the job's uid is left" checks never see another run's sandboxes. Each block
+// is held (an flock on /run/cordon-test-id-blocks/N) by the process that drew it until it
+// exits: drawn at random alone, two tests running at once could share one and see each
+// other's sandboxes (a likely cause of one tools/test.sh run, session 28, in which
+// engine_settle took a process that was not its job's init, 20 rounds of 20).
 inline constexpr uint32_t kPrivateHostIdBlock = 4096;  // ids a test may lease at most
+inline constexpr uint32_t kPrivateHostIdBlocks = 1024;
 inline uint32_t private_host_id_base() {
+  static std::mutex mu;
+  static std::vector<int> held;  // open until the process exits, which lets the blocks go
+  const std::string dir = "/run/cordon-test-id-blocks";
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    throw std::runtime_error("mkdir " + dir + ": " + std::strerror(errno));
+  }
   std::random_device rd;
-  return 0x72000000u + (rd() % 1024u) * kPrivateHostIdBlock;
+  for (uint32_t tries = 0; tries < 4 * kPrivateHostIdBlocks; ++tries) {
+    const uint32_t block = rd() % kPrivateHostIdBlocks;
+    const std::string path = dir + "/" + std::to_string(block);
+    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      throw std::runtime_error("open " + path + ": " + std::strerror(errno));
+    }
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
+      std::lock_guard<std::mutex> lock(mu);
+      held.push_back(fd);
+      return 0x72000000u + block * kPrivateHostIdBlock;
+    }
+    ::close(fd);
+  }
+  throw std::runtime_error("no free host-id block in " + dir);
 }
 
 struct EngineEnv {
