@@ -5,10 +5,12 @@
 // Talks to cordon-spawner directly (no engine).
 
 #include <poll.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <boost/test/unit_test.hpp>
+#include <cerrno>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -17,6 +19,7 @@
 #include "helpers/cordon_fixture.hpp"
 #include "sandbox/cgroup.hpp"
 #include "sandbox/spawner.hpp"
+#include "sandbox/status.hpp"
 #include "sandbox/userns.hpp"
 
 namespace cordon::test {
@@ -36,6 +39,31 @@ inline bool readable(int fd, int timeout_ms = kWaitMs) {
     fd, POLLIN, 0
   };
   return ::poll(&p, 1, timeout_ms) == 1;
+}
+
+// Everything a pipe gives until EOF (bounded).
+inline std::string drain(int fd) {
+  std::string out;
+  char buf[4096];
+  while (readable(fd)) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return out;
+}
+
+// The status records until EOF (bounded).
+inline std::vector<sandbox::StatusRecord> records_until_eof(int fd) {
+  std::vector<sandbox::StatusRecord> out;
+  while (readable(fd)) {
+    sandbox::StatusRecord rec{};
+    ssize_t n = ::recv(fd, &rec, sizeof rec, 0);
+    if (n < 0 && errno == ECONNRESET) continue;
+    if (n != static_cast<ssize_t>(sizeof rec)) break;
+    out.push_back(rec);
+  }
+  return out;
 }
 
 // The directory of the cordon binary under test: cordon-spawner, cordon-init and

@@ -113,31 +113,6 @@ bool write_text(const std::string& path, const std::string& text) {
   return static_cast<bool>(f.flush());
 }
 
-// Everything a pipe gives until EOF (bounded).
-std::string drain(int fd) {
-  std::string out;
-  char buf[4096];
-  while (readable(fd)) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n <= 0) break;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  return out;
-}
-
-// The status records until EOF (bounded).
-std::vector<StatusRecord> records_until_eof(int fd) {
-  std::vector<StatusRecord> out;
-  while (readable(fd)) {
-    StatusRecord rec{};
-    ssize_t n = ::recv(fd, &rec, sizeof rec, 0);
-    if (n < 0 && errno == ECONNRESET) continue;
-    if (n != static_cast<ssize_t>(sizeof rec)) break;
-    out.push_back(rec);
-  }
-  return out;
-}
-
 // The exit code a reply's command reported, or -1.
 int exit_code(const std::vector<StatusRecord>& recs) {
   for (const auto& r : recs) {

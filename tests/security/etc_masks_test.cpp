@@ -96,19 +96,8 @@ Built prepare_change_run(SpawnerFixture& fx, const std::string& script,
   BOOST_REQUIRE_MESSAGE(spawned.has_value(), error_of(spawned));
   (*prepared)->stdin_write.reset();
   Built b;
-  char buf[4096];
-  int out = (*prepared)->stdout_read.get();
-  while (readable(out)) {
-    ssize_t n = ::read(out, buf, sizeof buf);
-    if (n <= 0) break;
-    b.out.append(buf, static_cast<size_t>(n));
-  }
-  int status = (*prepared)->status_parent.get();
-  while (readable(status)) {
-    StatusRecord rec{};
-    ssize_t n = ::recv(status, &rec, sizeof rec, 0);
-    if (n < 0 && errno == ECONNRESET) continue;
-    if (n != static_cast<ssize_t>(sizeof rec)) break;
+  b.out = drain((*prepared)->stdout_read.get());
+  for (const StatusRecord& rec : records_until_eof((*prepared)->status_parent.get())) {
     if (rec.kind == RecordKind::kSetupError) {
       b.setup_failed = true;
       b.step = rec.step;
