@@ -110,7 +110,39 @@ Result<std::vector<std::string>> etc_secret_paths(const SandboxSpec& spec, bool 
   return secrets;
 }
 
+Result<std::vector<ShownTree>> shown_trees() {
+  std::vector<ShownTree> shown;
+  char etc_real[PATH_MAX];
+  if (::realpath("/etc", etc_real) == nullptr) {
+    return sys_error("realpath `/etc`");
+  }
+  shown.push_back({etc_real, "/etc"});
+  for (const char* dir : kSystemDirs) {
+    struct stat st {};
+    char real[PATH_MAX];
+    if (::lstat(dir, &st) == 0 && S_ISDIR(st.st_mode) && ::realpath(dir, real) != nullptr) {
+      shown.push_back({real, dir});
+    }
+  }
+  return shown;
+}
+
+std::vector<std::string> shown_at(const std::vector<ShownTree>& shown, const std::string& real) {
+  std::vector<std::string> at;
+  for (const auto& t : shown) {
+    if (path_within(real, t.host) && real != t.host) {
+      at.push_back(t.sandbox + real.substr(t.host.size()));
+    }
+  }
+  return at;
+}
+
 Result<EtcMasks> etc_masks(const SandboxSpec& spec) {
+  CORDON_TRY(shown, shown_trees());
+  return etc_masks(spec, shown);
+}
+
+Result<EtcMasks> etc_masks(const SandboxSpec& spec, const std::vector<ShownTree>& shown) {
   CORDON_TRY(secrets, etc_secret_paths(spec, false));
   EtcMasks out;
   std::vector<MaskedId> file_ids, dir_ids;
@@ -127,23 +159,8 @@ Result<EtcMasks> etc_masks(const SandboxSpec& spec) {
   // Each secret is masked where it resolves, by a path without symlinks: the binds are made
   // before pivot_root (child.cpp), where an absolute symlink on the way would lead into the
   // host's tree and the mask would land there, not on the sandbox's copy (failure fixed,
-  // session 27, found by a review: /etc/a -> /etc/b made /etc/a/secret readable). The resolved
-  // path is translated into the tree that shows it, each kept as (where it resolves on the
-  // host, where the sandbox shows it): /etc itself may be a symlink, a secret may resolve into
-  // a system tree; outside every tree the sandbox shows, there is nothing to mask.
-  std::vector<std::pair<std::string, std::string>> shown;
-  char etc_real[PATH_MAX];
-  if (::realpath("/etc", etc_real) == nullptr) {
-    return sys_error("realpath `/etc`");
-  }
-  shown.emplace_back(etc_real, "/etc");
-  for (const char* dir : kSystemDirs) {
-    struct stat st {};
-    char real[PATH_MAX];
-    if (::lstat(dir, &st) == 0 && S_ISDIR(st.st_mode) && ::realpath(dir, real) != nullptr) {
-      shown.emplace_back(real, dir);
-    }
-  }
+  // session 27, found by a review: /etc/a -> /etc/b made /etc/a/secret readable). It is
+  // masked in every tree that shows it (/etc -> /usr/etc: found by a review, session 28).
   std::set<std::string> masked;
   std::vector<std::pair<std::string, struct stat>> found;
   for (const auto& s : secrets) {
@@ -155,14 +172,9 @@ Result<EtcMasks> etc_masks(const SandboxSpec& spec) {
     if (::stat(real, &rs) != 0 || !(S_ISDIR(rs.st_mode) || S_ISREG(rs.st_mode))) {
       continue;
     }
-    // In every tree that shows it: with /etc a link into /usr (/etc -> /usr/etc), the
-    // sandbox's /usr shows the same file as its /etc (found by a review, session 28).
-    for (const auto& [host, sandbox] : shown) {
-      if (path_within(real, host) && real != host) {
-        std::string at = sandbox + std::string(real).substr(host.size());
-        if (masked.insert(at).second) {
-          found.emplace_back(std::move(at), rs);
-        }
+    for (auto& at : shown_at(shown, real)) {
+      if (masked.insert(at).second) {
+        found.emplace_back(std::move(at), rs);
       }
     }
   }
@@ -477,13 +489,21 @@ Result<void> PreparedSandbox::prepare_mounts(const SandboxSpec& spec, uid_t host
   plan.symlinks = symlinks_.data();
   plan.n_symlinks = symlinks_.size();
 
-  // /etc: generated identity files, masked secrets.
+  // /etc: generated identity files, masked secrets. Each generated file, like each mask, is
+  // placed wherever the sandbox shows the host's file (session 29: with /etc -> /usr/etc, the
+  // sandbox's /usr/etc/passwd was the host's; with /etc/passwd itself a link, the sandbox
+  // followed it to the host's file, none being generated).
+  CORDON_TRY(shown, shown_trees());
   std::string user = "cordon";
   auto add_generated = [&](const char* path, std::string data) {
+    char real[PATH_MAX];
     struct stat st {};
-    if (::lstat(path, &st) == 0 && S_ISREG(st.st_mode)) {
-      const char* d = keep(std::move(data));
-      generated_.push_back({keep(rel(path)), d, std::strlen(d)});
+    if (::realpath(path, real) == nullptr || ::stat(real, &st) != 0 || !S_ISREG(st.st_mode)) {
+      return;
+    }
+    const char* d = keep(std::move(data));
+    for (const auto& at : shown_at(shown, real)) {
+      generated_.push_back({keep(rel(at)), d, std::strlen(d)});
     }
   };
   add_generated("/etc/passwd",
@@ -500,7 +520,7 @@ Result<void> PreparedSandbox::prepare_mounts(const SandboxSpec& spec, uid_t host
   plan.generated = generated_.data();
   plan.n_generated = generated_.size();
 
-  CORDON_TRY(masks, etc_masks(spec));
+  CORDON_TRY(masks, etc_masks(spec, shown));
   for (const auto& f : masks.files) {
     mask_files_.push_back(keep(f));
   }

@@ -57,6 +57,19 @@ struct SeccompPrograms {
   bool preload = false;
 };
 
+/// A host tree a sandbox shows, as the host resolves it (no symlink on the way) and where the
+/// sandbox shows it: /etc, and each of /usr, /bin, /sbin, /lib* that is a directory.
+struct ShownTree {
+  std::string host, sandbox;
+};
+/// The trees a sandbox shows, resolved now: with /etc a link into /usr (/etc -> /usr/etc), the
+/// same host file shows both in the sandbox's /etc and in its /usr.
+[[nodiscard]] Result<std::vector<ShownTree>> shown_trees();
+/// Every path at which the sandbox shows the host file whose resolved path is `real` (none
+/// when no shown tree holds it). Masks and generated files are placed at each.
+[[nodiscard]] std::vector<std::string> shown_at(const std::vector<ShownTree>& shown,
+                                                const std::string& real);
+
 /// Which file a masked path named when it was looked at: a mask is a bind over that dentry,
 /// and the kernel detaches it (in every namespace) once the path is renamed over or unlinked.
 /// The ctime tells a new file that reused a freed inode number from the one masked.
@@ -78,6 +91,9 @@ struct EtcMasks {
                                                                 bool with_key_dir);
 /// Which of the known secrets and `spec.extra_masked_paths` exist on the host now.
 [[nodiscard]] Result<EtcMasks> etc_masks(const SandboxSpec& spec);
+/// The same, against trees resolved already.
+[[nodiscard]] Result<EtcMasks> etc_masks(const SandboxSpec& spec,
+                                         const std::vector<ShownTree>& shown);
 
 /// What a parked sandbox (warm pool) was built from, to prepare its job against.
 struct ParkedShape {

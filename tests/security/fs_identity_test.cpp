@@ -479,6 +479,16 @@ BOOST_AUTO_TEST_CASE(etc_itself_a_symlink_still_has_its_secrets_masked) {
             setup);
         BOOST_TEST(ctl.out == "probe read-file: value " + hex(fake) + "\n", path);
       }
+      // The generated identity files too: /usr/local/etc-real/passwd is the sandbox's passwd,
+      // not the host's (it was the host's before session 29; the probe reads 64 bytes).
+      if (etc_real.starts_with("/usr/")) {
+        auto generated =
+            run_in_private_mount_ns(s.args({}, {probe_bin(), "read-file", "/etc/passwd"}), setup);
+        auto in_usr = run_in_private_mount_ns(
+            s.args({}, {probe_bin(), "read-file", etc_real + "/passwd"}), setup);
+        BOOST_TEST(generated.out.find(hex("\ncordon:x:")) != std::string::npos, generated.out);
+        BOOST_TEST(in_usr.out == generated.out);
+      }
     }
   }
   // The tmpfs root went with the namespace: the host's /etc is what it was, and nothing was
