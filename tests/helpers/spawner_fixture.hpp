@@ -5,12 +5,14 @@
 // Talks to cordon-spawner directly (no engine).
 
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <boost/test/unit_test.hpp>
 #include <cerrno>
+#include <cstdlib>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -64,6 +66,23 @@ inline std::vector<sandbox::StatusRecord> records_until_eof(int fd) {
     out.push_back(rec);
   }
   return out;
+}
+
+// Removes what a killed test run left in `dir` (under /etc: its destructors never ran after a
+// timeout's SIGKILL): each entry named `prefix`… whose last run of digits is the pid of a
+// process that no longer exists.
+inline void remove_dead_runs_scratch(const std::string& dir, const std::string& prefix) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string n = e.path().filename();
+    const size_t end = n.find_last_of("0123456789");
+    if (!n.starts_with(prefix) || end == std::string::npos || end < prefix.size()) continue;
+    const size_t begin = n.find_last_not_of("0123456789", end) + 1;
+    const pid_t pid = static_cast<pid_t>(std::strtol(n.c_str() + begin, nullptr, 10));
+    if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) {
+      std::filesystem::remove_all(e.path(), ec);
+    }
+  }
 }
 
 // The directory of the cordon binary under test: cordon-spawner, cordon-init and

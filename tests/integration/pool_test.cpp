@@ -885,6 +885,16 @@ BOOST_AUTO_TEST_CASE(the_pool_follows_the_shape_in_use) {
   BOOST_TEST(!run_and_see(*e, env, "a", "pwd").took_entry);
 }
 
+// The /etc files below are named after the test process and removed as each case ends; a run
+// killed before (a timeout's SIGKILL) leaves them: the next run removes those of dead pids.
+struct RemoveDeadRunsEtcFiles {
+  RemoveDeadRunsEtcFiles() {
+    remove_dead_runs_scratch("/etc", "cordon-pool-test-");
+    remove_dead_runs_scratch("/etc/ssh", "ssh_host_cordontest");
+  }
+};
+BOOST_TEST_GLOBAL_FIXTURE(RemoveDeadRunsEtcFiles);
+
 // A secret that appears under /etc after a sandbox was parked must be masked for its job as
 // for any other: the parked sandbox (built without that mask) is not used.
 BOOST_AUTO_TEST_CASE(a_secret_that_appears_after_parking_is_masked) {

@@ -120,16 +120,7 @@ struct EtcScratch {
   std::string top;
   explicit EtcScratch(const std::string& name)
       : top("/etc/" + std::string(kPrefix) + name + "-" + std::to_string(::getpid())) {
-    std::error_code ec;
-    for (const auto& e : fs::directory_iterator("/etc", ec)) {
-      const std::string n = e.path().filename();
-      const size_t dash = n.rfind('-');
-      if (!n.starts_with(kPrefix) || dash == std::string::npos) continue;
-      const pid_t pid = static_cast<pid_t>(std::strtol(n.c_str() + dash + 1, nullptr, 10));
-      if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) {
-        fs::remove_all(e.path(), ec);
-      }
-    }
+    remove_dead_runs_scratch("/etc", kPrefix);
     fs::create_directories(top);
   }
   ~EtcScratch() {
