@@ -317,10 +317,25 @@ class StatusFile {
   static Result<StatusFile> open(const std::optional<std::string>& path) {
     StatusFile f;
     if (path) {
-      CORDON_TRY_CTX(fd,
-                     sys::openat2_fd(AT_FDCWD, *path, O_WRONLY | O_CREAT | O_TRUNC,
-                                     RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS, 0644),
-                     "--json-status");
+      // O_NONBLOCK and a regular file only: a FIFO a job left at the path (the working root
+      // is the job's) hung every later run before its spawn (found by a review, session 29).
+      // Truncated once it is known to be a regular file (O_TRUNC would act on what is refused).
+      auto opened = sys::openat2_fd(AT_FDCWD, *path, O_WRONLY | O_CREAT | O_NONBLOCK,
+                                    RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS, 0644);
+      if (!opened && opened.error().sys_errno() == ENXIO) {  // a FIFO nobody reads
+        return refusal("--json-status `{}` is not a regular file; give the path of a file", *path);
+      }
+      CORDON_TRY_CTX(fd, std::move(opened), "--json-status");
+      struct stat st {};
+      if (::fstat(fd.get(), &st) != 0) {
+        return sys_error("--json-status: fstat `{}`", *path);
+      }
+      if (!S_ISREG(st.st_mode)) {
+        return refusal("--json-status `{}` is not a regular file; give the path of a file", *path);
+      }
+      if (::ftruncate(fd.get(), 0) != 0) {
+        return sys_error("--json-status: ftruncate `{}`", *path);
+      }
       f.fd_ = std::move(fd);
     }
     return f;

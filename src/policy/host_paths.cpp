@@ -1,5 +1,10 @@
 #include "policy/host_paths.hpp"
 
+#include <limits.h>
+#include <stdlib.h>
+
+#include <algorithm>
+
 #include "base/strings.hpp"
 
 namespace cordon::policy {
@@ -24,12 +29,63 @@ const char* const kSystemTrees[] = {"/etc",  "/boot", "/proc",  "/sys",   "/dev"
                                     "/sbin", "/lib",  "/lib32", "/lib64", "/libx32", "/usr"};
 const char* const kProjectPlacesInSystemTrees[] = {"/usr/src", "/usr/local/src", "/dev/shm"};
 
+// Refused beneath too, though the sandbox does not show them: what the host runs as root from
+// files there (package maintainer scripts, unit files, cron tables, container runtimes' state).
+// A list of the well-known places, not a proof: a root is the operator's choice, and any
+// directory a root-run program reads is as dangerous. Found by a review (session 29):
+// `--root /var/lib/dpkg/info` made dpkg's maintainer scripts writable.
+const char* const kHostStateTrees[] = {
+    "/var/lib/dpkg",   "/var/lib/apt",        "/var/lib/rpm",        "/var/lib/dnf",
+    "/var/lib/yum",    "/var/lib/systemd",    "/var/lib/polkit-1",   "/var/lib/sudo",
+    "/var/lib/docker", "/var/lib/containerd", "/var/lib/containers", "/var/lib/kubelet",
+    "/var/spool/cron", "/var/spool/anacron",  "/var/spool/at",       "/run/systemd",
+    "/run/docker",     "/run/docker.sock",    "/run/podman",         "/run/containerd",
+    "/run/sudo",       "/run/dbus",
+};
+
 // cordon's host-wide runtime directory: the host-id leases of every cordon on the host
 // (sandbox::kHostIdLeaseDir, /run/cordon/uids) and the daemon's usual socket. Always
 // protected. Failure fixed (a review, session 12): `--root /run/cordon` was accepted, and its
 // command removed its own lease and the other sandboxes' ones, so a later sandbox got a host
 // uid a running one still had.
 const char* const kCordonRuntimeDir = "/run/cordon";
+
+}  // namespace
+
+std::string resolve_existing_part(const std::string& path) {
+  std::string head = path, tail;
+  while (!head.empty()) {
+    char real[PATH_MAX];
+    if (::realpath(head.c_str(), real) != nullptr) {
+      std::string out = real;
+      if (!tail.empty()) {
+        out += (out == "/" ? "" : "/") + tail;
+      }
+      return out;
+    }
+    const size_t slash = head.rfind('/');
+    if (slash == std::string::npos || head == "/") {
+      break;
+    }
+    const std::string leaf = head.substr(slash + 1);
+    tail = tail.empty() ? leaf : leaf + "/" + tail;
+    head = slash == 0 ? "/" : head.substr(0, slash);
+  }
+  return path;
+}
+
+namespace {
+
+// `p` and, when a symlink on its way leads elsewhere, where it resolves.
+void add_with_resolved(std::vector<std::string>& to, const std::string& p) {
+  auto add = [&](const std::string& x) {
+    if (std::find(to.begin(), to.end(), x) == to.end()) {
+      to.push_back(x);
+    }
+  };
+  add(p);
+  add(resolve_existing_part(p));
+}
 
 }  // namespace
 
@@ -40,7 +96,7 @@ HostPathGuard HostPathGuard::from_system(std::vector<std::string> protected_path
   for (auto& p : protected_paths) {
     std::string n = normalize_path(p);
     if (!n.empty()) {
-      g.protected_paths.push_back(n);
+      add_with_resolved(g.protected_paths, n);
     }
   }
   if (auto text = read_small_file(passwd_path)) {
@@ -49,10 +105,31 @@ HostPathGuard HostPathGuard::from_system(std::vector<std::string> protected_path
       if (f.size() >= 6) {
         std::string home = normalize_path(f[5]);
         if (!home.empty() && home != "/" && home != "/nonexistent") {
-          g.home_dirs.push_back(home);
+          add_with_resolved(g.home_dirs, home);
         }
       }
     }
+  }
+  // Failure fixed (a review, session 29): the guard compared the resolved root with these
+  // names as written, so with /home a link to /data/home, `--root /data/home/alice` (or the
+  // link's own path) was not a home directory's root.
+  auto resolve = [&g](const char* dir) {
+    std::string r = resolve_existing_part(dir);
+    if (r != dir) {
+      g.system_resolved.emplace(dir, std::move(r));
+    }
+  };
+  for (const char* dir : kSystemDirs) {
+    resolve(dir);
+  }
+  for (const char* dir : kSystemTrees) {
+    resolve(dir);
+  }
+  for (const char* dir : kProjectPlacesInSystemTrees) {
+    resolve(dir);
+  }
+  for (const char* dir : kHostStateTrees) {
+    resolve(dir);
   }
   return g;
 }
@@ -62,8 +139,17 @@ Result<void> HostPathGuard::check(const std::string& resolved, const std::string
   if (p.empty()) {
     return refusal("{} `{}` must be an absolute path", what, resolved);
   }
+  // A guarded directory under its own name, or where it resolves.
+  auto is = [&](const char* dir) {
+    auto r = system_resolved.find(dir);
+    return p == dir || (r != system_resolved.end() && p == r->second);
+  };
+  auto within = [&](const char* dir) {
+    auto r = system_resolved.find(dir);
+    return path_within(p, dir) || (r != system_resolved.end() && path_within(p, r->second));
+  };
   for (const char* dir : kSystemDirs) {
-    if (p == dir) {
+    if (is(dir)) {
       return refusal(
           "{} `{}` is a system directory; pass a project directory instead "
           "(a sandbox must never get all of `{}`)",
@@ -72,15 +158,24 @@ Result<void> HostPathGuard::check(const std::string& resolved, const std::string
   }
   bool project_place = false;
   for (const char* place : kProjectPlacesInSystemTrees) {
-    project_place = project_place || path_within(p, place);
+    project_place = project_place || within(place);
   }
   for (const char* tree : kSystemTrees) {
-    if (!project_place && path_within(p, tree)) {
+    if (!project_place && within(tree)) {
       return refusal(
           "{} `{}` lies inside the host's system tree `{}`; the sandbox already sees what it "
           "needs of it read-only (the secrets of /etc masked), and a path there would become "
           "writable or uncover a masked file. Use a project directory elsewhere (/usr/src and "
           "/usr/local/src are fine)",
+          what, p, tree);
+    }
+  }
+  for (const char* tree : kHostStateTrees) {
+    if (within(tree)) {
+      return refusal(
+          "{} `{}` lies inside `{}`, which holds what the host runs as root (package scripts, "
+          "unit files, cron tables, container state); a job could change it. Use a project "
+          "directory elsewhere",
           what, p, tree);
     }
   }
@@ -113,8 +208,9 @@ Result<void> HostPathGuard::check_writable(const std::string& resolved,
                                            const std::string& what) const {
   CORDON_CHECK(check(resolved, what));
   std::string p = normalize_path(resolved);
-  for (const auto& dir : job_unwritable) {
-    if (path_within(normalize_path(dir), p)) {
+  for (const auto& given : job_unwritable) {
+    std::string dir = normalize_path(given);
+    if (path_within(dir, p) || path_within(resolve_existing_part(dir), p)) {
       return refusal(
           "{} `{}` contains the daemon's socket directory `{}`: jobs can write there, so a job "
           "could replace the socket and answer the next client in the daemon's place. Put "

@@ -5,6 +5,7 @@
 // lies inside cordon's own files (its state, policy, socket, seccomp profiles, binaries) —
 // a job could otherwise rewrite what the next job runs under.
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -13,14 +14,20 @@
 namespace cordon::policy {
 
 struct HostPathGuard {
-  std::vector<std::string> protected_paths;  // cordon's own files and directories (resolved)
-  std::vector<std::string> home_dirs;        // from the passwd database
+  // cordon's own files and directories, each as given and as it resolves now (a symlink on the
+  // way: a state dir given as a link into a project was not protected before session 29)
+  std::vector<std::string> protected_paths;
+  std::vector<std::string> home_dirs;  // from the passwd database, as given and resolved
+  // Where each system directory the guard names resolves, when a symlink on its way leads
+  // elsewhere (/home -> /data/home): a root is refused under either name. from_system fills it.
+  std::map<std::string, std::string> system_resolved;
   // Must not lie in a directory jobs can write (the daemon's socket directory: a job there
   // could unlink the socket and bind its own, and the next client would talk to the job);
   // a working root inside one of them is fine.
   std::vector<std::string> job_unwritable;
 
-  /// Reads home directories from `passwd_path` (default /etc/passwd).
+  /// Reads home directories from `passwd_path` (default /etc/passwd). Every path it guards is
+  /// resolved now (the longest existing part, through its symlinks): the roots it checks are.
   static HostPathGuard from_system(std::vector<std::string> protected_paths,
                                    const std::string& passwd_path = "/etc/passwd");
 
@@ -29,9 +36,13 @@ struct HostPathGuard {
   [[nodiscard]] Result<void> check(const std::string& resolved, const std::string& what) const;
 
   /// check(), for a directory jobs can write (cwdRoot): also refuses one that contains or is
-  /// a `job_unwritable` path.
+  /// a `job_unwritable` path (as given, or as it resolves).
   [[nodiscard]] Result<void> check_writable(const std::string& resolved,
                                             const std::string& what) const;
 };
+
+/// `path` (absolute, normalized) as it resolves now: the realpath of its longest existing
+/// leading part, the rest appended. Unchanged when nothing of it resolves.
+[[nodiscard]] std::string resolve_existing_part(const std::string& path);
 
 }  // namespace cordon::policy

@@ -620,6 +620,29 @@ BOOST_AUTO_TEST_CASE(second_engine_on_the_same_state_dir_is_refused) {
   BOOST_TEST(e2.error().message().find("another cordon engine") != std::string::npos);
 }
 
+// A state dir given through a symlink into cwdRoot is refused as the real path is (failure
+// fixed, a review, session 29: the link passed, and its jobs could rewrite the engine's
+// records and cgroup records). The control: the same engine with its state dir elsewhere.
+BOOST_AUTO_TEST_CASE(a_state_dir_linked_into_cwd_root_is_refused) {
+  EngineEnv env;
+  const std::string inside = env.box.root + "/.cordon-state", link = env.box.base + "/state-link";
+  BOOST_REQUIRE(std::filesystem::create_directories(inside));
+  BOOST_REQUIRE(::symlink(inside.c_str(), link.c_str()) == 0);
+  for (const std::string& state : {link, inside}) {
+    EngineEnv linked;
+    linked.box.root = env.box.root;
+    linked.policy["cwdRoot"] = env.box.root;
+    linked.write_policy();
+    linked.state_dir = state;
+    auto e = linked.open();
+    BOOST_REQUIRE_MESSAGE(!e.has_value(), state);
+    BOOST_TEST(
+        e.error().message().find("contains cordon's own `" + inside + "`") != std::string::npos,
+        e.error().message());
+  }
+  open_or_fail(env);
+}
+
 BOOST_AUTO_TEST_CASE(pty_job_runs_an_interactive_program) {
   EngineEnv env;
   auto e = open_or_fail(env);

@@ -252,6 +252,36 @@ BOOST_AUTO_TEST_CASE(refuses_a_root_containing_cordons_own_state) {
   BOOST_TEST(r.err.find("contains cordon's own") != std::string::npos, r.err);
 }
 
+// The guard compares the resolved root with cordon's own paths as they resolve too. Failure
+// fixed (a review, session 29): a state dir (or --seccomp profile) given through a symlink
+// into the root passed, its job rewrote the cached seccomp programs to allow everything, and
+// the next job planted a setuid-root file on the host. The control gives the same paths with
+// no link on the way (refused before too) and a state dir outside the root (runs).
+BOOST_AUTO_TEST_CASE(refuses_a_root_holding_cordons_state_or_profile_behind_a_symlink) {
+  Sandbox s;
+  const std::string inside = s.root + "/.cordon-state", link = s.base + "/state-link";
+  BOOST_REQUIRE(std::filesystem::create_directories(inside));
+  BOOST_REQUIRE(::symlink(inside.c_str(), link.c_str()) == 0);
+  for (const std::string& state : {link, inside}) {
+    auto r = run_process(
+        {cordon_bin(), "run", "--root", s.root, "--state-dir", state, "--", "/bin/true"});
+    BOOST_TEST(r.exit_code() == 125, state);
+    BOOST_TEST(r.err.find("contains cordon's own `" + inside + "`") != std::string::npos,
+               state << ": " << r.err);
+  }
+  const std::string profile = s.root + "/profile.json", profile_link = s.base + "/profile-link";
+  std::filesystem::copy_file(
+      std::filesystem::path(cordon_bin()).parent_path() / "seccomp/default.json", profile);
+  BOOST_REQUIRE(::symlink(profile.c_str(), profile_link.c_str()) == 0);
+  auto r = run_process({cordon_bin(), "run", "--root", s.root, "--state-dir", s.state, "--seccomp",
+                        profile_link, "--", "/bin/true"});
+  BOOST_TEST(r.exit_code() == 125, r.err);
+  BOOST_TEST(r.err.find("contains cordon's own `" + profile + "`") != std::string::npos, r.err);
+  auto ctl = run_process(
+      {cordon_bin(), "run", "--root", s.root, "--state-dir", s.state, "--", "/bin/true"});
+  BOOST_TEST(ctl.exit_code() == 0, ctl.err);
+}
+
 BOOST_AUTO_TEST_CASE(cwd_symlink_leading_outside_is_refused_with_where_it_leads) {
   Sandbox s;
   ::symlink("/etc", (s.root + "/escape").c_str());
@@ -442,6 +472,29 @@ BOOST_AUTO_TEST_CASE(json_status_refuses_a_symlink) {
   auto r = s.run({"--json-status", link}, {"/bin/true"});
   BOOST_TEST(r.exit_code() == 125);
   BOOST_TEST(!std::filesystem::exists(s.base + "/elsewhere"));
+}
+
+// The status path is in a directory the job may write (the working root): a FIFO left there
+// hung every later run before its spawn (found by a review, session 29). It is refused at
+// once, as is any path that is not a regular file; the FIFO is left as it was.
+BOOST_AUTO_TEST_CASE(json_status_refuses_a_fifo_or_a_device_at_once) {
+  Sandbox s;
+  const std::string fifo = s.root + "/status.json";
+  BOOST_REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
+  for (const std::string& path : {fifo, std::string("/dev/null")}) {
+    ProcessOptions bounded;
+    bounded.deadline = std::chrono::seconds(10);
+    auto r = run_process({cordon_bin(), "run", "--root", s.root, "--state-dir", s.state,
+                          "--json-status", path, "--", "/bin/true"},
+                         bounded);
+    BOOST_TEST(!r.timed_out, path);
+    BOOST_TEST(r.exit_code() == 125, path << ": " << r.err);
+    BOOST_TEST(
+        r.err.find("--json-status `" + path + "` is not a regular file") != std::string::npos,
+        path << ": " << r.err);
+  }
+  struct stat st {};
+  BOOST_TEST((::lstat(fifo.c_str(), &st) == 0 && S_ISFIFO(st.st_mode)));
 }
 
 // A refused run writes its refusal as the outcome, whatever step refused it: the file never

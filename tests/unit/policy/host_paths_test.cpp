@@ -1,13 +1,16 @@
 #define BOOST_TEST_MODULE policy_host_paths
 #include <boost/test/unit_test.hpp>
 
+#include <stdlib.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 
 #include "policy/host_paths.hpp"
 
 using cordon::policy::HostPathGuard;
+using cordon::policy::resolve_existing_part;
 
 namespace {
 
@@ -109,4 +112,82 @@ BOOST_AUTO_TEST_CASE(refuses_cordons_runtime_directory_and_what_is_in_it) {
     }
   }
   BOOST_TEST(g.check("/run/cordon-builds/app", "--root").has_value());
+}
+
+// A scratch tree with symlinks in it, removed at the end.
+struct LinkedTree {
+  std::string base;
+  LinkedTree() {
+    char tmpl[] = "/tmp/cordon-host-paths.XXXXXX";
+    BOOST_REQUIRE(::mkdtemp(tmpl) != nullptr);
+    base = tmpl;
+  }
+  ~LinkedTree() { std::filesystem::remove_all(base); }
+};
+
+BOOST_AUTO_TEST_CASE(resolves_the_existing_part_of_a_path_through_its_symlinks) {
+  LinkedTree t;
+  BOOST_REQUIRE(std::filesystem::create_directories(t.base + "/real/a"));
+  BOOST_REQUIRE(::symlink((t.base + "/real").c_str(), (t.base + "/link").c_str()) == 0);
+  BOOST_TEST(resolve_existing_part(t.base + "/link/a") == t.base + "/real/a");
+  BOOST_TEST(resolve_existing_part(t.base + "/link/a/not/yet") == t.base + "/real/a/not/yet");
+  BOOST_TEST(resolve_existing_part(t.base + "/real/a") == t.base + "/real/a");
+  BOOST_TEST(resolve_existing_part("/") == "/");
+  BOOST_TEST(resolve_existing_part("/cordon-test-no-such-dir/x") == "/cordon-test-no-such-dir/x");
+}
+
+// Failure fixed (a review, session 29): the guard compared the resolved root with cordon's
+// paths as given. A state dir given as a symlink into the project passed, its job rewrote the
+// cached seccomp programs, and the next job planted a setuid-root file on the host. The same
+// for a home directory reached through a link.
+BOOST_AUTO_TEST_CASE(guards_cordons_paths_and_home_dirs_where_they_resolve) {
+  LinkedTree t;
+  BOOST_REQUIRE(std::filesystem::create_directories(t.base + "/proj/.state"));
+  BOOST_REQUIRE(std::filesystem::create_directories(t.base + "/homes-real/alice"));
+  BOOST_REQUIRE(::symlink((t.base + "/proj/.state").c_str(), (t.base + "/state").c_str()) == 0);
+  BOOST_REQUIRE(::symlink((t.base + "/homes-real").c_str(), (t.base + "/homes").c_str()) == 0);
+  const std::string passwd = t.base + "/passwd";
+  std::ofstream(passwd) << "alice:x:1000:1000::" << t.base << "/homes/alice:/bin/bash\n";
+  // A state dir not made yet, behind a link: protected where it will be.
+  BOOST_REQUIRE(std::filesystem::create_directories(t.base + "/proj/later"));
+  BOOST_REQUIRE(::symlink((t.base + "/proj/later").c_str(), (t.base + "/later").c_str()) == 0);
+  auto g = HostPathGuard::from_system({t.base + "/state", t.base + "/later/state"}, passwd);
+  auto r = g.check(t.base + "/proj", "--root");
+  BOOST_REQUIRE(!r.has_value());
+  BOOST_TEST(r.error().message().find("contains cordon's own `" + t.base + "/proj/.state`") !=
+                 std::string::npos,
+             r.error().message());
+  auto later = g.check(t.base + "/proj/later", "--root");
+  BOOST_REQUIRE(!later.has_value());
+  BOOST_TEST(later.error().message().find("/proj/later/state`") != std::string::npos,
+             later.error().message());
+  auto home = g.check(t.base + "/homes-real/alice", "--root");
+  BOOST_REQUIRE(!home.has_value());
+  BOOST_TEST(home.error().message().find("whole home directory") != std::string::npos);
+  // The control: what lies beside them is fine.
+  BOOST_TEST(g.check(t.base + "/homes-real/alice/src", "--root").has_value());
+  BOOST_TEST(g.check(t.base + "/elsewhere", "--root").has_value());
+}
+
+// Found by a review (session 29): `--root /var/lib/dpkg/info` made dpkg's maintainer scripts
+// writable by the job. The well-known places the host runs as root from are refused beneath.
+BOOST_AUTO_TEST_CASE(refuses_paths_inside_what_the_host_runs_as_root) {
+  auto g = guard();
+  for (const char* p : {"/var/lib/dpkg/info", "/var/lib/apt/lists", "/var/spool/cron/crontabs",
+                        "/var/lib/systemd/linger", "/run/systemd/system", "/var/lib/docker",
+                        "/run/docker.sock", "/run/dbus"}) {
+    for (const char* what : {"--root", "--ro"}) {
+      auto r = g.check(p, what);
+      BOOST_TEST(!r.has_value(), what << " " << p);
+      if (!r) {
+        BOOST_TEST(
+            r.error().message().find("holds what the host runs as root") != std::string::npos,
+            r.error().message());
+      }
+    }
+  }
+  for (const char* p : {"/var/lib/jenkins/workspace/app", "/var/lib/gitlab-runner/builds/x",
+                        "/run/user/1000/build", "/var/lib/dpkg-builds"}) {
+    BOOST_TEST(g.check(p, "--root").has_value(), p);
+  }
 }
