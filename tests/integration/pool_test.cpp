@@ -799,7 +799,10 @@ BOOST_AUTO_TEST_CASE(sigkilled_engine_leaves_no_parked_sandbox_and_the_next_swee
   for (const auto& p : cgroups) {
     BOOST_TEST(!fs::exists(p), p);
   }
-  BOOST_TEST(env.sandbox_pids().empty());
+  // Polled: the new engine parks sandboxes of its own, and one between its clone and its move
+  // into its recorded cgroup is not yet told apart from a leftover (seen once under load). A
+  // leftover of the killed engine never leaves.
+  BOOST_TEST(eventually([&] { return env.sandbox_pids().empty(); }, std::chrono::seconds(5)));
 }
 
 // The walls, seen from inside: a pooled job reports exactly what an unpooled one does — its
