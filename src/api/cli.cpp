@@ -62,6 +62,8 @@ code (128+N when killed by signal N). Options of `run`:
   --json-status FILE  write the authoritative outcome as JSON (symlinks refused)
   --tty               give the command a new pty, relayed to this terminal
   --allow-ptrace      allow ptrace inside the sandbox (sanitizer builds; see docs/security.md)
+  --allow-netlink     allow NETLINK_ROUTE sockets (getifaddrs, `ip`); their queued replies are
+                      charged to no memory cgroup (see docs/security.md)
   --state-dir DIR     cordon's state directory (default /var/lib/cordon as root)
   --host-ids START:COUNT  the reserved host uid/gid range, one id per concurrent sandbox
                       (default 1879048192:65536; `cordon doctor` checks it is unused)
@@ -93,7 +95,7 @@ struct RunArgs {
   std::optional<double> cpus, timeout_s, grace_s;
   std::optional<std::string> host_ids;
   uint32_t user = 1000;
-  bool tty = false, allow_ptrace = false;
+  bool tty = false, allow_ptrace = false, allow_netlink = false;
 };
 
 // A --timeout or --kill-grace in seconds whose milliseconds fit an int64 with room to spare
@@ -505,6 +507,7 @@ int run_main(const RunArgs& a) {
   spec.inside_gid = a.user;
   spec.tty = a.tty;
   spec.allow_ptrace = a.allow_ptrace;
+  spec.allow_netlink_route = a.allow_netlink;
 
   // The environment: a minimal safe one; nothing else of ours leaks in.
   std::vector<std::pair<std::string, std::string>> env = {
@@ -634,20 +637,22 @@ int run_main(const RunArgs& a) {
 // with it). stdout and stderr are copied byte for byte as they grow; the exit code is mapped
 // as the standalone run's.
 int run_via_daemon(const RunArgs& a) {
-  static const std::map<std::string, std::string> kShapes = {{"--root", "cwdRoot"},
-                                                             {"--ro", "readOnlyPaths"},
-                                                             {"--network", "network"},
-                                                             {"--memory", "limits"},
-                                                             {"--pids", "limits"},
-                                                             {"--cpus", "limits"},
-                                                             {"--kill-grace", "timeouts"},
-                                                             {"--max-output", "limits"},
-                                                             {"--seccomp", "its seccomp"},
-                                                             {"--user", "its user"},
-                                                             {"--host-ids", "its host ids"},
-                                                             {"--state-dir", "its state dir"},
-                                                             {"--allow-ptrace", "its walls"},
-                                                             {"--test-disable-wall", "its walls"}};
+  static const std::map<std::string, std::string> kShapes = {
+      {"--root", "cwdRoot"},
+      {"--ro", "readOnlyPaths"},
+      {"--network", "network"},
+      {"--memory", "limits"},
+      {"--pids", "limits"},
+      {"--cpus", "limits"},
+      {"--kill-grace", "timeouts"},
+      {"--max-output", "limits"},
+      {"--seccomp", "its seccomp"},
+      {"--user", "its user"},
+      {"--host-ids", "its host ids"},
+      {"--state-dir", "its state dir"},
+      {"--allow-ptrace", "its walls"},
+      {"--allow-netlink", "allowNetlinkRoute"},
+      {"--test-disable-wall", "its walls"}};
   for (const auto& opt : a.given) {
     if (auto it = kShapes.find(opt); it != kShapes.end()) {
       return refuse_run(
@@ -980,6 +985,8 @@ int parse_run(int argc, char** argv) {
       a.tty = true;
     } else if (opt == "--allow-ptrace") {
       a.allow_ptrace = true;
+    } else if (opt == "--allow-netlink") {
+      a.allow_netlink = true;
 #ifdef CORDON_TEST_WALLS
     } else if (opt == "--test-disable-wall") {
       ok = push(a.test_disable_walls);

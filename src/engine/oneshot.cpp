@@ -112,10 +112,10 @@ Result<Programs> compiled_programs(const OneshotRequest& req) {
   // dir, which held the previous build's programs under the same key.
   struct stat exe {};
   const bool exe_known = ::stat("/proc/self/exe", &exe) == 0;
-  std::string key = sha256_hex(fmt::format("{}\n{}\n{}.{}.{}\n{}\n{}:{}:{}:{}.{}\n{}", kCacheMagic,
-                                           req.spec.allow_ptrace, v->major, v->minor, v->micro,
-                                           CORDON_VERSION, exe.st_dev, exe.st_ino, exe.st_size,
-                                           exe.st_mtim.tv_sec, exe.st_mtim.tv_nsec, *text));
+  std::string key = sha256_hex(fmt::format(
+      "{}\n{}{}\n{}.{}.{}\n{}\n{}:{}:{}:{}.{}\n{}", kCacheMagic, req.spec.allow_ptrace,
+      req.spec.allow_netlink_route, v->major, v->minor, v->micro, CORDON_VERSION, exe.st_dev,
+      exe.st_ino, exe.st_size, exe.st_mtim.tv_sec, exe.st_mtim.tv_nsec, *text));
   std::string dir = req.state_dir + "/seccomp-cache";
   std::string path = dir + "/" + key;
   if (!exe_known) {
@@ -127,8 +127,7 @@ Result<Programs> compiled_programs(const OneshotRequest& req) {
     }
   }
   CORDON_TRY(profile, policy::parse_seccomp_profile(*text));
-  sandbox::SeccompOptions sopts;
-  sopts.allow_ptrace = req.spec.allow_ptrace;
+  sandbox::SeccompOptions sopts = sandbox::seccomp_options(req.spec);
   CORDON_TRY_CTX(filters, sandbox::compile_filters(profile, sopts), "compile seccomp profile `{}`",
                  req.seccomp_profile_path);
   CORDON_TRY_CTX(init_filter, sandbox::compile_init_filter(), "compile the init's filter");

@@ -56,6 +56,7 @@ const std::vector<std::string> kTopKeys = {
     "maxOutputBytes",
     "limits",
     "network",
+    "allowNetlinkRoute",
     "readOnlyPaths",
     "maskPaths",
     "env",
@@ -891,6 +892,12 @@ Result<Policy> parse_policy(std::string_view json_text) {
       return bad("/network", "\"{}\" is not a network mode; use \"none\" or \"host\"", n);
     }
   }
+  if (j.contains("allowNetlinkRoute")) {
+    if (!j["allowNetlinkRoute"].is_boolean()) {
+      return bad("/allowNetlinkRoute", "must be true or false");
+    }
+    p.allow_netlink_route = j["allowNetlinkRoute"].get<bool>();
+  }
   if (j.contains("readOnlyPaths")) {
     CORDON_TRY(v, parse_path_list(j["readOnlyPaths"], "/readOnlyPaths", false));
     p.read_only_paths = std::move(v);
@@ -1103,6 +1110,7 @@ Result<Policy> git_job_policy(const Policy& main) {
   p.max_output_bytes = g.max_output_bytes;
   p.limits = main.limits;
   p.network = sandbox::NetworkMode::kNone;  // whatever the main policy says
+  p.allow_netlink_route = false;
   p.mask_paths = main.mask_paths;
   p.seccomp_profile = main.seccomp_profile;
   p.run_as_uid = main.run_as_uid;
@@ -1166,6 +1174,7 @@ Result<CheckedStart> check_start(const Policy* policy, const StartRequest& req) 
   out.max_output_bytes = p.max_output_bytes;
   out.limits = p.limits;
   out.network = p.network;
+  out.allow_netlink_route = p.allow_netlink_route;
   out.read_only_paths = p.resolved_read_only_paths;
   out.mask_paths = p.mask_paths;
   out.seccomp_profile = p.seccomp_profile;
@@ -1187,6 +1196,7 @@ sandbox::SandboxSpec to_sandbox_spec(const CheckedStart& s) {
   spec.read_only_paths = s.read_only_paths;
   spec.extra_masked_paths = s.mask_paths;
   spec.network = s.network;
+  spec.allow_netlink_route = s.allow_netlink_route;
   spec.inside_uid = s.run_as_uid;
   spec.inside_gid = s.run_as_uid;
   // The file that passed the identity check (owner, mode, sha256 pin) is the one that runs.

@@ -108,6 +108,8 @@ struct Policy {
   uint64_t max_output_bytes = 10ULL << 20;  // per stream
   Limits limits;
   sandbox::NetworkMode network = sandbox::NetworkMode::kNone;
+  // NETLINK_ROUTE sockets (sandbox::SeccompOptions::allow_netlink_route); off by default.
+  bool allow_netlink_route = false;
   std::vector<std::string> read_only_paths;  // as written; resolved by bind_policy()
   std::vector<std::string> mask_paths;       // under /etc
   EnvPolicy env;
@@ -174,6 +176,7 @@ struct CheckedStart {
   uint64_t max_output_bytes = 0;
   Limits limits;
   sandbox::NetworkMode network = sandbox::NetworkMode::kNone;
+  bool allow_netlink_route = false;
   std::vector<std::string> read_only_paths;  // resolved
   std::vector<std::string> mask_paths;
   std::optional<std::string> seccomp_profile;

@@ -284,8 +284,11 @@ void mount_dev(const ChildPlan& plan, int root_fd) {
     fail(SetupStep::kMountDevpts);
   }
   // A new devpts instance: the sandbox's ptys are not the host's, and ptmx is world-usable.
+  // At most 64 of them: every instance but the host's draws on one pool (kernel.pty.max less
+  // kernel.pty.reserve, 3072 here), and one sandbox took 3071, so another's `--tty` failed
+  // with ENOSPC (a review, session 29).
   if (::mount("devpts", "dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
-              "newinstance,ptmxmode=0666,mode=0620") != 0) {
+              "newinstance,ptmxmode=0666,mode=0620,max=64") != 0) {
     fail(SetupStep::kMountDevpts);
   }
   static const SymlinkEntry kDevLinks[] = {

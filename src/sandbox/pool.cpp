@@ -33,13 +33,14 @@ Result<std::string> random_name() {
 
 // Whether a sandbox parked for `shape` can run `job` (the spawner checks the same, and the
 // host id, again).
-// The seccomp profile and allow_ptrace too: a parked init may have loaded the command's
-// filters already (kPlanPreloadFilters), and the spawner sends a job with other ones unpooled.
+// The seccomp profile and its options (allow_ptrace, allow_netlink_route) too: a parked init may
+// have loaded the command's filters already (kPlanPreloadFilters), and the spawner sends a job with
+// other ones unpooled.
 bool fits(const SpawnerClient::Request& shape, const SpawnerClient::Request& job) {
   return same_sandbox_shape(shape.spec, job.spec) && shape.init_path == job.init_path &&
          shape.cgroupns_at_clone == job.cgroupns_at_clone &&
          shape.seccomp_profile_path == job.seccomp_profile_path &&
-         shape.spec.allow_ptrace == job.spec.allow_ptrace;
+         seccomp_options(shape.spec) == seccomp_options(job.spec);
 }
 
 // Only what shapes a sandbox: never a job's argv, environment or executable, nor the caller's

@@ -424,7 +424,7 @@ const std::pair<uint64_t, std::vector<uint32_t>> kInetProtocols[] = {
 // SOCK_CLOEXEC or EINVAL): 0 and 4..15, so SOCK_STREAM, SOCK_DGRAM and SOCK_RAW remain.
 const std::pair<uint64_t, uint64_t> kInetTypeBlocks[] = {{0xf, 0}, {0xc, 4}, {0x8, 8}};
 
-Result<SeccompCtx> build_fixed() {
+Result<SeccompCtx> build_fixed(const SeccompOptions& options) {
   CORDON_TRY(ctx, new_filter(SCMP_ACT_ALLOW));
   void* c = ctx.get();
   const uint32_t eperm = SCMP_ACT_ERRNO(kErrnoEperm);
@@ -506,15 +506,22 @@ Result<SeccompCtx> build_fixed() {
 
   // Socket families by allowlist. AF_VSOCK in particular reaches the host from this
   // Firecracker guest whatever the network namespace; AF_PACKET, AF_KEY, AF_ALG, Bluetooth
-  // and the rest are old, rarely audited protocol code.
-  const std::vector<uint32_t> families = {AF_UNIX, AF_INET, AF_INET6, AF_NETLINK};
+  // and the rest are old, rarely audited protocol code. AF_NETLINK only when asked for
+  // (SeccompOptions::allow_netlink_route): the replies it queues are charged to no cgroup.
+  std::vector<uint32_t> families = {AF_UNIX, AF_INET, AF_INET6};
+  if (options.allow_netlink_route) {
+    families.push_back(AF_NETLINK);
+  }
   for (int nr : {SCMP_SYS(socket), SCMP_SYS(socketpair)}) {
     CORDON_CHECK(add_outside_set(c, eafnosupport, nr, 0, families, "socket family"));
-    // Netlink: NETLINK_ROUTE (0) only, which ip/ss/getaddrinfo need; the other netlink
-    // families (audit, netfilter, generic, uevents...) are privileged or host-wide.
-    CORDON_CHECK(add_rule(c, eafnosupport, nr,
-                          {{0, SCMP_CMP_EQ, AF_NETLINK, 0}, {2, SCMP_CMP_NE, 0, 0}},
-                          "netlink protocol"));
+    // Netlink, where asked for: NETLINK_ROUTE (0) only, which getifaddrs and `ip` need; the
+    // other netlink families (audit, netfilter, generic, uevents...) are privileged or
+    // host-wide.
+    if (options.allow_netlink_route) {
+      CORDON_CHECK(add_rule(c, eafnosupport, nr,
+                            {{0, SCMP_CMP_EQ, AF_NETLINK, 0}, {2, SCMP_CMP_NE, 0, 0}},
+                            "netlink protocol"));
+    }
     // Inet: TCP, UDP and ping sockets only (raw ones need CAP_NET_RAW, which the sandbox never
     // has). The protocol picks the code as surely as the family does: MPTCP (262), UDP-Lite
     // (136), SCTP (132, autoloaded where it is a module) are the same rarely audited code the
@@ -684,7 +691,7 @@ std::vector<std::string> preload_syscall_names() {
 Result<CompiledFilters> compile_filters(const SeccompProfile& profile,
                                         const SeccompOptions& options) {
   CORDON_TRY(built, build_profile(profile, options));
-  CORDON_TRY(fixed, build_fixed());
+  CORDON_TRY(fixed, build_fixed(options));
   CompiledFilters out;
   CORDON_TRY_CTX(profile_prog, export_bpf(built.ctx.get()), "seccomp profile");
   CORDON_TRY_CTX(fixed_prog, export_bpf(fixed.get()), "seccomp fixed filter");
@@ -705,8 +712,8 @@ Result<std::string> profile_pfc(const SeccompProfile& profile, const SeccompOpti
   return export_pfc(built.ctx.get());
 }
 
-Result<std::string> fixed_pfc() {
-  CORDON_TRY(ctx, build_fixed());
+Result<std::string> fixed_pfc(const SeccompOptions& options) {
+  CORDON_TRY(ctx, build_fixed(options));
   return export_pfc(ctx.get());
 }
 

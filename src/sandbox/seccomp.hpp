@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "base/error.hpp"
+#include "sandbox/spec.hpp"
 
 namespace cordon::sandbox {
 
@@ -59,7 +60,19 @@ struct SeccompOptions {
   // profile's ptrace and process_vm_* rules become ALLOW. The sandbox's pid and user
   // namespaces still confine whom ptrace can reach.
   bool allow_ptrace = false;
+  // Opt-in (`--allow-netlink`, policy `allowNetlinkRoute`): NETLINK_ROUTE sockets, which
+  // getifaddrs, `ip` and interface listings use. Off, every netlink socket is EAFNOSUPPORT:
+  // what the kernel queues on one (its replies) is charged to no memory cgroup, and a
+  // `--memory 32M` sandbox pinned 2.7 GB of host memory so (a review, session 29).
+  bool allow_netlink_route = false;
+  bool operator==(const SeccompOptions&) const = default;
+  auto operator<=>(const SeccompOptions&) const = default;
 };
+
+/// The options a sandbox of `spec` compiles its filters with.
+inline SeccompOptions seccomp_options(const SandboxSpec& spec) {
+  return {.allow_ptrace = spec.allow_ptrace, .allow_netlink_route = spec.allow_netlink_route};
+}
 
 struct BpfProgram {
   std::vector<struct sock_filter> insns;
@@ -90,7 +103,7 @@ inline constexpr uint32_t kErrnoEprotonosupport = 93;
 [[nodiscard]] Result<std::string> profile_pfc(const SeccompProfile& profile,
                                               const SeccompOptions& options);
 /// PFC text of the fixed filter.
-[[nodiscard]] Result<std::string> fixed_pfc();
+[[nodiscard]] Result<std::string> fixed_pfc(const SeccompOptions& options = {});
 /// PFC text of the init filter.
 [[nodiscard]] Result<std::string> init_pfc();
 

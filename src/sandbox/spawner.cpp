@@ -395,18 +395,17 @@ class Server {
     return sent.has_value();
   }
 
-  Result<SeccompPrograms> programs_for(const std::string& path, bool allow_ptrace) {
+  Result<SeccompPrograms> programs_for(const std::string& path, const SandboxSpec& spec) {
     if (!init_filter_) {
       CORDON_TRY_CTX(init, compile_init_filter(), "compile the init's filter");
       init_filter_ = std::make_unique<BpfProgram>(std::move(init));
     }
-    auto key = std::make_pair(path, allow_ptrace);
+    auto key = std::make_pair(path, seccomp_options(spec));
     auto it = filters_.find(key);
     if (it == filters_.end()) {
       CORDON_TRY_CTX(profile, load_profile_(path), "load seccomp profile `{}`", path);
-      SeccompOptions opts;
-      opts.allow_ptrace = allow_ptrace;
-      CORDON_TRY_CTX(filters, compile_filters(profile, opts), "compile seccomp profile `{}`", path);
+      CORDON_TRY_CTX(filters, compile_filters(profile, key.second), "compile seccomp profile `{}`",
+                     path);
       it = filters_.emplace(key, std::move(filters)).first;
     }
     return SeccompPrograms{it->second.profile.insns, it->second.fixed.insns, init_filter_->insns,
@@ -488,7 +487,8 @@ class Server {
     add(pipes.stdin_write, kReplyStdinWrite);
     SpawnResultBody result;
     result.applied = std::move(applied);
-    for (const auto& w : filters_.at({req.seccomp_profile_path, req.spec.allow_ptrace}).warnings) {
+    for (const auto& w :
+         filters_.at({req.seccomp_profile_path, seccomp_options(req.spec)}).warnings) {
       result.applied.warnings.push_back("seccomp: " + w);
     }
     result.argv = pipes.final_argv();
@@ -505,7 +505,7 @@ class Server {
   // Reads the request in `memfd` and spawns it.
   Result<Spawned> spawn_body(int memfd, int v2_fd, const std::vector<int>& v1_fds) {
     CORDON_TRY(req, read_request(memfd));
-    CORDON_TRY(programs, programs_for(req.seccomp_profile_path, req.spec.allow_ptrace));
+    CORDON_TRY(programs, programs_for(req.seccomp_profile_path, req.spec));
     CORDON_TRY(prepared, PreparedSandbox::prepare(req.spec, programs, req.host_id, req.init_path));
     CORDON_TRY(spawned, clone_sandbox(*prepared, req, v2_fd, v1_fds));
     return spawned_reply(spawned.pid, std::move(spawned.pidfd), std::move(prepared->status_parent),
@@ -522,7 +522,7 @@ class Server {
       return invalid("pool slot {} exists", h.request_id);
     }
     CORDON_TRY(req, read_request(fds[0].get()));
-    CORDON_TRY(programs, programs_for(req.seccomp_profile_path, req.spec.allow_ptrace));
+    CORDON_TRY(programs, programs_for(req.seccomp_profile_path, req.spec));
     // Armed before prepare() looks at the /etc secrets it masks: whatever happens to them
     // from here on makes the job's check scan them again.
     CORDON_TRY(secrets, etc_secret_paths(req.spec, true));
@@ -626,7 +626,7 @@ class Server {
     if (auto ready = wait_parked(slot.status.get()); !ready) {
       return gone(ready.error().message());
     }
-    auto programs = programs_for(req->seccomp_profile_path, req->spec.allow_ptrace);
+    auto programs = programs_for(req->seccomp_profile_path, req->spec);
     if (!programs) {
       return failed(programs.error());
     }
@@ -686,7 +686,7 @@ class Server {
   const ProfileLoader& load_profile_;
   UniqueFd sigfd_;
   std::set<pid_t> live_;  // started and not yet reaped
-  std::map<std::pair<std::string, bool>, CompiledFilters> filters_;
+  std::map<std::pair<std::string, SeccompOptions>, CompiledFilters> filters_;
   std::unique_ptr<BpfProgram> init_filter_;
   std::map<uint64_t, Slot> slots_;  // parked sandboxes by slot id
   EtcWatch etc_watch_;              // what happened to the /etc secrets since each slot parked

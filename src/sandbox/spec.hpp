@@ -77,8 +77,9 @@ struct SandboxSpec {
   // The identity (device, inode) of argv[0] as the caller checked it (policy identity check,
   // sha256 pin); the sandbox refuses a different file at that path. 0/0: not checked.
   uint64_t exec_dev = 0, exec_ino = 0;
-  bool allow_ptrace = false;    // documented opt-in for sanitizer builds
-  uint32_t disabled_walls = 0;  // honoured only in the test-walls build (CORDON_TEST_WALLS)
+  bool allow_ptrace = false;         // documented opt-in for sanitizer builds
+  bool allow_netlink_route = false;  // documented opt-in: SeccompOptions::allow_netlink_route
+  uint32_t disabled_walls = 0;       // honoured only in the test-walls build (CORDON_TEST_WALLS)
 };
 
 /// Whether two specs build the same sandbox up to its job: what a parked sandbox (warm pool)

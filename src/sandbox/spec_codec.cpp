@@ -201,6 +201,7 @@ void encode_spec(Writer& w, const SandboxSpec& s) {
     }
   }
   w.boolean(s.allow_ptrace);
+  w.boolean(s.allow_netlink_route);
   w.u32(s.disabled_walls);
   w.u64(s.exec_dev);
   w.u64(s.exec_ino);
@@ -250,9 +251,10 @@ bool decode_spec(Reader& r, SandboxSpec& s) {
     static_assert(std::is_same_v<rlim_t, uint64_t> || sizeof(rlim_t) == sizeof(uint64_t));
     s.rlimits.push_back({resource, static_cast<rlim_t>(soft), static_cast<rlim_t>(hard)});
   }
-  return r.boolean(s.allow_ptrace, "allow_ptrace") && r.u32(s.disabled_walls, "disabled_walls") &&
-         r.u64(s.exec_dev, "exec_dev") && r.u64(s.exec_ino, "exec_ino") &&
-         r.boolean(s.root_read_only, "root_read_only");
+  return r.boolean(s.allow_ptrace, "allow_ptrace") &&
+         r.boolean(s.allow_netlink_route, "allow_netlink_route") &&
+         r.u32(s.disabled_walls, "disabled_walls") && r.u64(s.exec_dev, "exec_dev") &&
+         r.u64(s.exec_ino, "exec_ino") && r.boolean(s.root_read_only, "root_read_only");
 }
 
 }  // namespace

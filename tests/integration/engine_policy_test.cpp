@@ -259,3 +259,29 @@ BOOST_AUTO_TEST_CASE(a_seccomp_profile_the_compiler_refuses_fails_open_not_the_f
   BOOST_TEST(st->state == "exited");
   BOOST_TEST(st->exit_code.value_or(-1) == 0);
 }
+
+// allowNetlinkRoute reaches the engine's sandboxes, pooled or not: without it a netlink socket
+// is EAFNOSUPPORT (its queued replies are charged to no memory cgroup), with it NETLINK_ROUTE
+// opens. Three starts each, so the warm pool serves some.
+BOOST_AUTO_TEST_CASE(netlink_route_only_where_the_policy_allows_it) {
+  const std::string script =
+      "import socket\n"
+      "try:\n"
+      "    socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0); print('opened')\n"
+      "except OSError as e:\n"
+      "    print(e.errno)\n";
+  for (bool allowed : {false, true}) {
+    EngineEnv env(nlohmann::json{{"allowNetlinkRoute", allowed}});
+    auto e = open_engine(env);
+    for (int i = 0; i < 3; ++i) {
+      auto s = e->start("s", {.argv = {"/usr/bin/python3", "-c", script}});
+      BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+      auto st = e->status("s", s->task_id, 20s);
+      BOOST_REQUIRE(st.has_value());
+      BOOST_REQUIRE(st->state == "exited");
+      BOOST_TEST(read_file(env.artifact_path(st->stdout_artifact->artifact_id)) ==
+                     (allowed ? "opened\n" : std::to_string(EAFNOSUPPORT) + "\n"),
+                 "allowed " << allowed << " start " << i);
+    }
+  }
+}

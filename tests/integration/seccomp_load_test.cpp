@@ -117,6 +117,19 @@ bool same(const Outcome& a, const Outcome& b) {
 
 BOOST_FIXTURE_TEST_SUITE(kernel_answers, Fixture)
 
+// With the opt-in (`--allow-netlink`, policy allowNetlinkRoute), NETLINK_ROUTE only.
+BOOST_AUTO_TEST_CASE(netlink_route_only_with_its_opt_in) {
+  auto profile = policy::load_seccomp_profile(std::string(CORDON_SECCOMP_DIR) + "/default.json");
+  BOOST_REQUIRE(profile.has_value());
+  auto opted = compile_filters(*profile, {.allow_netlink_route = true});
+  BOOST_REQUIRE(opted.has_value());
+  const std::vector<const BpfProgram*> both = {&opted->profile, &opted->fixed};
+  Outcome route = run_confined(both, [] { return ::syscall(SYS_socket, AF_NETLINK, SOCK_RAW, 0); });
+  BOOST_TEST(same(route, errno_is(0)), route);
+  Outcome audit = run_confined(both, [] { return ::syscall(SYS_socket, AF_NETLINK, SOCK_RAW, 9); });
+  BOOST_TEST(same(audit, errno_is(EAFNOSUPPORT)), audit);
+}
+
 BOOST_AUTO_TEST_CASE(answers_as_the_profile_and_fixed_filter_say) {
   const std::vector<const BpfProgram*> both = {&filters.profile, &filters.fixed};
   auto check = [&](const char* what, const std::function<long()>& call, Outcome want) {
@@ -152,7 +165,7 @@ BOOST_AUTO_TEST_CASE(answers_as_the_profile_and_fixed_filter_say) {
       "socket AF_INET", [] { return ::syscall(SYS_socket, AF_INET, SOCK_STREAM, 0); }, errno_is(0));
   check(
       "socket AF_NETLINK ROUTE", [] { return ::syscall(SYS_socket, AF_NETLINK, SOCK_RAW, 0); },
-      errno_is(0));
+      errno_is(EAFNOSUPPORT));
   check(
       "socket AF_NETLINK AUDIT", [] { return ::syscall(SYS_socket, AF_NETLINK, SOCK_RAW, 9); },
       errno_is(EAFNOSUPPORT));

@@ -542,6 +542,26 @@ BOOST_AUTO_TEST_CASE(inotify_exhaustion_stays_inside_one_sandbox) {
   BOOST_TEST(control.a_exit == 0);
 }
 
+// Every devpts instance but the host's draws on one pool of ptys (kernel.pty.max less
+// kernel.pty.reserve: 3072 here). One sandbox opened 3071 and another's `--tty` then failed
+// with ENOSPC (a review, session 29). Each sandbox's instance now holds at most 64: the 65th
+// is ENOSPC, far below the pool and below the descriptors the command may hold (2 per pty).
+BOOST_AUTO_TEST_CASE(one_sandbox_opens_at_most_64_ptys) {
+  Sandbox s;
+  static const char kOpenAll[] = R"(import errno, os
+fds = []
+while True:
+    try:
+        fds.append(os.openpty())
+    except OSError as e:
+        print(len(fds), errno.errorcode[e.errno])
+        break
+)";
+  auto r = s.run({}, {"/usr/bin/python3", "-c", kOpenAll});
+  BOOST_TEST(r.exit_code() == 0, r.err);
+  BOOST_TEST(r.out == "64 ENOSPC\n");
+}
+
 namespace {
 
 // "probe fork-bomb: value N EAGAIN" → N, or -1.

@@ -644,6 +644,21 @@ BOOST_AUTO_TEST_CASE(checked_start_maps_onto_a_sandbox_spec) {
   BOOST_TEST((spec.network == cordon::sandbox::NetworkMode::kHost));
   BOOST_TEST(spec.inside_uid == 1234u);
   BOOST_TEST(spec.env == ok->env);
+  BOOST_TEST(!spec.allow_netlink_route);  // off unless the policy says so
+
+  j["allowNetlinkRoute"] = true;
+  auto with = bound(j);
+  auto opted = policy::check_start(&with, req({tr.tool, "a"}));
+  BOOST_REQUIRE(opted.has_value());
+  BOOST_TEST(policy::to_sandbox_spec(*opted).allow_netlink_route);
+  // Never for the git tools' private policy.
+  j["git"] = {{"repoRoot", tr.root}};
+  auto main_with_git = bound(j);
+  auto git = policy::git_job_policy(main_with_git);
+  BOOST_REQUIRE(git.has_value());
+  BOOST_TEST(!git->allow_netlink_route);
+  j["allowNetlinkRoute"] = "yes";
+  BOOST_TEST(parse_error(j.dump()) == "policy: /allowNetlinkRoute: must be true or false");
 }
 
 // ---- the schema and the example stay in step with the parser -------------------------------

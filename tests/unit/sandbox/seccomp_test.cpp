@@ -51,20 +51,21 @@ std::string pfc_block(const std::string& pfc, const std::string& name) {
   return pfc.substr(start, end - start);
 }
 
-const CompiledFilters& fixed_only() {
+const CompiledFilters& fixed_only(bool netlink_route = false) {
   // An allow-all profile, so every answer below comes from the fixed filter.
-  static const CompiledFilters filters = [] {
+  auto compile = [](bool netlink) {
     SeccompProfile p;
     p.default_action = SeccompAction::kAllow;
-    auto r = compile_filters(p, {});
+    auto r = compile_filters(p, {.allow_netlink_route = netlink});
     BOOST_REQUIRE_MESSAGE(r.has_value(), error_text(r));
     return *r;
-  }();
-  return filters;
+  };
+  static const CompiledFilters without = compile(false), with = compile(true);
+  return netlink_route ? with : without;
 }
 
-uint32_t fixed_answer(int nr, std::initializer_list<uint64_t> args) {
-  return bpf_answer(fixed_only().fixed.insns, syscall_data(nr, args));
+uint32_t fixed_answer(int nr, std::initializer_list<uint64_t> args, bool netlink_route = false) {
+  return bpf_answer(fixed_only(netlink_route).fixed.insns, syscall_data(nr, args));
 }
 
 SeccompRule rule(std::vector<std::string> names, SeccompAction action, uint32_t err = 1,
@@ -125,11 +126,19 @@ BOOST_AUTO_TEST_CASE(fixed_pfc_keeps_every_conditional_rule) {
   }
   BOOST_TEST(pfc_block(*pfc, "openat2").find("action ERRNO(38)") != std::string::npos);
   BOOST_TEST(pfc_block(*pfc, "clone3").find("action ERRNO(38)") != std::string::npos);
+  // The family allowlist ends at AF_INET6 (10); with the netlink opt-in at AF_NETLINK (16),
+  // whose protocol is checked then.
+  auto with_netlink = fixed_pfc({.allow_netlink_route = true});
+  BOOST_REQUIRE_MESSAGE(with_netlink.has_value(), error_text(with_netlink));
   for (const char* name : {"socket", "socketpair"}) {
     std::string block = pfc_block(*pfc, name);
-    BOOST_TEST(block.find("$a0.lo32 > 16") != std::string::npos, name);
-    BOOST_TEST(block.find("$a0.lo32 == 16") != std::string::npos, name);
+    BOOST_TEST(block.find("$a0.lo32 > 10") != std::string::npos, name);
+    BOOST_TEST(block.find("$a0.lo32 == 16") == std::string::npos, name);
     BOOST_TEST(block.find("action ERRNO(97)") != std::string::npos, name);
+    std::string opted = pfc_block(*with_netlink, name);
+    BOOST_TEST(opted.find("$a0.lo32 > 16") != std::string::npos, name);
+    BOOST_TEST(opted.find("$a0.lo32 == 16") != std::string::npos, name);
+    BOOST_TEST(opted.find("action ERRNO(97)") != std::string::npos, name);
   }
   BOOST_TEST(pfc_block(*pfc, "personality").find("action ERRNO(1)") != std::string::npos);
   BOOST_TEST(pfc->find("action ALLOW;\n# invalid architecture action\naction KILL_PROCESS") !=
@@ -190,23 +199,28 @@ BOOST_AUTO_TEST_CASE(refuses_namespace_flags_on_clone_and_unshare) {
   BOOST_TEST(fixed_answer(SYS_io_uring_setup, {8, 0}) == kEperm);
 }
 
+// AF_NETLINK only with SeccompOptions::allow_netlink_route (session 29: the replies a netlink
+// socket queues are charged to no memory cgroup).
 BOOST_AUTO_TEST_CASE(allows_only_listed_socket_families) {
-  for (uint64_t family = 0; family < 64; ++family) {
-    bool allowed =
-        family == AF_UNIX || family == AF_INET || family == AF_INET6 || family == AF_NETLINK;
-    for (int nr : {SYS_socket, SYS_socketpair}) {
-      BOOST_TEST(
-          fixed_answer(nr, {family, SOCK_STREAM, 0}) == (allowed ? kRetAllow : kEafnosupport),
-          "nr " << nr << " family " << family);
+  for (bool netlink : {false, true}) {
+    for (uint64_t family = 0; family < 64; ++family) {
+      bool allowed = family == AF_UNIX || family == AF_INET || family == AF_INET6 ||
+                     (netlink && family == AF_NETLINK);
+      for (int nr : {SYS_socket, SYS_socketpair}) {
+        BOOST_TEST(fixed_answer(nr, {family, SOCK_STREAM, 0}, netlink) ==
+                       (allowed ? kRetAllow : kEafnosupport),
+                   "nr " << nr << " family " << family << " netlink " << netlink);
+      }
     }
   }
-  BOOST_TEST(fixed_answer(SYS_socket, {40, SOCK_STREAM, 0}) == kEafnosupport);  // AF_VSOCK
+  BOOST_TEST(fixed_answer(SYS_socket, {AF_NETLINK, SOCK_RAW, 0}) == kEafnosupport);  // by default
+  BOOST_TEST(fixed_answer(SYS_socket, {40, SOCK_STREAM, 0}) == kEafnosupport);       // AF_VSOCK
   // The kernel truncates the family to an int: bit 32 must not smuggle in AF_VSOCK.
   BOOST_TEST(fixed_answer(SYS_socket, {(1ULL << 32) | 40, SOCK_STREAM, 0}) == kEafnosupport);
   BOOST_TEST(fixed_answer(SYS_socket, {~0ULL, SOCK_STREAM, 0}) == kEafnosupport);
-  BOOST_TEST(fixed_answer(SYS_socket, {AF_NETLINK, SOCK_RAW, 0}) == kRetAllow);      // ROUTE
-  BOOST_TEST(fixed_answer(SYS_socket, {AF_NETLINK, SOCK_RAW, 9}) == kEafnosupport);  // AUDIT
-  BOOST_TEST(fixed_answer(SYS_socket, {AF_NETLINK, SOCK_RAW, 1ULL << 32}) == kEafnosupport);
+  BOOST_TEST(fixed_answer(SYS_socket, {AF_NETLINK, SOCK_RAW, 0}, true) == kRetAllow);      // ROUTE
+  BOOST_TEST(fixed_answer(SYS_socket, {AF_NETLINK, SOCK_RAW, 9}, true) == kEafnosupport);  // AUDIT
+  BOOST_TEST(fixed_answer(SYS_socket, {AF_NETLINK, SOCK_RAW, 1ULL << 32}, true) == kEafnosupport);
 }
 
 // Inet sockets: TCP, UDP and ping only, by protocol and by type (protocol 0 is the type's
@@ -216,8 +230,9 @@ BOOST_AUTO_TEST_CASE(allows_only_listed_socket_families) {
 // to the family and netlink rules (libseccomp 2.5.4 has dropped and misordered such rules
 // before) shows up as a wrong answer.
 BOOST_AUTO_TEST_CASE(inet_sockets_only_with_tcp_udp_and_ping_protocols) {
-  auto model = [](uint64_t family, uint64_t type, uint64_t protocol) {
-    if (family != AF_UNIX && family != AF_INET && family != AF_INET6 && family != AF_NETLINK) {
+  auto model = [](uint64_t family, uint64_t type, uint64_t protocol, bool netlink) {
+    if (family != AF_UNIX && family != AF_INET && family != AF_INET6 &&
+        !(netlink && family == AF_NETLINK)) {
       return kEafnosupport;
     }
     if (family == AF_NETLINK) {
@@ -252,19 +267,22 @@ BOOST_AUTO_TEST_CASE(inet_sockets_only_with_tcp_udp_and_ping_protocols) {
            {uint64_t{0}, uint64_t{SOCK_CLOEXEC | SOCK_NONBLOCK}, uint64_t{1} << 32}) {
         for (uint64_t protocol : protocols) {
           for (int nr : {SYS_socket, SYS_socketpair}) {
-            uint32_t want = model(family, low | flags, protocol);
-            uint32_t got = fixed_answer(nr, {family, low | flags, protocol});
-            ++checked;
-            if (got != want) {
-              BOOST_ERROR("nr " << nr << " family " << family << " type " << (low | flags)
-                                << " protocol " << protocol << ": " << got << " != " << want);
+            for (bool netlink : {false, true}) {
+              uint32_t want = model(family, low | flags, protocol, netlink);
+              uint32_t got = fixed_answer(nr, {family, low | flags, protocol}, netlink);
+              ++checked;
+              if (got != want) {
+                BOOST_ERROR("nr " << nr << " family " << family << " type " << (low | flags)
+                                  << " protocol " << protocol << " netlink " << netlink << ": "
+                                  << got << " != " << want);
+              }
             }
           }
         }
       }
     }
   }
-  BOOST_TEST(checked > 50000u);
+  BOOST_TEST(checked > 100000u);
   // The cases the security suite tries in a sandbox.
   BOOST_TEST(fixed_answer(SYS_socket, {AF_INET, SOCK_STREAM, IPPROTO_MPTCP}) == kEprotonosupport);
   BOOST_TEST(fixed_answer(SYS_socket, {AF_INET6, SOCK_STREAM, IPPROTO_MPTCP}) == kEprotonosupport);

@@ -41,6 +41,7 @@ SpawnRequestBody full_request() {
   s.inotify_watches = 99;
   s.rlimits = {{RLIMIT_NOFILE, 64, 128}, {RLIMIT_CORE, 0, RLIM_INFINITY}};
   s.allow_ptrace = true;
+  s.allow_netlink_route = true;
   s.disabled_walls =
       static_cast<uint32_t>(Wall::kLandlock) | static_cast<uint32_t>(Wall::kCloseFds);
   b.seccomp_profile_path = "/usr/share/cordon/seccomp/default.json";
@@ -76,6 +77,7 @@ void check_equal(const SpawnRequestBody& a, const SpawnRequestBody& b) {
     BOOST_TEST(a.spec.rlimits[i].hard == b.spec.rlimits[i].hard);
   }
   BOOST_TEST(a.spec.allow_ptrace == b.spec.allow_ptrace);
+  BOOST_TEST(a.spec.allow_netlink_route == b.spec.allow_netlink_route);
   BOOST_TEST(a.spec.disabled_walls == b.spec.disabled_walls);
   BOOST_TEST(a.seccomp_profile_path == b.seccomp_profile_path);
   BOOST_TEST(a.init_path == b.init_path);
