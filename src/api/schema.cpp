@@ -1,5 +1,9 @@
 #include "api/schema.hpp"
 
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+
 #include <cmath>
 #include <set>
 
@@ -119,25 +123,34 @@ void check(const json& schema, const json& v, const std::string& ptr,
       out.push_back({ptr, fmt::format("must be at most {}", m->dump())});
     }
   }
-  if (v.is_string()) {
-    size_t n = v.get_ref<const std::string&>().size();
-    if (auto m = schema.find("minLength");
-        m != schema.end() && m->is_number_unsigned() && n < m->get<size_t>()) {
-      out.push_back({ptr, fmt::format("must be at least {} characters long", m->dump())});
+  // A bound is any non-negative integer. Failure fixed (a review, session 29): only unsigned
+  // JSON numbers counted, and the tool schemas' literals are signed, so no length or count
+  // bound was ever checked (a 15 MB label, a 5001-item argv, a 1000-id wait all passed).
+  auto bound = [&schema](const char* key) -> std::optional<uint64_t> {
+    auto m = schema.find(key);
+    if (m == schema.end() || !m->is_number_integer() || m->get<int64_t>() < 0) {
+      return std::nullopt;
     }
-    if (auto m = schema.find("maxLength");
-        m != schema.end() && m->is_number_unsigned() && n > m->get<size_t>()) {
-      out.push_back({ptr, fmt::format("must be at most {} bytes long", m->dump())});
+    return m->get<uint64_t>();
+  };
+  if (v.is_string()) {
+    // Characters (code points) as JSON Schema counts them; the text is valid UTF-8.
+    const auto& text = v.get_ref<const std::string&>();
+    const uint64_t n = static_cast<uint64_t>(std::count_if(
+        text.begin(), text.end(), [](char c) { return (static_cast<uint8_t>(c) & 0xC0) != 0x80; }));
+    if (auto m = bound("minLength"); m && n < *m) {
+      out.push_back({ptr, fmt::format("must be at least {} characters long", *m)});
+    }
+    if (auto m = bound("maxLength"); m && n > *m) {
+      out.push_back({ptr, fmt::format("must be at most {} characters long", *m)});
     }
   }
   if (v.is_array()) {
-    if (auto m = schema.find("minItems");
-        m != schema.end() && m->is_number_unsigned() && v.size() < m->get<size_t>()) {
-      out.push_back({ptr, fmt::format("needs at least {} item(s)", m->dump())});
+    if (auto m = bound("minItems"); m && v.size() < *m) {
+      out.push_back({ptr, fmt::format("needs at least {} item(s)", *m)});
     }
-    if (auto m = schema.find("maxItems");
-        m != schema.end() && m->is_number_unsigned() && v.size() > m->get<size_t>()) {
-      out.push_back({ptr, fmt::format("takes at most {} items", m->dump())});
+    if (auto m = bound("maxItems"); m && v.size() > *m) {
+      out.push_back({ptr, fmt::format("takes at most {} items", *m)});
     }
     if (auto it = schema.find("items"); it != schema.end()) {
       for (size_t i = 0; i < v.size(); ++i) {

@@ -172,7 +172,7 @@ json start_properties() {
        {{"type", "array"},
         {"minItems", 1},
         {"maxItems", 4096},
-        {"items", {{"type", "string"}, {"maxLength", 131072}}},
+        {"items", {{"type", "string"}, {"maxLength", 131071}}},
         {"description",
          "The program and its arguments as separate strings, e.g. [\"/usr/bin/make\", "
          "\"-j4\", \"test\"]. argv[0] is an absolute path the policy allows. There is NO "

@@ -456,6 +456,8 @@ std::string json_array(const std::vector<std::string>& v) {
   return out + "]";
 }
 
+constexpr size_t kMaxArgBytes = 32 * 4096;  // MAX_ARG_STRLEN
+
 Result<void> check_argv(const Policy& p, const std::vector<std::string>& argv) {
   if (argv.empty()) {
     return refusal(
@@ -468,6 +470,14 @@ Result<void> check_argv(const Policy& p, const std::vector<std::string>& argv) {
           "argv[{}] contains a NUL byte, which no program can receive; pass each "
           "argument as its own string without NUL",
           i);
+    }
+    // The kernel's MAX_ARG_STRLEN (32 pages, with the NUL): a longer one failed the start at
+    // exec (E2BIG) after the job was made (found by a review, session 29).
+    if (argv[i].size() >= kMaxArgBytes) {
+      return refusal(
+          "argv[{}] is {} bytes; the kernel takes at most {} per argument. Write the data to a "
+          "file in the working root and pass its path",
+          i, argv[i].size(), kMaxArgBytes - 1);
     }
   }
   const std::string& arg0 = argv[0];
@@ -656,6 +666,12 @@ Result<std::vector<std::string>> build_env(const Policy& p,
     }
     if (value.find('\0') != std::string::npos) {
       return refusal("env {} contains a NUL byte; a value cannot carry one", name);
+    }
+    if (name.size() + 1 + value.size() >= kMaxArgBytes) {
+      return refusal(
+          "env {} is {} bytes with its name; the kernel takes at most {} per variable. Write "
+          "the value to a file in the working root and pass its path",
+          name, name.size() + 1 + value.size(), kMaxArgBytes - 1);
     }
     // LD_PRELOAD, LD_AUDIT, LD_LIBRARY_PATH: the dynamic loader would run code into an
     // allowlisted program that the allowlist never approved.

@@ -102,3 +102,29 @@ BOOST_AUTO_TEST_CASE(a_status_validates_against_the_status_tools) {
   j["bogus"] = 1;
   BOOST_TEST(!validate_schema(find_tool("command_status")->output_schema, j).empty());
 }
+
+// Failure fixed (a review, session 29): length and count bounds counted only when the schema
+// held them as unsigned JSON numbers, and the tool table writes them as plain (signed) int
+// literals, so none was checked: a 15 MB label (kept in meta.json, outside the disk quota),
+// a 5001-item argv and a 1000-id command_wait all passed. Lengths count characters.
+BOOST_AUTO_TEST_CASE(length_and_count_bounds_of_the_tool_schemas_hold) {
+  const json& run = find_tool("run_command_bg")->input_schema;
+  BOOST_TEST(
+      validate_schema(run, {{"argv", {"/bin/true"}}, {"label", std::string(200, 'a')}}).empty());
+  auto label = validate_schema(run, {{"argv", {"/bin/true"}}, {"label", std::string(201, 'a')}});
+  BOOST_REQUIRE_EQUAL(label.size(), 1u);
+  BOOST_TEST(label[0].pointer == "/label");
+  BOOST_TEST(label[0].message == "must be at most 200 characters long");
+  // 200 characters of 3 bytes each are 200 characters.
+  std::string wide;
+  for (int i = 0; i < 200; ++i) wide += "\xe6\x97\xa5";
+  BOOST_TEST(validate_schema(run, {{"argv", {"/bin/true"}}, {"label", wide}}).empty());
+  BOOST_TEST(!validate_schema(run, {{"argv", {"/bin/true"}}, {"label", wide + "x"}}).empty());
+  auto many = validate_schema(run, {{"argv", std::vector<std::string>(5001, "x")}});
+  BOOST_REQUIRE_EQUAL(many.size(), 1u);
+  BOOST_TEST(many[0].pointer == "/argv");
+  BOOST_TEST(!validate_schema(run, {{"argv", json::array()}}).empty());  // minItems 1
+  const json& wait = find_tool("command_wait")->input_schema;
+  BOOST_TEST(validate_schema(wait, {{"taskIds", std::vector<std::string>(64, "t1")}}).empty());
+  BOOST_TEST(!validate_schema(wait, {{"taskIds", std::vector<std::string>(65, "t1")}}).empty());
+}

@@ -116,6 +116,12 @@ BOOST_AUTO_TEST_CASE(refuses_empty_argv_and_nul_bytes) {
              "argv[1] contains a NUL byte, which no program can receive; pass each argument as "
              "its own string without NUL");
   BOOST_TEST(starts_with(refused(&p, req({""})), "argv[0] is empty"));
+  // Over the kernel's per-string limit (found by a review, session 29: the job was made and
+  // failed at exec with E2BIG). One byte less passes.
+  BOOST_TEST(refused(&p, req({tr.tool, std::string(131072, 'a')})) ==
+             "argv[1] is 131072 bytes; the kernel takes at most 131071 per argument. Write the "
+             "data to a file in the working root and pass its path");
+  BOOST_TEST(policy::check_start(&p, req({tr.tool, std::string(131071, 'a')})).has_value());
 }
 
 BOOST_AUTO_TEST_CASE(refuses_shell_syntax_in_argv0_saying_there_is_no_shell) {
@@ -292,6 +298,8 @@ BOOST_AUTO_TEST_CASE(env_names_are_validated_and_the_environment_is_built) {
   BOOST_TEST(starts_with(refused(&p, r), "env name \"A=B\" is not a variable name"));
   r.env = {{"LD_PRELOAD", "/tmp/x.so"}};
   BOOST_TEST(starts_with(refused(&p, r), "env LD_PRELOAD is refused: LD_* variables"));
+  r.env = {{"BIG", std::string(131068, 'v')}};  // "BIG=" and the value: 131072 bytes
+  BOOST_TEST(starts_with(refused(&p, r), "env BIG is 131072 bytes with its name; the kernel"));
   r.env = {{"CI", "0"}};
   BOOST_TEST(refused(&p, r) ==
              "env CI is fixed by the policy (env.set); leave it out of the request");
