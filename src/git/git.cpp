@@ -665,7 +665,11 @@ Result<GitResult> blame(Runner& runner, const BlameRequest& req) {
   // Always at a revision (never the worktree file, which would run clean filters); no
   // textconv (which also ran the smudge filter). git 2.39's blame does not take
   // --end-of-options: the revision is an object id cordon resolved, the path follows "--".
-  std::vector<std::string> args = {"blame", "--no-textconv"};
+  // --no-ignore-revs-file: blame.ignoreRevsFile names a file blame reads and quotes a line of
+  // in its error; outside repoRoot it showed the first line of any file the sandbox sees (a
+  // review, session 29). `-c blame.ignoreRevsFile=` cannot undo it: git sorts that list, and
+  // reads the config's file (and dies on it) before the empty entry clears it.
+  std::vector<std::string> args = {"blame", "--no-textconv", "--no-ignore-revs-file"};
   if (req.line_start || req.line_end) {
     args.push_back("-L");
     args.push_back(req.line_end ? fmt::format("{},{}", start, *req.line_end)

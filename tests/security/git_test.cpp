@@ -268,6 +268,22 @@ BOOST_AUTO_TEST_CASE(control_the_same_sandbox_without_the_flags_runs_the_program
   BOOST_TEST(h.markers_present().empty());
 }
 
+// blame.ignoreRevsFile names a file git blame reads and, where a line is no commit, quotes in
+// its error: a repository config pointing it outside repoRoot showed the first line of any file
+// the git sandbox sees (/etc/os-release, /proc/self/environ), found by a review (session 29).
+// git_blame passes --no-ignore-revs-file. Control: the same job without it quotes the file.
+BOOST_AUTO_TEST_CASE(blame_reads_no_file_the_repository_config_names) {
+  HostileEnv h;
+  h.repo.git({"config", "blame.ignoreRevsFile", "/etc/os-release"});
+  auto r = h.call("git_blame", {{"path", "src/lib.c"}});
+  BOOST_REQUIRE_MESSAGE(!r.is_error, r.text);
+  BOOST_TEST(r.structured["ok"].get<bool>(), r.structured.dump());
+  std::string err = read_all_bytes(*h.engine, "s1", r.structured["taskId"], "stderr");
+  BOOST_TEST(!contains(err + r.structured.dump(), "PRETTY_NAME"), err);
+  JobStatus ctl = h.git_job({"blame", "src/lib.c"});
+  BOOST_TEST(contains(h.stream(ctl, "stderr"), "PRETTY_NAME"), h.stream(ctl, "stderr"));
+}
+
 BOOST_AUTO_TEST_CASE(control_plain_git_outside_cordon_runs_every_program) {
   HostileEnv h;
   auto ran = [&](const std::string& program, const std::vector<std::string>& args) {
