@@ -427,6 +427,8 @@ int exit_code_for(const engine::OneshotReport& r) {
   return kExitRefused;
 }
 
+std::string absolute_path(const std::string& p);
+
 int run_main(const RunArgs& a) {
   // Everything a refusal can name is checked before anything is created.
   char cwdbuf[PATH_MAX];
@@ -438,10 +440,13 @@ int run_main(const RunArgs& a) {
   if (!root) {
     return refuse_run(a, root.error().message());
   }
-  std::string state_dir = a.state_dir.value_or(default_state_dir());
+  // Absolute and normalized before the guard checks them, and used so from here on: the guard
+  // compared a normalized path while the run used the one given, so `link/../st` (the link
+  // into the root) or a relative `--seccomp` escaped it (a review, session 29).
+  std::string state_dir = absolute_path(a.state_dir.value_or(default_state_dir()));
   std::string bin_dir = exe_dir();
-  std::string seccomp = a.seccomp.value_or(first_existing(
-      {bin_dir + "/seccomp/default.json", bin_dir + "/../share/cordon/seccomp/default.json"}));
+  std::string seccomp = absolute_path(a.seccomp.value_or(first_existing(
+      {bin_dir + "/seccomp/default.json", bin_dir + "/../share/cordon/seccomp/default.json"})));
   std::string init =
       first_existing({bin_dir + "/cordon-init", bin_dir + "/../libexec/cordon/cordon-init"});
   std::vector<std::string> protected_paths = {state_dir, seccomp, init, bin_dir + "/cordon"};

@@ -113,7 +113,7 @@ Result<Programs> compiled_programs(const OneshotRequest& req) {
   struct stat exe {};
   const bool exe_known = ::stat("/proc/self/exe", &exe) == 0;
   std::string key = sha256_hex(fmt::format(
-      "{}\n{}{}\n{}.{}.{}\n{}\n{}:{}:{}:{}.{}\n{}", kCacheMagic, req.spec.allow_ptrace,
+      "{}\n{} {}\n{}.{}.{}\n{}\n{}:{}:{}:{}.{}\n{}", kCacheMagic, req.spec.allow_ptrace,
       req.spec.allow_netlink_route, v->major, v->minor, v->micro, CORDON_VERSION, exe.st_dev,
       exe.st_ino, exe.st_size, exe.st_mtim.tv_sec, exe.st_mtim.tv_nsec, *text));
   std::string dir = req.state_dir + "/seccomp-cache";

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <cstring>
+#include <vector>
 
 #include "base/strings.hpp"
 
@@ -40,7 +42,8 @@ const char* const kHostStateTrees[] = {
     "/var/lib/docker", "/var/lib/containerd", "/var/lib/containers", "/var/lib/kubelet",
     "/var/spool/cron", "/var/spool/anacron",  "/var/spool/at",       "/run/systemd",
     "/run/docker",     "/run/docker.sock",    "/run/podman",         "/run/containerd",
-    "/run/sudo",       "/run/dbus",
+    "/run/sudo",       "/run/dbus",           "/var/lib/dkms",       "/var/lib/cloud",
+    "/var/lib/lxc",    "/var/lib/incus",      "/var/lib/rancher",
 };
 
 // cordon's host-wide runtime directory: the host-id leases of every cordon on the host
@@ -89,15 +92,19 @@ void add_with_resolved(std::vector<std::string>& to, const std::string& p) {
 
 }  // namespace
 
+void HostPathGuard::protect(const std::string& path) {
+  std::string n = normalize_path(path);
+  if (!n.empty()) {
+    add_with_resolved(protected_paths, n);
+  }
+}
+
 HostPathGuard HostPathGuard::from_system(std::vector<std::string> protected_paths,
                                          const std::string& passwd_path) {
   HostPathGuard g;
   protected_paths.emplace_back(kCordonRuntimeDir);
   for (auto& p : protected_paths) {
-    std::string n = normalize_path(p);
-    if (!n.empty()) {
-      add_with_resolved(g.protected_paths, n);
-    }
+    g.protect(p);
   }
   if (auto text = read_small_file(passwd_path)) {
     for (const auto& line : split(*text, '\n')) {
@@ -170,6 +177,23 @@ Result<void> HostPathGuard::check(const std::string& resolved, const std::string
           what, p, tree);
     }
   }
+  // A root holding one of these trees holds what is in it: `--root /var/spool` holds the cron
+  // tables, and with /var/lib/docker a link to /data/docker, `--root /data` holds docker's
+  // state (found by a review, session 29).
+  auto contains = [&](const char* dir) {
+    auto r = system_resolved.find(dir);
+    return path_within(dir, p) || (r != system_resolved.end() && path_within(r->second, p));
+  };
+  std::vector<const char*> held(std::begin(kSystemTrees), std::end(kSystemTrees));
+  held.insert(held.end(), std::begin(kHostStateTrees), std::end(kHostStateTrees));
+  for (const char* tree : held) {
+    if (contains(tree) && !within(tree)) {
+      return refusal(
+          "{} `{}` contains `{}`, which the host runs as root from; a job could change it. Use "
+          "a project directory that holds none of the host's system or state trees",
+          what, p, tree);
+    }
+  }
   for (const char* tree : kHostStateTrees) {
     if (within(tree)) {
       return refusal(
@@ -177,6 +201,20 @@ Result<void> HostPathGuard::check(const std::string& resolved, const std::string
           "unit files, cron tables, container state); a job could change it. Use a project "
           "directory elsewhere",
           what, p, tree);
+    }
+  }
+  // A user's runtime directory is refused whole, as a home is, and its systemd/ beneath:
+  // systemd's user manager loads units from there, which would then run as that user outside
+  // the sandbox (found by a review, session 29). A project below it is fine.
+  if (path_within(p, "/run/user") && p != "/run/user") {
+    const std::string rest = p.substr(std::strlen("/run/user/"));
+    const std::string uid = rest.substr(0, rest.find('/'));
+    const bool numeric = !uid.empty() && uid.find_first_not_of("0123456789") == std::string::npos;
+    if (numeric && (rest == uid || path_within(rest, uid + "/systemd"))) {
+      return refusal(
+          "{} `{}` is a user's runtime directory or its systemd units (run by that user's "
+          "service manager); pass a project directory below it instead",
+          what, p);
     }
   }
   for (const auto& home : home_dirs) {

@@ -31,6 +31,8 @@ struct HostPathGuard {
   static HostPathGuard from_system(std::vector<std::string> protected_paths,
                                    const std::string& passwd_path = "/etc/passwd");
 
+  /// Protects `path` (absolute) as written and as it resolves now.
+  void protect(const std::string& path);
   /// `what` names the option in the refusal ("--root", "--ro"). `resolved` is absolute and
   /// symlink-free (the kernel's path of an opened fd).
   [[nodiscard]] Result<void> check(const std::string& resolved, const std::string& what) const;

@@ -1095,10 +1095,14 @@ Result<Policy> load_policy(const std::string& path, const HostPathGuard& guard) 
   if (!parsed) {
     return std::unexpected(std::move(parsed.error()).wrap("`{}`", path));
   }
-  // A job that can write its own policy (or seccomp profile) has no policy.
+  // A job that can write its own policy (or seccomp profile) has no policy: each is protected
+  // where it resolves and as written (a link in the root, the job could repoint it before the
+  // next start: found by a review, session 29).
   HostPathGuard g = guard;
   g.protected_paths.push_back(resolved);
+  g.protect(path);
   if (parsed->seccomp_profile) {
+    g.protect(*parsed->seccomp_profile);
     if (auto sp = resolve_host_path(*parsed->seccomp_profile, 0)) {
       g.protected_paths.push_back(*sp);
     }

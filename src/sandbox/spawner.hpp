@@ -75,7 +75,7 @@
 // replacements, so a pool slot of the dead spawner never names one of its replacement's.
 //
 // ## Caches
-// The seccomp profile is loaded and compiled once per (path, allow_ptrace) and the init
+// The seccomp profile is loaded and compiled once per (path, SeccompOptions) and the init
 // filter once per spawner; a changed profile file takes effect in a new spawner.
 
 #include <sys/types.h>

@@ -85,7 +85,7 @@ struct SandboxSpec {
 /// Whether two specs build the same sandbox up to its job: what a parked sandbox (warm pool)
 /// is made of before its job is known — the mounts, the identity, the network, the quotas, the
 /// rlimits. argv, env, cwd, the executable's identity and the tty size belong to the job; the
-/// seccomp profile and allow_ptrace are compared with the request (pool.cpp `fits`, and the
+/// seccomp profile and its options are compared with the request (pool.cpp `fits`, and the
 /// spawner for a parked init that loaded the filters). Never a tty: a pty is made with the
 /// sandbox.
 inline bool same_sandbox_shape(const SandboxSpec& a, const SandboxSpec& b) {

@@ -262,7 +262,9 @@ BOOST_AUTO_TEST_CASE(a_seccomp_profile_the_compiler_refuses_fails_open_not_the_f
 
 // allowNetlinkRoute reaches the engine's sandboxes, pooled or not: without it a netlink socket
 // is EAFNOSUPPORT (its queued replies are charged to no memory cgroup), with it NETLINK_ROUTE
-// opens. Three starts each, so the warm pool serves some.
+// opens. Three starts each: the later ones may be served by the warm pool, whose entries are
+// made with the policy's options (which of them it served is not asserted here; pool_test's
+// a_pooled_job_is_confined_like_an_unpooled_one compares the filters).
 BOOST_AUTO_TEST_CASE(netlink_route_only_where_the_policy_allows_it) {
   const std::string script =
       "import socket\n"

@@ -643,6 +643,22 @@ BOOST_AUTO_TEST_CASE(a_state_dir_linked_into_cwd_root_is_refused) {
   open_or_fail(env);
 }
 
+// The policy file given as a link in cwdRoot (to a file outside it) is refused: a job could
+// repoint the link, and the next engine would load the job's policy (found by a review,
+// session 29: only where the file resolved was protected).
+BOOST_AUTO_TEST_CASE(a_policy_given_as_a_link_inside_cwd_root_is_refused) {
+  EngineEnv env;
+  const std::string link = env.box.root + "/cordon.json";
+  BOOST_REQUIRE(::symlink(env.policy_path.c_str(), link.c_str()) == 0);
+  EngineOptions o = env.options();
+  o.policy_path = link;
+  auto e = Engine::open(o);
+  BOOST_REQUIRE(!e.has_value());
+  BOOST_TEST(e.error().message().find("contains cordon's own `" + link + "`") != std::string::npos,
+             e.error().message());
+  open_or_fail(env);  // the control: the same policy by its own path
+}
+
 BOOST_AUTO_TEST_CASE(pty_job_runs_an_interactive_program) {
   EngineEnv env;
   auto e = open_or_fail(env);

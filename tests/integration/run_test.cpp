@@ -277,6 +277,25 @@ BOOST_AUTO_TEST_CASE(refuses_a_root_holding_cordons_state_or_profile_behind_a_sy
                         profile_link, "--", "/bin/true"});
   BOOST_TEST(r.exit_code() == 125, r.err);
   BOOST_TEST(r.err.find("contains cordon's own `" + profile + "`") != std::string::npos, r.err);
+  // The run uses the paths the guard checked (found by the review of the fix: it checked them
+  // normalized and used them as given). `link/../st` with the link into the root is the st
+  // beside the link, as the guard saw it, never the root's; a relative `--seccomp` run from
+  // the root is the root's file, refused.
+  BOOST_REQUIRE(std::filesystem::create_directories(s.root + "/sub"));
+  BOOST_REQUIRE(::symlink((s.root + "/sub").c_str(), (s.base + "/into").c_str()) == 0);
+  auto dotdot = run_process({cordon_bin(), "run", "--root", s.root, "--state-dir",
+                             s.base + "/into/../st", "--", "/bin/true"});
+  BOOST_TEST(dotdot.exit_code() == 0, dotdot.err);
+  BOOST_TEST(std::filesystem::exists(s.base + "/st/cgroups"));
+  BOOST_TEST(!std::filesystem::exists(s.root + "/st"));
+  auto relative = run_process(
+      {"/bin/sh", "-c",
+       "cd \"$0\" && exec \"$1\" run --root . --state-dir \"$2\" --seccomp profile.json -- "
+       "/bin/true",
+       s.root, cordon_bin(), s.state});
+  BOOST_TEST(relative.exit_code() == 125, relative.err);
+  BOOST_TEST(relative.err.find("contains cordon's own `" + profile + "`") != std::string::npos,
+             relative.err);
   auto ctl = run_process(
       {cordon_bin(), "run", "--root", s.root, "--state-dir", s.state, "--", "/bin/true"});
   BOOST_TEST(ctl.exit_code() == 0, ctl.err);

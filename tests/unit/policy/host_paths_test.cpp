@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "base/strings.hpp"
 #include "policy/host_paths.hpp"
 
 using cordon::policy::HostPathGuard;
@@ -190,4 +191,38 @@ BOOST_AUTO_TEST_CASE(refuses_paths_inside_what_the_host_runs_as_root) {
                         "/run/user/1000/build", "/var/lib/dpkg-builds"}) {
     BOOST_TEST(g.check(p, "--root").has_value(), p);
   }
+}
+
+// Found by a review (session 29): a root that *holds* a tree the host runs as root from was
+// accepted (`--root /var/spool` holds the cron tables), and so was a user's runtime directory
+// (systemd's user manager loads units from its systemd/).
+BOOST_AUTO_TEST_CASE(refuses_roots_holding_host_trees_and_user_runtime_dirs) {
+  auto g = guard();
+  for (const char* p : {"/var/spool", "/var/lib/polkit-1/..", "/run/user/1000",
+                        "/run/user/1000/systemd", "/run/user/1000/systemd/user"}) {
+    BOOST_TEST(!g.check(cordon::normalize_path(p), "--root").has_value(), p);
+  }
+  auto spool = g.check("/var/spool", "--root");
+  BOOST_REQUIRE(!spool.has_value());
+  BOOST_TEST(spool.error().message().find("contains `/var/spool/cron`") != std::string::npos,
+             spool.error().message());
+  for (const char* p : {"/run/user/1000/build", "/run/user/1000/systemdx", "/run/user/x",
+                        "/var/spool-builds", "/srv/project"}) {
+    BOOST_TEST(g.check(p, "--root").has_value(), p);
+  }
+}
+
+// A tree reached through a link is held where it resolves: with /homes-real holding a
+// host-state tree's target, a root holding the target is refused like one holding the tree.
+BOOST_AUTO_TEST_CASE(a_root_holding_a_guarded_tree_where_it_resolves_is_refused) {
+  LinkedTree t;
+  HostPathGuard g = guard();
+  BOOST_REQUIRE(std::filesystem::create_directories(t.base + "/data/docker"));
+  g.system_resolved["/var/lib/docker"] = t.base + "/data/docker";
+  auto r = g.check(t.base + "/data", "--root");
+  BOOST_REQUIRE(!r.has_value());
+  BOOST_TEST(r.error().message().find("contains `/var/lib/docker`") != std::string::npos,
+             r.error().message());
+  BOOST_TEST(!g.check(t.base + "/data/docker/x", "--root").has_value());  // inside it too
+  BOOST_TEST(g.check(t.base + "/elsewhere", "--root").has_value());
 }
