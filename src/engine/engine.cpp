@@ -2245,20 +2245,20 @@ class Engine::Impl {
     if (running_total >= pol->concurrency.total) {
       return false;
     }
-    if (j.git) {
-      return true;
-    }
-    auto it = running_per_session.find(j.session);
-    if ((it == running_per_session.end() ? 0 : it->second) >= pol->concurrency.per_session) {
-      return false;
-    }
+    // A git job takes a slot of its uid's share like any job: exempt, one uid's slow git calls
+    // (a FIFO as blame.ignoreRevsFile, a huge repository) filled `total` and another uid's
+    // command waited for them (found by a review, session 29).
     if (pol->concurrency.per_uid > 0) {
       auto o = running_per_owner.find(j.owner);
       if ((o == running_per_owner.end() ? 0 : o->second) >= pol->concurrency.per_uid) {
         return false;
       }
     }
-    return true;
+    if (j.git) {
+      return true;  // never behind the session's own commands (docs/git.md)
+    }
+    auto it = running_per_session.find(j.session);
+    return (it == running_per_session.end() ? 0 : it->second) < pol->concurrency.per_session;
   }
 
   // Launches every queued job that has a slot. launch() can settle a job (a failed start),

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "helpers/engine_fixture.hpp"
+#include "helpers/git_fixture.hpp"
 
 using namespace cordon;
 using namespace cordon::test;
@@ -657,6 +658,40 @@ BOOST_AUTO_TEST_CASE(a_policy_given_as_a_link_inside_cwd_root_is_refused) {
   BOOST_TEST(e.error().message().find("contains cordon's own `" + link + "`") != std::string::npos,
              e.error().message());
   open_or_fail(env);  // the control: the same policy by its own path
+}
+
+// A git tools' job takes a slot of its owner's concurrency.perUid share: exempt, one uid's slow
+// git calls filled `total` and another uid's commands waited for them (found by a review,
+// session 29). Owner "a" runs a command (its one slot); its git job waits for it, while owner
+// "b" still runs at once; once a's command ends, the git job runs.
+BOOST_AUTO_TEST_CASE(git_jobs_take_their_owners_share_of_the_slots) {
+  EngineEnv env(nlohmann::json{{"concurrency", {{"total", 3}, {"perSession", 2}, {"perUid", 1}}}});
+  GitRepo repo(env.box.root + "/repo", env.box.base + "/home");
+  env.policy["git"] = {{"repoRoot", repo.dir}};
+  env.write_policy();
+  EngineOptions o = env.options();
+  o.session_owner = [](const std::string& session) { return session.substr(0, 1); };
+  auto opened = Engine::open(o);
+  BOOST_REQUIRE_MESSAGE(opened.has_value(), describe(opened));
+  auto& e = *opened;
+  auto cmd = e->start("a1", {.argv = {"/bin/sleep", "60"}});
+  BOOST_REQUIRE_MESSAGE(cmd.has_value(), describe(cmd));
+  BOOST_TEST(cmd->state == "running");
+  StartOptions g{.argv = {kGitBin, "rev-parse", "HEAD"}, .cwd = repo.dir};
+  g.policy = JobPolicy::kGit;
+  g.env["GIT_DIR"] = repo.dir + "/.git";
+  auto git = e->start("a1", g);
+  BOOST_REQUIRE_MESSAGE(git.has_value(), describe(git));
+  BOOST_TEST(git->state == "queued");
+  auto other = e->start("b1", {.argv = {"/bin/echo", "b"}});
+  BOOST_REQUIRE_MESSAGE(other.has_value(), describe(other));
+  BOOST_TEST(other->state == "running");
+  BOOST_TEST(e->status("b1", other->task_id, 20s)->state == "exited");
+  BOOST_TEST(e->status("a1", git->task_id, 0ms)->state == "queued");
+  BOOST_REQUIRE(e->kill("a1", cmd->task_id, SIGKILL).has_value());
+  auto ran = e->status("a1", git->task_id, 20s);
+  BOOST_REQUIRE(ran.has_value());
+  BOOST_TEST(ran->state == "exited", ran->state);
 }
 
 BOOST_AUTO_TEST_CASE(pty_job_runs_an_interactive_program) {
