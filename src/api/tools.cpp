@@ -177,7 +177,11 @@ json start_properties() {
          "The program and its arguments as separate strings, e.g. [\"/usr/bin/make\", "
          "\"-j4\", \"test\"]. argv[0] is an absolute path the policy allows. There is NO "
          "shell: no pipes, redirections, globs, `&&` or variables."}}},
-      {"cwd", str("Working directory, inside the policy's working root (default: the root).")},
+      {"cwd",
+       {{"type", "string"},
+        {"maxLength", 4095},
+        {"description",
+         "Working directory, inside the policy's working root (default: the root)."}}},
       {"timeoutMs", integer("Wall-clock limit; SIGTERM then SIGKILL (default and maximum: the "
                             "policy's).",
                             1)},

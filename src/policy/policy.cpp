@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
@@ -554,6 +555,10 @@ Result<ResolvedCwd> resolve_cwd(const Policy& p, const std::optional<std::string
   } else if (cwd->empty() || cwd->find('\0') != std::string::npos) {
     return refusal("cwd {} is not a path; omit cwd to run in the working root `{}`", quoted(*cwd),
                    p.cwd_root);
+  } else if (cwd->size() >= PATH_MAX) {
+    // Not echoed: the refusal would be as long (an 8 MB cwd was echoed whole before session 29).
+    return refusal("cwd is {} bytes; a path holds at most {}. Pass a shorter directory inside `{}`",
+                   cwd->size(), PATH_MAX - 1, p.cwd_root);
   } else if ((*cwd)[0] == '/') {
     want = normalize_path(*cwd);
   } else {
@@ -611,6 +616,12 @@ Result<ResolvedCwd> resolve_cwd(const Policy& p, const std::optional<std::string
           "cwd {} (`{}`) has too many levels of symlinks or a magic link; pass "
           "the real directory inside `{}`",
           quoted(cwd.value_or(want)), want, p.cwd_root);
+    }
+    if (err == ENAMETOOLONG) {  // a name over 255 bytes (cordon's own failure before session 29)
+      return refusal(
+          "cwd {} has a name longer than {} bytes, which no directory has; pass a directory "
+          "inside `{}`",
+          quoted(cwd.value_or(want)), NAME_MAX, p.cwd_root);
     }
     return std::unexpected(std::move(fd.error()).wrap("resolve cwd"));
   }

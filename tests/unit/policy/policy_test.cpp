@@ -229,6 +229,16 @@ BOOST_AUTO_TEST_CASE(cwd_defaults_to_the_root_and_relative_is_taken_from_it) {
   r.cwd = "file";
   BOOST_TEST(
       starts_with(refused(&p, r), "cwd \"file\" (`" + tr.root + "/file`) is not a directory"));
+  // Too long a name or path is the caller's to fix, not cordon's failure (found by a review,
+  // session 29: `system`, ENAMETOOLONG, and an 8 MB cwd echoed whole).
+  r.cwd = std::string(300, 'n');
+  BOOST_TEST(starts_with(refused(&p, r),
+                         "cwd \"" + std::string(300, 'n') + "\" has a name longer than 255 bytes"));
+  r.cwd = std::string(8 << 20, 'n');
+  BOOST_TEST(refused(&p, r) ==
+             "cwd is 8388608 bytes; a path holds at most 4095. Pass a shorter "
+             "directory inside `" +
+                 tr.root + "`");
 }
 
 BOOST_AUTO_TEST_CASE(first_matching_rule_refuses_verbatim_and_is_no_boundary) {
