@@ -3513,6 +3513,9 @@ Result<size_t> canonical_line(Job& j, const struct termios& t, std::string& byte
   size_t end = eof ? bytes.size() - 1 : bytes.size();
   for (size_t i = 0; i < end; ++i) {
     unsigned char c = static_cast<unsigned char>(bytes[i]);
+    if ((t.c_iflag & ISTRIP) != 0) {
+      c &= 0x7f;  // as the line discipline sees it
+    }
     if (c == '\r' && (t.c_iflag & IGNCR) != 0) {
       continue;  // the kernel drops it
     }
@@ -3582,6 +3585,7 @@ Result<void> Engine::write(const std::string& session, const std::string& task_i
     }
     engine::TerminalModes modes = j->modes.modes();
     modes.line_controls = engine::line_controls(t);
+    modes.strip_high_bit = (t.c_iflag & ISTRIP) != 0;
     CORDON_TRY(enc, engine::encode_write(wr, modes));
     bytes = std::move(enc);
     CORDON_TRY(line, canonical_line(*j, t, bytes, input.eof));

@@ -343,7 +343,8 @@ std::string encode_paste(std::string_view text, const TerminalModes& modes) {
   std::string body;
   body.reserve(text.size());
   for (char c : text) {
-    if (modes.line_controls.find(c) != std::string::npos) {
+    const char seen = modes.strip_high_bit ? static_cast<char>(c & 0x7f) : c;
+    if (modes.line_controls.find(seen) != std::string::npos) {
       continue;
     }
     body += c;

@@ -59,6 +59,9 @@ struct TerminalModes {
   // The bytes the pty's line discipline acts on now (its termios: VINTR… under ISIG, VEOF,
   // VERASE… under ICANON, VSTOP/VSTART under IXON); dropped from a paste. Empty: none.
   std::string line_controls;
+  // ISTRIP: the line discipline clears each byte's high bit before it acts on it, so a paste's
+  // 0x83 is ^C there (found by a review, session 29).
+  bool strip_high_bit = false;
 };
 
 /// The bytes the line discipline of a terminal with termios `t` acts on (see

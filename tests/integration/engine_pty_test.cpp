@@ -168,6 +168,24 @@ BOOST_AUTO_TEST_CASE(a_paste_holding_control_bytes_stays_text) {
   BOOST_TEST(pty_text(*e, id).find("got:line one rest") != std::string::npos, pty_text(*e, id));
 }
 
+// With ISTRIP (the program's own `stty istrip`) the line discipline clears each byte's high
+// bit first: a pasted U+00C3 (C3 83) held a ^C and the shell got SIGINT (found by a review,
+// session 29). The paste is filtered as the terminal will see it.
+BOOST_AUTO_TEST_CASE(a_paste_on_a_terminal_stripping_the_high_bit_sends_no_signal) {
+  EngineEnv env;
+  auto e = open_engine(env);
+  const std::string id = start_shell_ready(*e, "stty istrip; echo ready; read x; echo \"got:$x\"");
+  BOOST_REQUIRE(e->write("s", id,
+                         {.paste = "A\xc3\x83"
+                                   "B",
+                          .submit = true})
+                    .has_value());
+  auto st = e->status("s", id, 20s);
+  BOOST_REQUIRE(st.has_value());
+  BOOST_TEST(st->state == "exited", st->state << " " << st->signal.value_or(""));
+  BOOST_TEST(pty_text(*e, id).find("got:AC") != std::string::npos, pty_text(*e, id));
+}
+
 // Failures fixed (a review, session 13), on a terminal in canonical mode: (1) `eof` after a
 // partial line sent one ^D, which only hands the partial line over: `cat` kept waiting; now
 // it is doubled there. (2) A line longer than the kernel's line buffer (4095 bytes) reached

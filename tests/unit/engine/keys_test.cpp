@@ -286,6 +286,20 @@ BOOST_AUTO_TEST_CASE(paste_drops_the_bytes_the_line_discipline_acts_on) {
   // A disabled character (_POSIX_VDISABLE, 0) is no control: NUL stays.
   BOOST_TEST(encode_paste(std::string("n\0m", 3), readline) ==
              "\x1b[200~" + std::string("n\0m", 3) + "\x1b[201~");
+  // With ISTRIP the line discipline sees 0x83 as ^C (the second byte of U+00C3): dropped there,
+  // kept where the high bit stays (found by a review, session 29).
+  TerminalModes stripped = cooked;
+  stripped.strip_high_bit = true;
+  BOOST_TEST(encode_paste("A\xc3\x83"
+                          "B",
+                          stripped) ==
+             "A\xc3"
+             "B");
+  BOOST_TEST(encode_paste("A\xc3\x83"
+                          "B",
+                          cooked) ==
+             "A\xc3\x83"
+             "B");
 }
 
 BOOST_AUTO_TEST_CASE(write_request_order_is_data_paste_keys_submit_eof) {
