@@ -16,7 +16,6 @@
 #include <chrono>
 #include <climits>
 #include <cstddef>
-#include <fstream>
 #include <iterator>
 #include <cerrno>
 #include <cstring>
@@ -438,12 +437,16 @@ Result<policy::DaemonPolicy> daemon_policy(const std::string& policy_path) {
   if (policy_path.empty()) {
     return policy::DaemonPolicy{};
   }
-  std::ifstream in(policy_path);
-  if (!in) {
+  // A regular file only, opened without waiting: a FIFO there hung the daemon's start (found
+  // by a review, session 29). The engine loads the same file with the same check.
+  auto text = read_small_file(policy_path, 16 << 20);
+  if (!text) {
+    if (errno == EINVAL) {
+      return invalid("read the policy `{}`: not a regular file", policy_path);
+    }
     return sys_error("read the policy `{}`", policy_path);
   }
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  CORDON_TRY_CTX(p, policy::parse_policy(text), "policy `{}`", policy_path);
+  CORDON_TRY_CTX(p, policy::parse_policy(*text), "policy `{}`", policy_path);
   return p.daemon;
 }
 

@@ -1233,3 +1233,20 @@ BOOST_AUTO_TEST_CASE(run_through_the_daemon_passes_env_and_writes_its_status) {
   json rs = json::parse(read_text_file(status_file), nullptr, false);
   BOOST_TEST(rs.value("state", "") == "refused", rs.dump());
 }
+
+// The daemon reads its policy's `daemon` section itself, before the engine loads the file: a
+// FIFO at the policy's path hung that read, and the daemon never started nor said why (found by
+// a review, session 29). It is refused at once, as the engine refuses it.
+BOOST_AUTO_TEST_CASE(a_policy_that_is_no_regular_file_is_refused_at_once) {
+  Sandbox s;
+  const std::string fifo = s.base + "/policy.fifo";
+  BOOST_REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  ProcessOptions bounded;
+  bounded.deadline = std::chrono::seconds(10);
+  auto r = run_process({cordon_bin(), "daemon", "--policy", fifo, "--state-dir", s.state,
+                        "--socket", s.base + "/d.sock"},
+                       bounded);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(r.exit_code() != 0, r.err);
+  BOOST_TEST(r.err.find("not a regular file") != std::string::npos, r.err);
+}
