@@ -4,6 +4,8 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <set>
+#include <string_view>
 #include <cstring>
 #include <vector>
 
@@ -55,56 +57,90 @@ const char* const kCordonRuntimeDir = "/run/cordon";
 
 }  // namespace
 
-std::string resolve_existing_part(const std::string& path) {
-  std::string head = path, tail;
-  while (!head.empty()) {
-    char real[PATH_MAX];
-    if (::realpath(head.c_str(), real) != nullptr) {
-      std::string out = real;
-      if (!tail.empty()) {
-        out += (out == "/" ? "" : "/") + tail;
-      }
-      return out;
-    }
-    const size_t slash = head.rfind('/');
-    if (slash == std::string::npos || head == "/") {
-      break;
-    }
-    const std::string leaf = head.substr(slash + 1);
-    tail = tail.empty() ? leaf : leaf + "/" + tail;
-    head = slash == 0 ? "/" : head.substr(0, slash);
+PathResolver::Resolved PathResolver::resolve_path(const std::string& path, int depth) {
+  if (path == "/" || path.empty() || path[0] != '/') {
+    return {path.empty() ? "/" : path, true};
   }
-  return path;
+  if (auto it = memo_.find(path); it != memo_.end()) {
+    return it->second;
+  }
+  const size_t slash = path.rfind('/');
+  const std::string leaf = path.substr(slash + 1);
+  const Resolved parent = resolve_path(slash == 0 ? "/" : path.substr(0, slash), depth);
+  const std::string at = parent.path == "/" ? "/" + leaf : parent.path + "/" + leaf;
+  Resolved out{at, false};
+  if (parent.exists) {
+    char buf[PATH_MAX];
+    const ssize_t n = ::readlink(at.c_str(), buf, sizeof buf - 1);
+    if (n < 0) {
+      out.exists = errno == EINVAL;  // there, and no symlink; ENOENT, ENOTDIR…: not there
+    } else if (depth < kMaxLinks) {
+      // From where the link is, or from / when its target is absolute.
+      const std::string target(buf, static_cast<size_t>(n));
+      out = walk({target[0] == '/' ? "/" : parent.path, true}, target, depth + 1);
+    }
+  }
+  memo_.emplace(path, out);
+  return out;
 }
+
+// One component at a time from `from` (resolved): ".." is the parent of a resolved prefix,
+// as the kernel takes it.
+PathResolver::Resolved PathResolver::walk(Resolved from, const std::string& rel, int depth) {
+  for (const auto& c : split(rel, '/')) {
+    if (c.empty() || c == ".") {
+      continue;
+    }
+    if (c == "..") {
+      const size_t up = from.path.rfind('/');
+      from.path = up == 0 || up == std::string::npos ? "/" : from.path.substr(0, up);
+      continue;
+    }
+    const std::string next = from.path == "/" ? "/" + c : from.path + "/" + c;
+    from = from.exists ? resolve_path(next, depth) : Resolved{next, false};
+  }
+  return from;
+}
+
+std::string PathResolver::resolve(const std::string& path) {
+  if (path.empty() || path[0] != '/') {
+    return path;
+  }
+  return walk({"/", true}, path, 0).path;
+}
+
+std::string resolve_existing_part(const std::string& path) { return PathResolver().resolve(path); }
 
 namespace {
 
 // `p` and, when a symlink on its way leads elsewhere, where it resolves.
-void add_with_resolved(std::vector<std::string>& to, const std::string& p) {
+void add_with_resolved(std::vector<std::string>& to, const std::string& p, PathResolver& r) {
   auto add = [&](const std::string& x) {
     if (std::find(to.begin(), to.end(), x) == to.end()) {
       to.push_back(x);
     }
   };
   add(p);
-  add(resolve_existing_part(p));
+  add(r.resolve(p));
 }
 
 }  // namespace
 
-void HostPathGuard::protect(const std::string& path) {
+void HostPathGuard::protect(const std::string& path, PathResolver* resolver) {
   std::string n = normalize_path(path);
   if (!n.empty()) {
-    add_with_resolved(protected_paths, n);
+    PathResolver own;
+    add_with_resolved(protected_paths, n, resolver != nullptr ? *resolver : own);
   }
 }
 
 HostPathGuard HostPathGuard::from_system(std::vector<std::string> protected_paths,
                                          const std::string& passwd_path) {
   HostPathGuard g;
+  PathResolver resolver;  // one for all: the paths share their prefixes (/var, /var/lib, /usr)
   protected_paths.emplace_back(kCordonRuntimeDir);
   for (auto& p : protected_paths) {
-    g.protect(p);
+    g.protect(p, &resolver);
   }
   if (auto text = read_small_file(passwd_path)) {
     for (const auto& line : split(*text, '\n')) {
@@ -112,7 +148,7 @@ HostPathGuard HostPathGuard::from_system(std::vector<std::string> protected_path
       if (f.size() >= 6) {
         std::string home = normalize_path(f[5]);
         if (!home.empty() && home != "/" && home != "/nonexistent") {
-          add_with_resolved(g.home_dirs, home);
+          add_with_resolved(g.home_dirs, home, resolver);
         }
       }
     }
@@ -120,8 +156,13 @@ HostPathGuard HostPathGuard::from_system(std::vector<std::string> protected_path
   // Failure fixed (a review, session 29): the guard compared the resolved root with these
   // names as written, so with /home a link to /data/home, `--root /data/home/alice` (or the
   // link's own path) was not a home directory's root.
-  auto resolve = [&g](const char* dir) {
-    std::string r = resolve_existing_part(dir);
+  // Each once: the system trees are system dirs too (a realpath is a readlink per component).
+  std::set<std::string_view> seen;
+  auto resolve = [&g, &seen, &resolver](const char* dir) {
+    if (!seen.insert(dir).second) {
+      return;
+    }
+    std::string r = resolver.resolve(dir);
     if (r != dir) {
       g.system_resolved.emplace(dir, std::move(r));
     }

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <climits>
 #include <filesystem>
 #include <fstream>
 
@@ -135,6 +136,27 @@ BOOST_AUTO_TEST_CASE(resolves_the_existing_part_of_a_path_through_its_symlinks) 
   BOOST_TEST(resolve_existing_part(t.base + "/real/a") == t.base + "/real/a");
   BOOST_TEST(resolve_existing_part("/") == "/");
   BOOST_TEST(resolve_existing_part("/cordon-test-no-such-dir/x") == "/cordon-test-no-such-dir/x");
+  // What the kernel (and realpath) makes of chains, ".." in a target, links to files and loops.
+  BOOST_REQUIRE(std::filesystem::create_directories(t.base + "/real/b/c"));
+  BOOST_REQUIRE(::symlink("../b", (t.base + "/real/a/up").c_str()) == 0);
+  BOOST_REQUIRE(::symlink((t.base + "/link/a/up").c_str(), (t.base + "/chain").c_str()) == 0);
+  BOOST_REQUIRE(::symlink("loop2", (t.base + "/loop1").c_str()) == 0);
+  BOOST_REQUIRE(::symlink("loop1", (t.base + "/loop2").c_str()) == 0);
+  std::ofstream(t.base + "/real/file") << "x";
+  BOOST_REQUIRE(::symlink("real/file", (t.base + "/to-file").c_str()) == 0);
+  for (const std::string& p :
+       {t.base + "/link/a/up/c", t.base + "/chain/c", t.base + "/chain", t.base + "/to-file",
+        t.base + "/link/a/up/../b/c", t.base + "/link/./a//up/c"}) {
+    char real[PATH_MAX];
+    BOOST_REQUIRE_MESSAGE(::realpath(p.c_str(), real) != nullptr, p);
+    BOOST_TEST(resolve_existing_part(p) == std::string(real), p);
+  }
+  BOOST_TEST(resolve_existing_part(t.base + "/chain/c/new/x") == t.base + "/real/b/c/new/x");
+  BOOST_TEST(resolve_existing_part(t.base + "/to-file/x") == t.base + "/real/file/x");
+  // A loop ends (ELOOP for the kernel): the path stays where the loop is, nothing followed on.
+  const std::string looped = resolve_existing_part(t.base + "/loop1/x");
+  BOOST_TEST(looped.ends_with("/x"), looped);
+  BOOST_TEST(looped.starts_with(t.base + "/loop"), looped);
 }
 
 // Failure fixed (a review, session 29): the guard compared the resolved root with cordon's
