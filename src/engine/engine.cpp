@@ -87,6 +87,8 @@ constexpr size_t kTailChars = 2000;
 // Input a command has not read yet that the engine keeps for it; a write beyond it is refused
 // (one write may be larger: the bound is checked before it is queued).
 constexpr size_t kMaxPendingStdin = size_t{4} << 20;
+// With concurrency.perUid set: how many of one uid's git tools' jobs run at once (has_slot).
+constexpr uint64_t kGitJobsPerOwner = 2;
 constexpr std::chrono::milliseconds kDrainAfterInit{2000};
 // How long a settle that began on init's report of the command's end (kExitedAlone) waits for
 // init's exit before it tells the end: ~0.5 ms here; the bound is for a kernel that hangs.
@@ -696,6 +698,7 @@ class Engine::Impl {
   std::map<std::string, Counters> counters;
   std::map<std::string, uint64_t> running_per_session;
   std::map<std::string, uint64_t> running_per_owner;
+  std::map<std::string, uint64_t> running_git_per_owner;  // the git tools' jobs among them
   uint64_t running_total = 0;
 
   // A job counted as running, or no longer: the engine's total, its session's, its owner's.
@@ -703,6 +706,9 @@ class Engine::Impl {
     ++running_total;
     ++running_per_session[j.session];
     ++running_per_owner[j.owner];
+    if (j.git) {
+      ++running_git_per_owner[j.owner];
+    }
   }
   void uncount_running(const Job& j) {
     if (running_total > 0) {
@@ -713,6 +719,9 @@ class Engine::Impl {
     }
     if (running_per_owner[j.owner] > 0) {
       --running_per_owner[j.owner];
+    }
+    if (j.git && running_git_per_owner[j.owner] > 0) {
+      --running_git_per_owner[j.owner];
     }
   }
   std::map<std::string, policy::Policy> session_policies;  // rootPerSession: root per session
@@ -2245,17 +2254,23 @@ class Engine::Impl {
     if (running_total >= pol->concurrency.total) {
       return false;
     }
-    // A git job takes a slot of its uid's share like any job: exempt, one uid's slow git calls
-    // (a FIFO as blame.ignoreRevsFile, a huge repository) filled `total` and another uid's
-    // command waited for them (found by a review, session 29).
+    if (j.git) {
+      // Never behind its uid's or session's own commands (the failure of session 12, see
+      // docs/reliability.md), but with perUid set at most kGitJobsPerOwner of one uid's git
+      // jobs run at once: without a bound, one uid's slow git calls (a FIFO as
+      // blame.ignoreRevsFile, a huge repository) filled `total` and another uid's command
+      // waited for them (found by a review, session 29).
+      if (pol->concurrency.per_uid == 0) {
+        return true;
+      }
+      auto g = running_git_per_owner.find(j.owner);
+      return (g == running_git_per_owner.end() ? 0 : g->second) < kGitJobsPerOwner;
+    }
     if (pol->concurrency.per_uid > 0) {
       auto o = running_per_owner.find(j.owner);
       if ((o == running_per_owner.end() ? 0 : o->second) >= pol->concurrency.per_uid) {
         return false;
       }
-    }
-    if (j.git) {
-      return true;  // never behind the session's own commands (docs/git.md)
     }
     auto it = running_per_session.find(j.session);
     return (it == running_per_session.end() ? 0 : it->second) < pol->concurrency.per_session;

@@ -660,12 +660,14 @@ BOOST_AUTO_TEST_CASE(a_policy_given_as_a_link_inside_cwd_root_is_refused) {
   open_or_fail(env);  // the control: the same policy by its own path
 }
 
-// A git tools' job takes a slot of its owner's concurrency.perUid share: exempt, one uid's slow
-// git calls filled `total` and another uid's commands waited for them (found by a review,
-// session 29). Owner "a" runs a command (its one slot); its git job waits for it, while owner
-// "b" still runs at once; once a's command ends, the git job runs.
-BOOST_AUTO_TEST_CASE(git_jobs_take_their_owners_share_of_the_slots) {
-  EngineEnv env(nlohmann::json{{"concurrency", {{"total", 3}, {"perSession", 2}, {"perUid", 1}}}});
+// The git tools' jobs of one owner: never behind that owner's own commands (session 12's
+// failure: a git call waited for the agent's background jobs), but with concurrency.perUid set
+// at most 2 of them run at once. Unbounded, one uid's slow git calls filled `total` and another
+// uid's command waited for them (found by a review, session 29). Owner "a" runs a command (its
+// one perUid slot) and two git jobs that wait for stdin; a's third git job queues, owner "b"
+// still runs at once, and a's third runs once one of its first two ends.
+BOOST_AUTO_TEST_CASE(git_jobs_run_beside_their_owners_commands_two_at_a_time) {
+  EngineEnv env(nlohmann::json{{"concurrency", {{"total", 5}, {"perSession", 5}, {"perUid", 1}}}});
   GitRepo repo(env.box.root + "/repo", env.box.base + "/home");
   env.policy["git"] = {{"repoRoot", repo.dir}};
   env.write_policy();
@@ -677,21 +679,32 @@ BOOST_AUTO_TEST_CASE(git_jobs_take_their_owners_share_of_the_slots) {
   auto cmd = e->start("a1", {.argv = {"/bin/sleep", "60"}});
   BOOST_REQUIRE_MESSAGE(cmd.has_value(), describe(cmd));
   BOOST_TEST(cmd->state == "running");
-  StartOptions g{.argv = {kGitBin, "rev-parse", "HEAD"}, .cwd = repo.dir};
-  g.policy = JobPolicy::kGit;
-  g.env["GIT_DIR"] = repo.dir + "/.git";
-  auto git = e->start("a1", g);
-  BOOST_REQUIRE_MESSAGE(git.has_value(), describe(git));
-  BOOST_TEST(git->state == "queued");
+  auto git_job = [&] {
+    StartOptions g{.argv = {kGitBin, "hash-object", "--stdin"}, .cwd = repo.dir};
+    g.policy = JobPolicy::kGit;
+    g.stdin_mode = StdinMode::kPipe;
+    g.env["GIT_DIR"] = repo.dir + "/.git";
+    auto s = e->start("a1", g);
+    BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+    return *s;
+  };
+  JobStatus g1 = git_job(), g2 = git_job(), g3 = git_job();
+  BOOST_TEST(g1.state == "running");  // beside a's command, which holds a's perUid slot
+  BOOST_TEST(g2.state == "running");
+  BOOST_TEST(g3.state == "queued");
   auto other = e->start("b1", {.argv = {"/bin/echo", "b"}});
   BOOST_REQUIRE_MESSAGE(other.has_value(), describe(other));
   BOOST_TEST(other->state == "running");
   BOOST_TEST(e->status("b1", other->task_id, 20s)->state == "exited");
-  BOOST_TEST(e->status("a1", git->task_id, 0ms)->state == "queued");
+  BOOST_TEST(e->status("a1", g3.task_id, 0ms)->state == "queued");
+  BOOST_REQUIRE(e->write("a1", g1.task_id, {.data = "x", .eof = true}).has_value());
+  BOOST_TEST(e->status("a1", g1.task_id, 20s)->state == "exited");
+  BOOST_TEST(eventually([&] { return e->status("a1", g3.task_id, 0ms)->state != "queued"; }));
+  for (const JobStatus& g : {g2, g3}) {
+    BOOST_REQUIRE(e->write("a1", g.task_id, {.data = "y", .eof = true}).has_value());
+    BOOST_TEST(e->status("a1", g.task_id, 20s)->state == "exited");
+  }
   BOOST_REQUIRE(e->kill("a1", cmd->task_id, SIGKILL).has_value());
-  auto ran = e->status("a1", git->task_id, 20s);
-  BOOST_REQUIRE(ran.has_value());
-  BOOST_TEST(ran->state == "exited", ran->state);
 }
 
 BOOST_AUTO_TEST_CASE(pty_job_runs_an_interactive_program) {
