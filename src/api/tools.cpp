@@ -171,7 +171,7 @@ json start_properties() {
       {"argv",
        {{"type", "array"},
         {"minItems", 1},
-        {"maxItems", 4096},
+        {"maxItems", 65536},
         {"items", {{"type", "string"}, {"maxLength", 131071}}},
         {"description",
          "The program and its arguments as separate strings, e.g. [\"/usr/bin/make\", "

@@ -2,8 +2,11 @@
 
 #include <fcntl.h>
 #include <linux/openat2.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <climits>
@@ -457,7 +460,33 @@ std::string json_array(const std::vector<std::string>& v) {
   return out + "]";
 }
 
-constexpr size_t kMaxArgBytes = 32 * 4096;  // MAX_ARG_STRLEN
+// MAX_ARG_STRLEN: 32 pages (4 KiB here; larger pages give more, and this stays a bound).
+constexpr size_t kMaxArgBytes = 32 * 4096;
+
+// What execve takes whole: the strings with their NULs and a pointer each, at most a quarter of
+// the stack limit the command inherits (the kernel's bound; 2 MiB with 8 MiB of stack). A start
+// over it failed at exec (E2BIG) after its job was made (found by a review, session 29).
+Result<void> check_exec_size(const std::vector<std::string>& argv,
+                             const std::vector<std::string>& env) {
+  size_t bytes = sizeof(char*) * (argv.size() + env.size() + 2);
+  for (const auto* list : {&argv, &env}) {
+    for (const auto& s : *list) {
+      bytes += s.size() + 1;
+    }
+  }
+  struct rlimit stack {};
+  size_t limit = size_t{6} << 20;  // the kernel's cap: 3/4 of _STK_LIM
+  if (::getrlimit(RLIMIT_STACK, &stack) == 0 && stack.rlim_cur != RLIM_INFINITY) {
+    limit = std::min<size_t>(limit, std::max<size_t>(stack.rlim_cur / 4, kMaxArgBytes));
+  }
+  if (bytes > limit) {
+    return refusal(
+        "argv and the environment come to {} bytes; exec takes at most {} here. Pass fewer or "
+        "shorter arguments (a long list can go in a file in the working root)",
+        bytes, limit);
+  }
+  return {};
+}
 
 Result<void> check_argv(const Policy& p, const std::vector<std::string>& argv) {
   if (argv.empty()) {
@@ -1184,6 +1213,7 @@ Result<CheckedStart> check_start(const Policy* policy, const StartRequest& req) 
   }
   CORDON_TRY(timeout, check_timeout(p, req.timeout_ms));
   CORDON_TRY(env, build_env(p, req.env));
+  CORDON_CHECK(check_exec_size(req.argv, env));
   const AllowedExecutable* allowed = nullptr;
   for (const auto& e : p.allowed_executables) {
     if (e.path == req.argv[0]) {

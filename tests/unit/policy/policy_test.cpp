@@ -122,6 +122,11 @@ BOOST_AUTO_TEST_CASE(refuses_empty_argv_and_nul_bytes) {
              "argv[1] is 131072 bytes; the kernel takes at most 131071 per argument. Write the "
              "data to a file in the working root and pass its path");
   BOOST_TEST(policy::check_start(&p, req({tr.tool, std::string(131071, 'a')})).has_value());
+  // Nor more than exec takes whole (a quarter of the stack limit, at most 6 MiB): 60 such
+  // arguments are 7.2 MB.
+  std::vector<std::string> many(60, std::string(120000, 'a'));
+  many.insert(many.begin(), tr.tool);
+  BOOST_TEST(starts_with(refused(&p, req(many)), "argv and the environment come to "));
 }
 
 BOOST_AUTO_TEST_CASE(refuses_shell_syntax_in_argv0_saying_there_is_no_shell) {
