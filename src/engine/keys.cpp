@@ -348,8 +348,12 @@ std::string encode_paste(std::string_view text, const TerminalModes& modes) {
       continue;
     }
     body += c;
-    if (c == '~' && body.size() >= kPasteEnd.size()) {
-      std::string_view tail = std::string_view(body).substr(body.size() - kPasteEnd.size());
+    if (seen == '~' && body.size() >= kPasteEnd.size()) {
+      // The markers as the program will read them (with ISTRIP, high bits cleared).
+      std::string tail = body.substr(body.size() - kPasteEnd.size());
+      if (modes.strip_high_bit) {
+        for (char& t : tail) t = static_cast<char>(t & 0x7f);
+      }
       if (tail == kPasteEnd || tail == kPasteBegin) {
         body.resize(body.size() - kPasteEnd.size());
       }

@@ -579,15 +579,16 @@ Result<ResolvedCwd> resolve_cwd(const Policy& p, const std::optional<std::string
         Error(ErrorCode::kInternal, 0, "policy: cwdRoot is not open; call bind_policy() first"));
   }
   std::string want;
+  if (cwd && cwd->size() >= PATH_MAX) {
+    // Not echoed: the refusal would be as long (an 8 MB cwd was echoed whole before session 29).
+    return refusal("cwd is {} bytes; a path holds at most {}. Pass a shorter directory inside `{}`",
+                   cwd->size(), PATH_MAX - 1, p.cwd_root);
+  }
   if (!cwd) {
     want = p.root;
   } else if (cwd->empty() || cwd->find('\0') != std::string::npos) {
     return refusal("cwd {} is not a path; omit cwd to run in the working root `{}`", quoted(*cwd),
                    p.cwd_root);
-  } else if (cwd->size() >= PATH_MAX) {
-    // Not echoed: the refusal would be as long (an 8 MB cwd was echoed whole before session 29).
-    return refusal("cwd is {} bytes; a path holds at most {}. Pass a shorter directory inside `{}`",
-                   cwd->size(), PATH_MAX - 1, p.cwd_root);
   } else if ((*cwd)[0] == '/') {
     want = normalize_path(*cwd);
   } else {

@@ -300,6 +300,10 @@ BOOST_AUTO_TEST_CASE(paste_drops_the_bytes_the_line_discipline_acts_on) {
                           cooked) ==
              "A\xc3\x83"
              "B");
+  // Nor can a paste end early with a marker that forms once the high bits are cleared.
+  TerminalModes stripped_bracketed = stripped;
+  stripped_bracketed.bracketed_paste = true;
+  BOOST_TEST(encode_paste("x\x9b[201~y", stripped_bracketed) == "\x1b[200~xy\x1b[201~");
 }
 
 BOOST_AUTO_TEST_CASE(write_request_order_is_data_paste_keys_submit_eof) {

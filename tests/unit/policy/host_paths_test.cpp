@@ -220,8 +220,8 @@ BOOST_AUTO_TEST_CASE(refuses_paths_inside_what_the_host_runs_as_root) {
 // (systemd's user manager loads units from its systemd/).
 BOOST_AUTO_TEST_CASE(refuses_roots_holding_host_trees_and_user_runtime_dirs) {
   auto g = guard();
-  for (const char* p : {"/var/spool", "/var/lib/polkit-1/..", "/run/user/1000",
-                        "/run/user/1000/systemd", "/run/user/1000/systemd/user"}) {
+  for (const char* p :
+       {"/var/spool", "/run/user/1000", "/run/user/1000/systemd", "/run/user/1000/systemd/user"}) {
     BOOST_TEST(!g.check(cordon::normalize_path(p), "--root").has_value(), p);
   }
   auto spool = g.check("/var/spool", "--root");
