@@ -477,6 +477,15 @@ Result<JobStatus> Runner::run_job(const std::vector<std::string>& args) {
     }
     if (std::chrono::steady_clock::now() >= deadline) {
       kill_and_read(st.task_id);
+      if (st.state == "queued") {
+        // It never had a slot: the caller's to know and wait for, not cordon's failure (it was
+        // `internal` "did not settle" before session 29).
+        return refusal(
+            "the git call waited {} ms and never started (job {}): the engine's "
+            "concurrency.total is taken, or this uid's git calls already running (2 at once "
+            "where concurrency.perUid is set) are; call again once running commands end",
+            settings_.timeout_ms + kSettleSlack.count(), st.task_id);
+      }
       return std::unexpected(
           Error(ErrorCode::kInternal, 0,
                 fmt::format("git job {} did not settle within its timeout", st.task_id)));

@@ -280,6 +280,22 @@ BOOST_AUTO_TEST_CASE(a_git_call_runs_while_the_sessions_slots_are_taken) {
   BOOST_REQUIRE(g.engine->kill("s1", busy->task_id, SIGKILL).has_value());
 }
 
+// A git call that never gets a slot (concurrency.total taken by the agent's commands) is
+// refused with why and what to do, after its timeout, and its queued job is gone; it was
+// `internal` "did not settle within its timeout" before session 29 (found by a review).
+BOOST_AUTO_TEST_CASE(a_git_call_that_never_gets_a_slot_is_refused_with_why) {
+  GitEnv g(json{{"timeoutMs", 1000}}, true,
+           json{{"concurrency", {{"total", 1}, {"perSession", 1}}}});
+  auto busy = g.engine->start("s1", {.argv = {"/bin/sleep", "60"}});
+  BOOST_REQUIRE_MESSAGE(busy.has_value(), describe(busy));
+  BOOST_REQUIRE(busy->state == "running");
+  std::string why = g.refused("git_log", {});
+  BOOST_TEST(contains(why, "the git call waited 6000 ms and never started"), why);
+  BOOST_TEST(contains(why, "concurrency.total"), why);
+  BOOST_REQUIRE(g.engine->kill("s1", busy->task_id, SIGKILL).has_value());
+  BOOST_TEST(!g.ok("git_log", {}).empty());  // with the slot free, the same call runs
+}
+
 BOOST_AUTO_TEST_CASE(a_cancelled_git_call_does_not_raise_the_finished_counter) {
   GitEnv g;
   auto settings = g.engine->git_settings();
