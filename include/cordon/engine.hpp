@@ -18,6 +18,10 @@
 
 namespace cordon {
 
+/// With the policy's concurrency.perUid set, how many of one owner's git tools' jobs run at once
+/// (they need no slot of their session's or owner's own: docs/git.md).
+inline constexpr uint64_t kGitJobsPerOwner = 2;
+
 struct EngineOptions {
   std::string state_dir;     // created 0700 if missing; one engine per state dir (flock)
   std::string policy_path;   // empty: no policy, every start is refused with how to set one

@@ -324,16 +324,16 @@ class StatusFile {
       // Truncated once it is known to be a regular file (O_TRUNC would act on what is refused).
       auto opened = sys::openat2_fd(AT_FDCWD, *path, O_WRONLY | O_CREAT | O_NONBLOCK,
                                     RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS, 0644);
-      if (!opened && opened.error().sys_errno() == ENXIO) {  // a FIFO nobody reads
+      auto not_a_file = [&] {
         return refusal("--json-status `{}` is not a regular file; give the path of a file", *path);
+      };
+      if (!opened && opened.error().sys_errno() == ENXIO) {  // a FIFO nobody reads
+        return not_a_file();
       }
       CORDON_TRY_CTX(fd, std::move(opened), "--json-status");
-      struct stat st {};
-      if (::fstat(fd.get(), &st) != 0) {
-        return sys_error("--json-status: fstat `{}`", *path);
-      }
+      CORDON_TRY_CTX(st, sys::fstat_fd(fd.get()), "--json-status");
       if (!S_ISREG(st.st_mode)) {
-        return refusal("--json-status `{}` is not a regular file; give the path of a file", *path);
+        return not_a_file();
       }
       if (::ftruncate(fd.get(), 0) != 0) {
         return sys_error("--json-status: ftruncate `{}`", *path);
@@ -427,7 +427,13 @@ int exit_code_for(const engine::OneshotReport& r) {
   return kExitRefused;
 }
 
-std::string absolute_path(const std::string& p);
+std::string absolute_path(const std::string& p) {
+  char cwdbuf[PATH_MAX];
+  if (p.empty() || p[0] == '/' || ::getcwd(cwdbuf, sizeof cwdbuf) == nullptr) {
+    return normalize_path(p);
+  }
+  return normalize_path(std::string(cwdbuf) + "/" + p);
+}
 
 int run_main(const RunArgs& a) {
   // Everything a refusal can name is checked before anything is created.
@@ -1058,14 +1064,6 @@ std::optional<int> parse_server_args(int argc, char** argv, const char* cmd, boo
     }
   }
   return std::nullopt;
-}
-
-std::string absolute_path(const std::string& p) {
-  char cwdbuf[PATH_MAX];
-  if (p.empty() || p[0] == '/' || ::getcwd(cwdbuf, sizeof cwdbuf) == nullptr) {
-    return normalize_path(p);
-  }
-  return normalize_path(std::string(cwdbuf) + "/" + p);
 }
 
 // The engine's files next to this binary (build tree) or in the installed layout.

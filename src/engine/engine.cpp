@@ -87,8 +87,6 @@ constexpr size_t kTailChars = 2000;
 // Input a command has not read yet that the engine keeps for it; a write beyond it is refused
 // (one write may be larger: the bound is checked before it is queued).
 constexpr size_t kMaxPendingStdin = size_t{4} << 20;
-// With concurrency.perUid set: how many of one uid's git tools' jobs run at once (has_slot).
-constexpr uint64_t kGitJobsPerOwner = 2;
 constexpr std::chrono::milliseconds kDrainAfterInit{2000};
 // How long a settle that began on init's report of the command's end (kExitedAlone) waits for
 // init's exit before it tells the end: ~0.5 ms here; the bound is for a kernel that hangs.

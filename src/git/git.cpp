@@ -482,9 +482,9 @@ Result<JobStatus> Runner::run_job(const std::vector<std::string>& args) {
         // `internal` "did not settle" before session 29).
         return refusal(
             "the git call waited {} ms and never started (job {}): the engine's "
-            "concurrency.total is taken, or this uid's git calls already running (2 at once "
+            "concurrency.total is taken, or this uid's git calls already running ({} at once "
             "where concurrency.perUid is set) are; call again once running commands end",
-            settings_.timeout_ms + kSettleSlack.count(), st.task_id);
+            settings_.timeout_ms + kSettleSlack.count(), st.task_id, kGitJobsPerOwner);
       }
       return std::unexpected(
           Error(ErrorCode::kInternal, 0,

@@ -4,9 +4,8 @@
 #include <stdlib.h>
 
 #include <algorithm>
-#include <set>
-#include <string_view>
 #include <cstring>
+#include <span>
 #include <vector>
 
 #include "base/strings.hpp"
@@ -156,12 +155,8 @@ HostPathGuard HostPathGuard::from_system(std::vector<std::string> protected_path
   // Failure fixed (a review, session 29): the guard compared the resolved root with these
   // names as written, so with /home a link to /data/home, `--root /data/home/alice` (or the
   // link's own path) was not a home directory's root.
-  // Each once: the system trees are system dirs too (a realpath is a readlink per component).
-  std::set<std::string_view> seen;
-  auto resolve = [&g, &seen, &resolver](const char* dir) {
-    if (!seen.insert(dir).second) {
-      return;
-    }
+  // The system trees are system dirs too: the resolver's memo answers them again with no call.
+  auto resolve = [&g, &resolver](const char* dir) {
     std::string r = resolver.resolve(dir);
     if (r != dir) {
       g.system_resolved.emplace(dir, std::move(r));
@@ -225,14 +220,15 @@ Result<void> HostPathGuard::check(const std::string& resolved, const std::string
     auto r = system_resolved.find(dir);
     return path_within(dir, p) || (r != system_resolved.end() && path_within(r->second, p));
   };
-  std::vector<const char*> held(std::begin(kSystemTrees), std::end(kSystemTrees));
-  held.insert(held.end(), std::begin(kHostStateTrees), std::end(kHostStateTrees));
-  for (const char* tree : held) {
-    if (contains(tree) && !within(tree)) {
-      return refusal(
-          "{} `{}` contains `{}`, which the host runs as root from; a job could change it. Use "
-          "a project directory that holds none of the host's system or state trees",
-          what, p, tree);
+  using Trees = std::span<const char* const>;
+  for (Trees trees : {Trees(kSystemTrees), Trees(kHostStateTrees)}) {
+    for (const char* tree : trees) {
+      if (contains(tree) && !within(tree)) {
+        return refusal(
+            "{} `{}` contains `{}`, which the host runs as root from; a job could change it. "
+            "Use a project directory that holds none of the host's system or state trees",
+            what, p, tree);
+      }
     }
   }
   for (const char* tree : kHostStateTrees) {

@@ -6,8 +6,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <climits>
 #include <cctype>
@@ -474,11 +472,15 @@ Result<void> check_exec_size(const std::vector<std::string>& argv,
       bytes += s.size() + 1;
     }
   }
-  struct rlimit stack {};
-  size_t limit = size_t{6} << 20;  // the kernel's cap: 3/4 of _STK_LIM
-  if (::getrlimit(RLIMIT_STACK, &stack) == 0 && stack.rlim_cur != RLIM_INFINITY) {
-    limit = std::min<size_t>(limit, std::max<size_t>(stack.rlim_cur / 4, kMaxArgBytes));
-  }
+  // Read once: the engine never changes its stack limit, and a start is a hot path.
+  static const size_t limit = [] {
+    struct rlimit stack {};
+    size_t l = size_t{6} << 20;  // the kernel's cap: 3/4 of _STK_LIM
+    if (::getrlimit(RLIMIT_STACK, &stack) == 0 && stack.rlim_cur != RLIM_INFINITY) {
+      l = std::min<size_t>(l, std::max<size_t>(stack.rlim_cur / 4, kMaxArgBytes));
+    }
+    return l;
+  }();
   if (bytes > limit) {
     return refusal(
         "argv and the environment come to {} bytes; exec takes at most {} here. Pass fewer or "
