@@ -50,4 +50,6 @@ std::shared_ptr<Logger> stderr_logger(const std::string& name) {
   return wrapped;
 }
 
+void silence_all() { spdlog::set_level(spdlog::level::off); }
+
 }  // namespace cordon::log

@@ -19,9 +19,9 @@
 #include <string>
 
 #include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
 
 #include "api/mcp.hpp"
+#include "base/log.hpp"
 #include "cordon/engine.hpp"
 #include "fuzz/fuzz_check.hpp"
 
@@ -79,7 +79,7 @@ void check_response(const json& r, const std::map<std::string, int>& asked) {
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  spdlog::set_level(spdlog::level::off);
+  cordon::log::silence_all();
   const char* spawner = ::getenv("CORDON_SPAWNER");
   const char* init = ::getenv("CORDON_INIT");
   const char* seccomp = ::getenv("CORDON_SECCOMP_DIR");
