@@ -455,6 +455,12 @@ struct Job {
   engine::ModeTracker modes;
   std::vector<uint64_t> watch_ids;  // keys into Impl::watches, dropped when the job settles
 
+  // Set while the settle's record is not on disk (it failed: a full disk, no inode left):
+  // what the caller is told besides `error` (status_of()), never written into the record. The
+  // job stays in memory (Impl::pinned) until a write of its record succeeds (every settle,
+  // start and remove tries again, and the engine's close).
+  std::string unrecorded;
+
   bool settled() const { return state != "queued" && state != "running"; }
 };
 
@@ -616,6 +622,9 @@ class Engine::Impl {
   uint64_t teardowns_queued = 0, teardowns_done = 0;  // counts since open
   std::condition_variable teardown_cv;                // teardowns_done grew
   bool release_stop = false;
+  // Retention left for the releaser by a settle (apply_retention()), and the job it keeps.
+  bool retention_due = false;
+  std::string retention_keep;
   std::thread releaser;
 
   std::mutex mu;
@@ -692,6 +701,10 @@ class Engine::Impl {
   std::vector<std::thread> starters;
   std::unordered_map<std::string, std::unique_ptr<Job>> live;  // queued and running
   std::list<std::unique_ptr<Job>> cache;                       // settled, most recent first
+  // Settled jobs past the cache whose settle is not recorded yet (Job::unrecorded), and the
+  // ids of every job whose settle is not (cache or pinned): trim_cache(), retry_unrecorded().
+  std::unordered_map<std::string, std::unique_ptr<Job>> pinned;
+  std::unordered_set<std::string> unrecorded_ids;
   std::deque<Job*> queue;
   std::map<std::string, Counters> counters;
   std::map<std::string, uint64_t> running_per_session;
@@ -838,21 +851,122 @@ class Engine::Impl {
   Result<void> write_meta(const std::string& dir, const std::string& name, const std::string& text,
                           bool use_reserve = true) {
     auto r = atomic_write(dir, name, text, strict_sync());
-    if (r || !use_reserve || (r.error().sys_errno() != ENOSPC && r.error().sys_errno() != EDQUOT)) {
+    if (r || !use_reserve || !disk_full(r.error().sys_errno())) {
       mark_dirty();
       return r;
     }
-    if (!take_reserve_step()) {
-      return r;
+    if (take_reserve_step()) {
+      mark_dirty();
+      auto again = atomic_write(dir, name, text, strict_sync());
+      if (again || !disk_full(again.error().sys_errno())) {
+        return again;
+      }
     }
-    mark_dirty();
-    return atomic_write(dir, name, text, strict_sync());
+    // Still full: no inode is left for the temporary record (freed bytes give none back). The
+    // reserve's own inode becomes it. Failure fixed (a review, session 31): on a state dir out
+    // of inodes no settle's record could be written, whatever the reserve held.
+    if (auto last = write_in_reserve(dir, name, text)) {
+      mark_dirty();
+      return last;
+    }
+    return r;
+  }
+
+  static bool disk_full(int err) { return err == ENOSPC || err == EDQUOT; }
+
+  // atomic_write() into the reserve file, renamed to the temporary record first (the same
+  // filesystem). The reserve is gone afterwards; ensure_reserve() makes it again when there is
+  // room. False when there is no reserve or a step fails (the temporary is then removed).
+  Result<void> write_in_reserve(const std::string& dir, const std::string& name,
+                                const std::string& text) {
+    const std::string tmp = dir + "/." + name + ".tmp";
+    if (::rename(reserve_path().c_str(), tmp.c_str()) != 0) {
+      return sys_error("rename `{}` to `{}`", reserve_path(), tmp);
+    }
+    auto written = [&]() -> Result<void> {
+      UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC | O_NOFOLLOW));
+      if (!fd) {
+        return sys_error("open `{}`", tmp);
+      }
+      CORDON_CHECK(sys::write_all(fd.get(), text.data(), text.size()));
+      if (strict_sync() && ::fsync(fd.get()) != 0) {
+        return sys_error("fsync `{}`", tmp);
+      }
+      return {};
+    }();
+    if (!written) {
+      ::unlink(tmp.c_str());
+      return written;
+    }
+    const std::string dst = dir + "/" + name;
+    if (::rename(tmp.c_str(), dst.c_str()) != 0) {
+      int err = errno;
+      ::unlink(tmp.c_str());
+      return errno_error(err, "rename `{}`", dst);
+    }
+    if (strict_sync()) {
+      UniqueFd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+      if (!dfd || ::fsync(dfd.get()) != 0) {
+        return sys_error("fsync `{}`", dir);
+      }
+    }
+    return {};
   }
 
   // The job's record, meta.json. Every write of it comes here, so each is encoded the one way
   // that never throws (json_fields::dump: bytes that are not UTF-8 become U+FFFD).
-  Result<void> write_job_meta(const Job& j, bool use_reserve = true) {
-    return write_meta(j.dir, "meta.json", json_fields::dump(meta_json(j)), use_reserve);
+  Result<void> write_job_meta(Job& j, bool use_reserve = true) {
+    auto r = write_meta(j.dir, "meta.json", json_fields::dump(meta_json(j)), use_reserve);
+    if (r && !j.unrecorded.empty()) {
+      j.unrecorded.clear();
+      unrecorded_ids.erase(j.id);
+    }
+    return r;
+  }
+
+  // Writes again the records of settles that could not be written (no effect when there are
+  // none). Jobs whose record is on disk now leave `pinned` at the next trim.
+  void retry_unrecorded() {
+    if (unrecorded_ids.empty()) {
+      return;
+    }
+    std::vector<std::string> ids(unrecorded_ids.begin(), unrecorded_ids.end());
+    for (const auto& id : ids) {
+      if (Job* j = in_memory(id); j != nullptr && !j->unrecorded.empty()) {
+        if (!write_job_meta(*j)) {
+          return;  // the disk is still full: the rest would fail alike
+        }
+      } else {
+        unrecorded_ids.erase(id);
+      }
+    }
+  }
+
+  // A settled job held in memory (the cache, or pinned), without reading any record.
+  Job* in_memory(const std::string& id) {
+    for (auto& j : cache) {
+      if (j->id == id) {
+        return j.get();
+      }
+    }
+    auto it = pinned.find(id);
+    return it == pinned.end() ? nullptr : it->second.get();
+  }
+
+  // Trims the settled cache to its size. A job whose settle is not recorded is kept (pinned)
+  // instead: dropped, its record on disk would read `running` and be taken for a dead engine's
+  // job (abandoned) while this engine still knows its end. Failure fixed (a review, session
+  // 31): on a state dir out of inodes, its exit code was lost once 256 other jobs settled.
+  void trim_cache() {
+    while (cache.size() > opt.settled_cache) {
+      std::unique_ptr<Job> last = std::move(cache.back());
+      cache.pop_back();
+      if (!last->unrecorded.empty()) {
+        std::string id = last->id;
+        pinned[id] = std::move(last);
+      }
+    }
+    std::erase_if(pinned, [](const auto& p) { return p.second->unrecorded.empty(); });
   }
 
   // Frees kReserveStep of the reserve (the last step removes the file). False when there is
@@ -979,8 +1093,9 @@ class Engine::Impl {
   void release_loop() {
     std::unique_lock<std::mutex> lock(release_mu);
     for (;;) {
-      release_cv.wait(
-          lock, [this] { return !to_release.empty() || !to_tear_down.empty() || release_stop; });
+      release_cv.wait(lock, [this] {
+        return !to_release.empty() || !to_tear_down.empty() || retention_due || release_stop;
+      });
       if (!to_tear_down.empty()) {
         std::vector<Teardown> teardowns;
         teardowns.swap(to_tear_down);
@@ -1010,6 +1125,14 @@ class Engine::Impl {
         lock.lock();
         continue;
       }
+      if (retention_due && !release_stop) {
+        retention_due = false;
+        const std::string keep = retention_keep;
+        lock.unlock();
+        run_retention(keep);
+        lock.lock();
+        continue;
+      }
       return;  // stopping, and nothing left
     }
   }
@@ -1024,6 +1147,12 @@ class Engine::Impl {
         cache.splice(cache.begin(), cache, it);
         return cache.front().get();
       }
+    }
+    if (auto it = pinned.find(id); it != pinned.end()) {
+      cache.push_front(std::move(it->second));  // in hand now: kept as a cached job is
+      pinned.erase(it);
+      trim_cache();
+      return cache.front().get();
     }
     if (!valid_name(id)) {
       return nullptr;
@@ -1044,9 +1173,7 @@ class Engine::Impl {
       (void)abandon(*job);
     }
     cache.push_front(std::move(job));
-    while (cache.size() > opt.settled_cache) {
-      cache.pop_back();
-    }
+    trim_cache();
     return cache.front().get();
   }
 
@@ -1107,9 +1234,12 @@ class Engine::Impl {
 
   // Appends a new job's id to its session's index. A failed or short write is undone (the
   // index cut back to its size before), so no half id is left to merge with the next one.
+  // An index whose last line has no newline (cut at a line's end, or edited by hand) gets one
+  // first. Failure fixed (a review, session 31): the id was glued to that last one, and both
+  // jobs were gone from every list until the next open.
   Result<void> append_session_index(const std::string& session, const std::string& id) {
     const std::string idx = session_index_path(session);
-    UniqueFd fd(::open(idx.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
+    UniqueFd fd(::open(idx.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
     if (!fd) {
       return sys_error("open `{}`", idx);
     }
@@ -1117,7 +1247,11 @@ class Engine::Impl {
     if (::fstat(fd.get(), &st) != 0) {
       return sys_error("fstat `{}`", idx);
     }
-    const std::string line = id + "\n";
+    char last = '\n';
+    if (st.st_size > 0 && ::pread(fd.get(), &last, 1, st.st_size - 1) != 1) {
+      return sys_error("read `{}`", idx);
+    }
+    const std::string line = (last == '\n' ? "" : "\n") + id + "\n";
     size_t done = 0;
     while (done < line.size()) {
       ssize_t n = ::write(fd.get(), line.data() + done, line.size() - done);
@@ -1155,6 +1289,16 @@ class Engine::Impl {
                               id, listed.error().message())));
       }
       auto& ids = *listed;
+      if (j == nullptr && std::find(ids.begin(), ids.end(), id) != ids.end()) {
+        // Failure fixed (a review, session 31): called unknown while the list that followed
+        // named it.
+        return std::unexpected(Error(
+            ErrorCode::kNotFound, 0,
+            fmt::format("task `{}` is listed in this session, but its record `{}/meta.json` "
+                        "cannot be read (damaged, or not a regular file); its logs are in that "
+                        "directory",
+                        id, jobs_dir() + "/" + id)));
+      }
       if (ids.empty()) {
         return std::unexpected(Error(ErrorCode::kNotFound, 0,
                                      fmt::format("unknown taskId `{}`: this session has started "
@@ -1240,6 +1384,8 @@ class Engine::Impl {
     for (const auto& id : ids) {
       if (++done % kRemoveChunk == 0) {
         lock.unlock();
+        // For a moment: taken again at once, a waiting call seldom got it (run_retention()).
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
         lock.lock();
       }
       Job* j = find(id);
@@ -1291,6 +1437,8 @@ class Engine::Impl {
     }
     forget_settled(j.ended_at, task_id);
     cache.remove_if([&](const std::unique_ptr<Job>& x) { return x->id == task_id; });
+    pinned.erase(task_id);
+    unrecorded_ids.erase(task_id);
     for (const char* f : kJobFiles) {
       ::unlink((dir + f).c_str());
     }
@@ -1367,11 +1515,18 @@ class Engine::Impl {
 
   // The optional retention policy, applied when a job settles: the oldest settled jobs go
   // while there are more than maxJobs, and any that ended more than maxAgeSeconds ago. Running
-  // and queued jobs are never counted or removed, nor the job that just settled (its caller
-  // still holds it).
-  void apply_retention(const std::string& keep) {
+  // and queued jobs are never counted or removed, nor `keep`, the job that just settled (its
+  // caller still holds it). At most `limit` go per call, each session's index rewritten once;
+  // true when more are due. The settle removes a few (one, as a rule: the job over maxJobs)
+  // and leaves the rest to the releaser, which takes them a chunk at a time and lets the lock
+  // go between. Failure fixed (a review, session 31): every victim went in one hold of the
+  // lock on the loop's thread, each rewriting its session's index, so a restart after
+  // downtime with maxAgeSeconds (or a lowered maxJobs) held every call, and every start, for
+  // 3–30 s with 2000–5000 jobs expired.
+  static constexpr size_t kRetentionPerSettle = 4;
+  bool apply_retention(const std::string& keep, size_t limit) {
     if (!retention_on()) {
-      return;
+      return false;
     }
     uint64_t bytes = disk_bytes;
     std::string cutoff;
@@ -1383,6 +1538,7 @@ class Engine::Impl {
     }
     size_t count = settled_by_end.size();
     std::vector<std::string> victims;
+    bool more = false;
     for (const auto& [ended, id] : settled_by_end) {
       if (id == keep) {
         continue;
@@ -1393,16 +1549,48 @@ class Engine::Impl {
       if (!over && !old && !heavy) {
         break;  // ordered by end time: every later one is newer
       }
+      if (victims.size() == limit) {
+        more = true;
+        break;
+      }
       victims.push_back(id);
       --count;
       if (Job* v = find(id)) {
         bytes -= std::min(bytes, v->out_bytes + v->err_bytes);
       }
     }
+    std::map<std::string, std::unordered_set<std::string>> removed;  // by session
     for (const auto& id : victims) {
       Job* v = find(id);
       if (v != nullptr && v->settled()) {
-        (void)remove_settled(*v);
+        std::string session = v->session;
+        (void)remove_settled_files(*v);
+        removed[session].insert(id);
+      }
+    }
+    for (const auto& [session, ids] : removed) {
+      (void)drop_from_session_index(session, ids);
+    }
+    return more;
+  }
+
+  // The releaser's part of the retention: chunks until none is due, the lock let go between
+  // for a moment (a mutex is not fair: taken again at once, a waiting call seldom got it
+  // between two chunks, and a start waited 0.7 s behind 5000 expired jobs).
+  void run_retention(const std::string& keep) {
+    for (bool more = true; more;) {
+      {
+        std::lock_guard<std::mutex> lock(release_mu);
+        if (release_stop) {
+          return;  // closing: the next engine's first settle goes on
+        }
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        more = apply_retention(keep, kRemoveChunk);
+      }
+      if (more) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
     }
   }
@@ -1422,6 +1610,9 @@ class Engine::Impl {
     s.ended_at = j.ended_at;
     s.pty = j.pty;
     s.error = j.error;
+    if (!j.unrecorded.empty()) {
+      s.error += (s.error.empty() ? "" : "; ") + j.unrecorded;
+    }
     s.usage = j.usage;
     s.stdout_artifact = j.out_art;
     s.stderr_artifact = j.err_art;
@@ -2169,13 +2360,16 @@ class Engine::Impl {
     if (!j.read && awaited.contains(j.id)) {
       j.read = true;
     }
+    retry_unrecorded();  // older settles first, while there may be room again
     if (auto recorded = write_job_meta(j); !recorded) {
       // Told to the caller while the engine runs (a restart reads the record that is on disk).
-      // Failure fixed (session 15): the settle's record write was not checked.
-      j.error += fmt::format(
-          "{}its end could not be recorded on disk when it settled ({}); a restart may read it "
-          "as `abandoned`",
-          j.error.empty() ? "" : "; ", recorded.error().message());
+      // Failure fixed (session 15): the settle's record write was not checked. Since session
+      // 31 the write is tried again until it succeeds (retry_unrecorded()).
+      j.unrecorded = fmt::format(
+          "its end could not be recorded on disk when it settled ({}); cordon writes it again "
+          "once there is room, and a restart before then reads it as `abandoned`",
+          recorded.error().message());
+      unrecorded_ids.insert(j.id);
     }
 
     // A settled job's init has exited, and with it every process of its sandbox, whichever
@@ -2208,12 +2402,14 @@ class Engine::Impl {
       drop_watches(*owned);
       owned->checked.reset();
       cache.push_front(std::move(owned));
-      while (cache.size() > opt.settled_cache) {
-        cache.pop_back();
-      }
+      trim_cache();
     }
     track_settled(ended_at, id);
-    apply_retention(id);
+    if (apply_retention(id, kRetentionPerSettle)) {
+      std::lock_guard<std::mutex> lock(release_mu);
+      retention_due = true;  // the releaser, woken below, removes the rest
+      retention_keep = id;
+    }
     ensure_reserve();
     notify_settled();
     if (announce) {
@@ -2705,6 +2901,9 @@ class Engine::Impl {
           hasher.feed_now(*s->digest, buf.data(), static_cast<size_t>(n));
           s->written += static_cast<uint64_t>(n);
         }
+        // Banked: read-only from now on, as a settle leaves its logs. Failure fixed (a review,
+        // session 31): an abandoned job's logs and their artifact links stayed writable.
+        ::fchmod(log.get(), 0444);
       }
     }
     j.out_bytes = j.out.written;
@@ -2875,6 +3074,12 @@ Engine::~Engine() {
   (void)::write(impl_->wakefd.get(), &one, sizeof one);
   if (impl_->loop.joinable()) {
     impl_->loop.join();
+  }
+  {
+    // The last chance for a settle whose record could not be written (its end is known only
+    // here): after a clean close, the next engine must not read it `abandoned`.
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->retry_unrecorded();
   }
   if (impl_->releaser.joinable()) {
     {
@@ -3171,6 +3376,7 @@ Result<JobStatus> Engine::start_job(const std::string& session, const StartOptio
   // never takes it, and is refused while it is short. Failure fixed (a review, session 12):
   // starts on a full disk each freed a step of it for their own record, 154 of them spent it,
   // and the next settle's record (its exit code) was lost (`abandoned` after a restart).
+  m.retry_unrecorded();       // a settle's record that could not be written comes first
   if (!m.ensure_reserve()) {  // whole, refilled first if space came back since
     return refusal(
         "the state dir's disk is full: the space kept so that running commands' ends are "
@@ -3210,6 +3416,12 @@ Result<JobStatus> Engine::start_job(const std::string& session, const StartOptio
       break;
     }
     if (errno != EEXIST || attempt == 16) {
+      if (Impl::disk_full(errno)) {  // no inode left while the reserve is whole
+        return refusal(
+            "the state dir's disk is full (mkdir `{}`: {}); free space there or remove settled "
+            "jobs with command_remove, then start again",
+            j.dir, errno_name(errno));
+      }
       return sys_error("mkdir `{}`", j.dir);
     }
     j.id = new_task_id();
@@ -3715,7 +3927,9 @@ Result<void> Engine::remove(const std::string& session, const std::string& task_
     return refusal("task `{}` is still {}; kill it first (command_kill), then remove it", task_id,
                    j->state);
   }
-  return m.remove_settled(*j);
+  auto removed = m.remove_settled(*j);
+  m.retry_unrecorded();  // the room it freed
+  return removed;
 }
 
 Result<OutputPage> Engine::retrieve(const std::string& session, const std::string& artifact_id,
@@ -3750,6 +3964,12 @@ Result<OutputPage> Engine::retrieve(const std::string& session, const std::strin
   }
   std::string path = m.artifacts_dir() + "/" + artifact_id;
   int fd = open_log(path);
+  if (fd < 0 && errno == ENOENT && !log_path.empty()) {
+    // The link could not be made when the job settled (the state dir out of space or inodes:
+    // its error says so); the artifact is its log all the same.
+    path = log_path;
+    fd = open_log(path);
+  }
   if (fd < 0) {
     if (errno == ENOENT) {
       return unknown();

@@ -39,10 +39,10 @@ uint64_t file_size(const std::string& path) {
 // A small tmpfs of our own, unmounted (lazily) when the test ends.
 struct SmallDisk {
   std::string path;
-  SmallDisk(std::string p, const char* size) : path(std::move(p)) {
+  SmallDisk(std::string p, const char* size, const std::string& more = "") : path(std::move(p)) {
     fs::create_directories(path);
     if (::mount("cordon-faults", path.c_str(), "tmpfs", MS_NOSUID | MS_NODEV,
-                (std::string("mode=0700,size=") + size).c_str()) != 0) {
+                (std::string("mode=0700,size=") + size + more).c_str()) != 0) {
       throw std::runtime_error("mount tmpfs: " + std::string(strerror(errno)));
     }
   }
@@ -402,6 +402,111 @@ BOOST_AUTO_TEST_CASE(starts_on_a_full_disk_leave_the_reserve_to_the_settles) {
   BOOST_REQUIRE_MESSAGE(w2.has_value(), describe(w2));
   BOOST_TEST(w2->state == "exited", w2->error);  // its end reached the disk
   BOOST_TEST(w2->exit_code.value_or(-1) == 7);
+}
+
+// A state dir whose filesystem has no inode left (bytes to spare): a settle's record needs a
+// new file for its atomic write, and freeing bytes of the reserve gives none back. Failure
+// fixed (a review, session 31): no settle could be recorded; the end lived only in memory, was
+// read back `abandoned` once 256 other jobs pushed it out of the cache, and was lost at a clean
+// close even after room came back. Now the reserve's own inode takes the first record, later
+// ones stay in memory (pinned) and are written once there is room (a start, a remove, another
+// settle, the close).
+BOOST_AUTO_TEST_CASE(settles_on_a_state_dir_out_of_inodes_are_recorded_then_or_later) {
+  EngineEnv env;
+  SmallDisk disk(env.box.base + "/small", "64m", ",nr_inodes=400");
+  env.state_dir = disk.path + "/state";
+  auto o = env.options();
+  o.warm_pool = false;  // a refill's record would take and give back inodes at its own time
+  o.settled_cache = 1;  // the unrecorded job leaves the cache as soon as another settles
+  auto opened = Engine::open(o);
+  BOOST_REQUIRE_MESSAGE(opened.has_value(), describe(opened));
+  auto e = std::move(*opened);
+  auto start_reader = [&](const char* code) {
+    auto st =
+        e->start("s", {.argv = {"/bin/sh", "-c", std::string("echo ok; read x; exit ") + code},
+                       .stdin_mode = StdinMode::kPipe});
+    BOOST_REQUIRE_MESSAGE(st.has_value(), describe(st));
+    return st->task_id;
+  };
+  const std::string first = start_reader("3"), second = start_reader("5");
+  // Both run (their sandboxes, cgroup records and logs made) before the inodes go.
+  for (const auto& id : {first, second}) {
+    BOOST_REQUIRE(eventually([&] { return file_size(env.job_dir(id) + "/stdout.log") == 3; }));
+  }
+  auto meta_state = [&](const std::string& id) {
+    auto m = nlohmann::json::parse(read_file(env.job_dir(id) + "/meta.json"), nullptr, false);
+    return m.is_discarded() ? std::string("(unreadable)") : m.value("state", "");
+  };
+  // Another program takes every inode left.
+  const std::string fill = disk.path + "/fill";
+  BOOST_REQUIRE(::mkdir(fill.c_str(), 0700) == 0);
+  int files = 0;
+  for (;; ++files) {
+    UniqueFd f(
+        ::open((fill + "/" + std::to_string(files)).c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600));
+    if (!f) {
+      BOOST_REQUIRE_MESSAGE(errno == ENOSPC, "open: " << std::strerror(errno));
+      break;
+    }
+  }
+  BOOST_TEST_MESSAGE(files << " files took the inodes left");
+  // The first settle is recorded in the reserve's inode (the record it replaced frees one,
+  // which makes the reserve again).
+  BOOST_REQUIRE(e->write("s", first, {.data = "go\n", .eof = true}).has_value());
+  auto f = e->status("s", first, 20s);
+  BOOST_REQUIRE(f.has_value());
+  BOOST_TEST(f->state == "exited");
+  BOOST_TEST(f->error.find("could not be recorded") == std::string::npos, f->error);
+  BOOST_TEST(meta_state(first) == "exited");
+  // A start is refused saying what to free (where it stopped depends on the inodes the first
+  // job's teardown gave back meanwhile: none for its directory, or none for its record).
+  auto refused = e->start("s", {.argv = {"/bin/echo", "x"}});
+  BOOST_REQUIRE(!refused.has_value());
+  const std::string why = refused.error().message();
+  BOOST_TEST((why.find("disk is full") != std::string::npos ||
+              why.find("free space in the state dir") != std::string::npos),
+             why);
+  // The reserve goes too, and another program takes the inode it held.
+  BOOST_REQUIRE(fs::remove(env.state_dir + "/reserve"));
+  for (;; ++files) {
+    UniqueFd f(
+        ::open((fill + "/" + std::to_string(files)).c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600));
+    if (!f) {
+      BOOST_REQUIRE_MESSAGE(errno == ENOSPC, "open: " << std::strerror(errno));
+      break;
+    }
+  }
+  // The second settle cannot be recorded: its caller is told, the record on disk still says
+  // `running`, and the engine keeps its end though the cache (of one) holds another job.
+  BOOST_REQUIRE(e->write("s", second, {.data = "go\n", .eof = true}).has_value());
+  auto s2 = e->status("s", second, 20s);
+  BOOST_REQUIRE(s2.has_value());
+  BOOST_TEST(s2->state == "exited");
+  BOOST_TEST(s2->exit_code.value_or(-1) == 5);
+  BOOST_TEST(s2->error.find("could not be recorded") != std::string::npos, s2->error);
+  BOOST_TEST(meta_state(second) == "running");
+  BOOST_REQUIRE(e->status("s", first).has_value());  // `second` leaves the cache
+  auto again = e->status("s", second);
+  BOOST_REQUIRE_MESSAGE(again.has_value(), describe(again));
+  BOOST_TEST(again->state == "exited", again->error);
+  BOOST_TEST(again->exit_code.value_or(-1) == 5);
+  // Room again (the other program's files go), then a clean close: the end reaches the disk.
+  fs::remove_all(fill);
+  e.reset();
+  BOOST_TEST(meta_state(second) == "exited");
+  auto e2 = open_engine(env);
+  auto s3 = e2->status("s", second);
+  BOOST_REQUIRE_MESSAGE(s3.has_value(), describe(s3));
+  BOOST_TEST(s3->state == "exited", s3->error);
+  BOOST_TEST(s3->exit_code.value_or(-1) == 5);
+  BOOST_TEST(s3->error.find("could not be recorded") == std::string::npos, s3->error);
+  // Its artifact could not be linked on the full disk (its error says so): it reads as its log.
+  BOOST_REQUIRE(s3->stderr_artifact.has_value());
+  auto art = e2->retrieve("s", s3->stderr_artifact->artifact_id, {});
+  BOOST_TEST(art.has_value(), describe(art));
+  auto f3 = e2->status("s", first);
+  BOOST_REQUIRE(f3.has_value());
+  BOOST_TEST(f3->exit_code.value_or(-1) == 3);
 }
 
 // The disk fills up (a writer fails, the reserve is spent), then the engine process is
