@@ -401,16 +401,20 @@ json settled_with_output(Engine& engine, const std::string& session, const JobSt
     }
     output["stderr"] = *b;
   }
-  bool truncated = false;
+  // The hint names each stream cut, with the call that pages it. Failure fixed (a review,
+  // session 31): it named no stream, so with only stderr cut it paged stdout (the default).
+  std::vector<std::string> calls;
   for (const auto& [k, v] : output.items()) {
-    truncated = truncated || v["truncated"].get<bool>();
+    if (v["truncated"].get<bool>()) {
+      calls.push_back(fmt::format(
+          "command_output {{\"taskId\": \"{}\", \"stream\": \"{}\", \"offset\": 0}}", id, k));
+    }
   }
   out["output"] = output;
-  if (truncated) {
+  if (!calls.empty()) {
     out["hint"] = fmt::format(
-        "the output shown is the tail of a longer stream; page it from the start with "
-        "command_output {{\"taskId\": \"{}\", \"offset\": 0}}",
-        id);
+        "the output shown is the tail of a longer stream; page it from the start with {}",
+        fmt::join(calls, " and "));
   }
   return out;
 }
@@ -748,7 +752,8 @@ std::vector<Tool> build_table() {
        "bracketed paste, `keys` like [\"C-c\", \"Up\", \"Enter\", \"Escape\"], `submit` "
        "presses Enter after, `eof` sends Ctrl-D). Read the reaction with command_output.",
        input_schema({{"taskId", task_id_arg()},
-                     {"data", str("Bytes to send as they are.")},
+                     {"data", str("Text to send as it is (its UTF-8 bytes; JSON carries text "
+                                  "only, so bytes that are not UTF-8 cannot be sent).")},
                      {"paste", str("Text to paste (bracketed paste when the program asked "
                                    "for it; control bytes the terminal would act on, like "
                                    "Ctrl-C, are dropped). pty only.")},

@@ -295,9 +295,14 @@ std::string file_tail(const std::string& path, size_t max_chars, bool live = fal
       }
     }
   }
-  // Skip a partial sequence at the cut.
+  // Skip a partial sequence at the cut. Only at a cut: a log read from its first byte has
+  // none, and its leading stray bytes are output (each one U+FFFD, as a chars page shows it).
+  // Failure fixed (a review, session 31): a log of "\x80\x80" had an empty tail, which read
+  // "(the command printed nothing)".
   size_t start = 0;
-  while (start < buf.size() && start < 3 && (static_cast<uint8_t>(buf[start]) & 0xC0) == 0x80) {
+  const bool cut = static_cast<size_t>(st.st_size) > want;
+  while (cut && start < buf.size() && start < 3 &&
+         (static_cast<uint8_t>(buf[start]) & 0xC0) == 0x80) {
     ++start;
   }
   std::string clean;
@@ -452,6 +457,7 @@ struct Job {
   bool pty_out_armed = false;
   std::string stdin_closed;  // why input can no longer be delivered (the command closed it)
   size_t line_len = 0;       // a pty in canonical mode: bytes of the line typed so far
+  bool line_lnext = false;   // … and the last byte sent was VLNEXT: the next one is literal
   engine::ModeTracker modes;
   std::vector<uint64_t> watch_ids;  // keys into Impl::watches, dropped when the job settles
 
@@ -3724,40 +3730,86 @@ constexpr size_t kMaxCanonicalLine = 4095;
 // fixed (a review, session 13): 10 000 bytes written as one line reached `read` as 4095, the
 // rest dropped without a word. An eof after a partial line is doubled: the first VEOF only
 // hands the partial line over, the second ends the input (a single one left `wc -c` waiting).
-Result<size_t> canonical_line(Job& j, const struct termios& t, std::string& bytes, bool eof) {
+// What a canonical (line mode) terminal's line holds after a write: its length and whether
+// the write ended on VLNEXT (the next byte is taken literally).
+struct LineState {
+  size_t len = 0;
+  bool lnext = false;
+};
+
+// The line discipline's canonical mode as the kernel runs it (drivers/tty/n_tty.c), for the
+// length of the line each write makes: a line over kMaxCanonicalLine would be cut without a
+// word, so the write is refused whole. It must never count short (a cut let through); where it
+// cannot follow the kernel (VWERASE erases a word it does not keep) it counts long.
+// Failure fixed (a review, session 31): VLNEXT (^V under IEXTEN) was not followed, so
+// "a…a ^V \n b…b" counted two short lines where the kernel kept one long one and dropped 1906
+// bytes, ^V^U and ^V^C were taken as kill and interrupt, INLCR's \n (a plain byte then) ended a
+// line, EOL2 did without IEXTEN, and an eof after a trailing ^V was taken as a literal ^D (the
+// input did not end).
+Result<LineState> canonical_line(Job& j, const struct termios& t, std::string& bytes, bool eof) {
   if ((t.c_lflag & ICANON) == 0) {
-    return size_t{0};  // the program reads bytes, not lines: no line buffer, no limit
+    return LineState{};  // the program reads bytes, not lines: no line buffer, no limit
   }
   auto cc = [&](int i) { return static_cast<unsigned char>(t.c_cc[i]); };
+  auto is = [&](unsigned char c, int i) { return cc(i) != _POSIX_VDISABLE && c == cc(i); };
+  const bool iexten = (t.c_lflag & IEXTEN) != 0;
   const bool veof_on = cc(VEOF) != _POSIX_VDISABLE;
   const unsigned char veof = veof_on ? cc(VEOF) : 0x04;
   if (eof && !bytes.empty()) {
     bytes.back() = static_cast<char>(veof);  // the encoder's ^D, as this terminal spells it
   }
   size_t len = j.line_len, longest = 0;
+  bool lnext = j.line_lnext;
   size_t end = eof ? bytes.size() - 1 : bytes.size();
   for (size_t i = 0; i < end; ++i) {
     unsigned char c = static_cast<unsigned char>(bytes[i]);
+    if (lnext) {
+      lnext = false;  // taken as it is: a plain byte of the line, whatever it is
+      longest = std::max(longest, ++len);
+      continue;
+    }
     if ((t.c_iflag & ISTRIP) != 0) {
       c &= 0x7f;  // as the line discipline sees it
     }
-    if (c == '\r' && (t.c_iflag & IGNCR) != 0) {
-      continue;  // the kernel drops it
+    if ((t.c_iflag & IXON) != 0 && (is(c, VSTART) || is(c, VSTOP))) {
+      continue;  // flow control: not in the line
     }
-    bool ends = c == '\n' || (c == '\r' && (t.c_iflag & ICRNL) != 0) || (veof_on && c == veof) ||
-                (cc(VEOL) != _POSIX_VDISABLE && c == cc(VEOL)) ||
-                (cc(VEOL2) != _POSIX_VDISABLE && c == cc(VEOL2));
-    bool signals = (t.c_lflag & ISIG) != 0 && (t.c_lflag & NOFLSH) == 0 && c != _POSIX_VDISABLE &&
-                   (c == cc(VINTR) || c == cc(VQUIT) || c == cc(VSUSP));
-    if (ends || signals) {  // a signal character flushes the line typed so far
-      len = 0;
-    } else if (cc(VKILL) != _POSIX_VDISABLE && c == cc(VKILL)) {
-      len = 0;
-    } else if (cc(VERASE) != _POSIX_VDISABLE && c == cc(VERASE)) {
+    if ((t.c_lflag & ISIG) != 0 && (is(c, VINTR) || is(c, VQUIT) || is(c, VSUSP))) {
+      if ((t.c_lflag & NOFLSH) == 0) {
+        len = 0;  // a signal character flushes the line typed so far
+      }
+      continue;
+    }
+    if (c == '\r' && (t.c_iflag & (IGNCR | ICRNL)) != 0) {
+      if ((t.c_iflag & IGNCR) != 0) {
+        continue;  // the kernel drops it
+      }
+      c = '\n';
+    } else if (c == '\n' && (t.c_iflag & INLCR) != 0) {
+      c = '\r';
+    }
+    if (is(c, VERASE)) {
       len -= len > 0 ? 1 : 0;
+    } else if (is(c, VKILL)) {
+      len = 0;
+    } else if (iexten && is(c, VWERASE)) {
+      // Erases a word the model does not keep: counted as nothing erased (long, never short).
+    } else if (iexten && is(c, VLNEXT)) {
+      lnext = true;
+    } else if (iexten && (t.c_lflag & ECHO) != 0 && is(c, VREPRINT)) {
+      // Reprints the line: not in it.
+    } else if (c == '\n' || (veof_on && c == veof) || is(c, VEOL) || (iexten && is(c, VEOL2))) {
+      len = 0;
     } else {
       longest = std::max(longest, ++len);
     }
+  }
+  if (eof && lnext) {
+    // A trailing VLNEXT would take the eof's ^D as a plain byte: it takes one of its own, and
+    // the line it ends is not empty, so the eof below needs two.
+    bytes.insert(bytes.size() - 1, 1, static_cast<char>(veof));
+    longest = std::max(longest, ++len);
+    lnext = false;
   }
   if (longest > kMaxCanonicalLine) {
     return refusal(
@@ -3773,7 +3825,7 @@ Result<size_t> canonical_line(Job& j, const struct termios& t, std::string& byte
     }
     len = 0;
   }
-  return len;
+  return LineState{len, lnext};
 }
 
 }  // namespace
@@ -3795,7 +3847,7 @@ Result<void> Engine::write(const std::string& session, const std::string& task_i
     return refusal("task `{}`: {}; nothing of this write was sent", task_id, j->stdin_closed);
   }
   std::string bytes;
-  size_t line_len = 0;
+  LineState line_state;
   if (j->pty) {
     engine::WriteRequest wr;
     wr.data = input.data;
@@ -3814,7 +3866,7 @@ Result<void> Engine::write(const std::string& session, const std::string& task_i
     CORDON_TRY(enc, engine::encode_write(wr, modes));
     bytes = std::move(enc);
     CORDON_TRY(line, canonical_line(*j, t, bytes, input.eof));
-    line_len = line;
+    line_state = line;
   } else {
     if (!input.keys.empty() || input.paste || input.submit) {
       return refusal("keys, paste and submit need a pty job; for a pipe send `data` (and `eof`)");
@@ -3856,7 +3908,8 @@ Result<void> Engine::write(const std::string& session, const std::string& task_i
     j->stdin_eof_pending = true;
   }
   if (j->pty) {
-    j->line_len = line_len;
+    j->line_len = line_state.len;
+    j->line_lnext = line_state.lnext;
   }
   j->pending_stdin += bytes;
   m.flush_stdin(*j);

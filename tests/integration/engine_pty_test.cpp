@@ -216,6 +216,56 @@ BOOST_AUTO_TEST_CASE(eof_after_a_partial_line_ends_input_and_an_overlong_line_is
   BOOST_TEST(pty_text(*e, id).find("LEN=4095") != std::string::npos, pty_text(*e, id));
 }
 
+// The line the kernel holds is what the limit counts, as the kernel makes it: after VLNEXT
+// (^V) a newline, a kill (^U) or an interrupt (^C) is a plain byte of the line, and with INLCR
+// a newline is a carriage return, which ends no line. Failure fixed (a review, session 31):
+// each of these writes was counted as short lines and let through, and the kernel cut the line
+// at 4095 bytes without a word; an eof after a trailing ^V was taken as a literal ^D and `cat`
+// kept waiting.
+BOOST_AUTO_TEST_CASE(a_literal_next_byte_and_inlcr_are_counted_as_the_kernel_keeps_them) {
+  EngineEnv env;
+  auto e = open_engine(env);
+  const std::string a(3000, 'a'), b(3000, 'b');
+  // The shell's `read` stops at the first newline of the line it gets: after "ab^V\ncd\n" it
+  // holds "ab"; the escaped ^U and ^C stay in it (5 bytes).
+  for (const auto& [sep, fits] : {std::pair<std::string, const char*>{"\x16\n", "LEN=2"},
+                                  {"\x16\x15", "LEN=5"},
+                                  {"\x16\x03", "LEN=5"}}) {
+    BOOST_TEST_CONTEXT("separator " << (sep[1] == '\n'   ? "^V newline"
+                                        : sep[1] == 0x15 ? "^V^U"
+                                                         : "^V^C")) {
+      const std::string id = start_shell_ready(*e, "echo ready; read x; echo \"LEN=${#x}\"");
+      auto over = e->write("s", id, {.data = a + sep + b + "\n"});
+      BOOST_REQUIRE(!over.has_value());
+      BOOST_TEST(over.error().message().find("line of 6001 bytes") != std::string::npos,
+                 over.error().message());
+      BOOST_REQUIRE(e->write("s", id, {.data = "ab" + sep + "cd\n"}).has_value());
+      auto done = e->status("s", id, 10s);
+      BOOST_REQUIRE(done.has_value());
+      BOOST_TEST(done->state == "exited", done->state << " " << done->signal.value_or(""));
+      BOOST_TEST(pty_text(*e, id).find(fits) != std::string::npos, pty_text(*e, id));
+    }
+  }
+  const std::string inlcr =
+      start_shell_ready(*e, "stty inlcr; echo ready; read x; echo \"LEN=${#x}\"");
+  auto over = e->write("s", inlcr, {.data = a + "\n" + b + "\n"});
+  BOOST_REQUIRE(!over.has_value());
+  BOOST_TEST(over.error().message().find("line of 6002 bytes") != std::string::npos,
+             over.error().message());
+  BOOST_REQUIRE(e->write("s", inlcr, {.data = "xyz\r"}).has_value());  // ICRNL: a line end
+  auto done = e->status("s", inlcr, 10s);
+  BOOST_REQUIRE(done.has_value());
+  BOOST_TEST(done->state == "exited");
+  BOOST_TEST(pty_text(*e, inlcr).find("LEN=3") != std::string::npos, pty_text(*e, inlcr));
+
+  auto cat = e->start("s", {.argv = {"/bin/cat"}, .pty = true});
+  BOOST_REQUIRE_MESSAGE(cat.has_value(), describe(cat));
+  BOOST_REQUIRE(e->write("s", cat->task_id, {.data = "abc\x16", .eof = true}).has_value());
+  auto st = e->status("s", cat->task_id, 10s);
+  BOOST_REQUIRE(st.has_value());
+  BOOST_TEST(st->state == "exited", st->state << ": cat still waits for input");
+}
+
 // The line the kernel holds is what the limit counts: a signal character (^C, here ignored by
 // the command) flushes the partial line, so 4000 bytes, ^C and 200 more make a line of 200.
 BOOST_AUTO_TEST_CASE(a_signal_character_starts_the_counted_line_anew) {

@@ -421,6 +421,33 @@ BOOST_AUTO_TEST_CASE(a_running_jobs_tail_holds_back_a_half_written_character) {
   BOOST_TEST(contains(done->tail_preview, "abc\xE2\x82\xAC!"), done->tail_preview);
 }
 
+// Stray bytes at the very start of a small log are output like any other: the tail and the
+// artifact's preview show each as U+FFFD, as a chars page does. Failure fixed (a review,
+// session 31): up to three were skipped as "a sequence cut by the tail's read", so a log of
+// two stray bytes read "(the command printed nothing)" and "\x80abc" read "abc".
+BOOST_AUTO_TEST_CASE(stray_bytes_at_the_start_of_a_log_show_in_its_tail) {
+  EngineEnv env;
+  auto e = open_or_fail(env);
+  const std::string fffd = "\xEF\xBF\xBD";
+  for (auto [printed, shown] : {std::pair<std::string, std::string>{"\\x80\\x80", fffd + fffd},
+                                {"\\x80abc", fffd + "abc"}}) {
+    BOOST_TEST_CONTEXT(printed) {
+      auto s = e->start("s", {.argv = {"/usr/bin/python3", "-c",
+                                       "import sys\nsys.stdout.buffer.write(b'" + printed + "')"}});
+      BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+      auto st = e->status("s", s->task_id, 20s);
+      BOOST_REQUIRE(st.has_value());
+      BOOST_TEST(st->state == "exited", st->error);
+      BOOST_TEST(st->tail_preview == shown, st->tail_preview);
+      BOOST_REQUIRE(st->stdout_artifact.has_value());
+      BOOST_TEST(st->stdout_artifact->preview == shown, st->stdout_artifact->preview);
+      auto page = e->output("s", s->task_id, {});
+      BOOST_REQUIRE(page.has_value());
+      BOOST_TEST(page->content == shown);
+    }
+  }
+}
+
 // A job the policy's retention removes while a caller waits for it is answered `removed`, and
 // the others as they are. Failure fixed (a review, session 12): the whole wait failed with
 // "unknown taskId" for the removed one.

@@ -149,6 +149,30 @@ BOOST_AUTO_TEST_CASE(run_command_returns_status_and_inline_output) {
   BOOST_TEST(k["state"] == "killed");
 }
 
+// The hint of a run_command whose inline output was cut names each stream cut, and the call
+// it gives pages that stream. Failure fixed (a review, session 31): it named no stream, so with
+// only stderr cut, following it paged stdout.
+BOOST_AUTO_TEST_CASE(run_command_hint_pages_the_stream_that_was_cut) {
+  EngineEnv env;
+  Server s(env);
+  json sc =
+      s.sc("run_command",
+           {{"argv",
+             {"/usr/bin/python3", "-c", "import sys\nprint('ok')\nsys.stderr.write('E' * 5000)"}}});
+  BOOST_REQUIRE(sc["state"] == "exited");
+  BOOST_TEST(sc["output"]["stdout"]["truncated"] == false);
+  BOOST_TEST(sc["output"]["stderr"]["truncated"] == true);
+  const std::string hint = sc["hint"].get<std::string>();
+  const auto at = hint.find("command_output ");
+  BOOST_REQUIRE_MESSAGE(at != std::string::npos, hint);
+  BOOST_TEST(hint.find("\"stream\": \"stdout\"") == std::string::npos, hint);
+  // The call as the hint gives it.
+  json args = json::parse(hint.substr(at + std::string("command_output ").size()));
+  json page = s.sc("command_output", args);
+  BOOST_TEST(page["stream"] == "stderr");
+  BOOST_TEST(page["content"] == std::string(5000, 'E'));
+}
+
 // A settled job whose log cannot be read when run_command answers (here: removed under the
 // engine while the command ran) is answered with its outcome and taskId, and a hint instead
 // of the inline tails. Failure fixed (a review, session 23): the answer was an error with
