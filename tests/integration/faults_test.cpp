@@ -17,6 +17,7 @@
 
 #include "helpers/engine_fixture.hpp"
 #include "helpers/engine_host.hpp"
+#include "sandbox/userns.hpp"
 
 // Faults (issue 7): the engine process SIGKILLed under load, a state dir that fills up, and
 // commands that try to outlive their job (SIGTERM ignored, double fork, setsid, closed
@@ -467,11 +468,19 @@ BOOST_AUTO_TEST_CASE(settles_on_a_state_dir_out_of_inodes_are_recorded_then_or_l
               why.find("free space in the state dir") != std::string::npos),
              why);
   // The reserve goes too, and another program takes the inode it held and the one the first
-  // job's teardown gives back when it deletes its cgroup record (after its end is told).
-  // Failure fixed (the sanitized build, session 31): the teardown came after the fill, and the
-  // second settle was recorded in the inode it freed.
-  BOOST_REQUIRE(
-      eventually([&] { return !fs::exists(env.state_dir + "/cgroups/" + first + ".cgroups"); }));
+  // job's teardown gives back when it deletes its cgroup record (after its end is told; the
+  // inode is free once the record's descriptor is closed, before the host-id lease goes, so
+  // the test waits until only the second job holds a lease of this engine's ids). Failure
+  // fixed (the sanitized build, session 31): the teardown came after the fill, and the second
+  // settle was recorded in the inode it freed.
+  auto leases = [&] {
+    int n = 0;
+    for (uint32_t id = env.host_id_base; id < env.host_id_base + env.host_id_count; ++id) {
+      n += fs::exists(std::string(sandbox::kHostIdLeaseDir) + "/" + std::to_string(id)) ? 1 : 0;
+    }
+    return n;
+  };
+  BOOST_REQUIRE(eventually([&] { return leases() == 1; }));
   BOOST_REQUIRE(fs::remove(env.state_dir + "/reserve"));
   for (;; ++files) {
     UniqueFd f(
