@@ -886,6 +886,13 @@ class Engine::Impl {
   Result<void> write_in_reserve(const std::string& dir, const std::string& name,
                                 const std::string& text) {
     const std::string tmp = dir + "/." + name + ".tmp";
+    struct stat st {};
+    if (::lstat(reserve_path().c_str(), &st) != 0) {
+      return sys_error("lstat `{}`", reserve_path());
+    }
+    if (!S_ISREG(st.st_mode)) {  // renamed, a directory would stay behind in the job's
+      return errno_error(EINVAL, "the reserve `{}` is no regular file", reserve_path());
+    }
     if (::rename(reserve_path().c_str(), tmp.c_str()) != 0) {
       return sys_error("rename `{}` to `{}`", reserve_path(), tmp);
     }
@@ -938,13 +945,24 @@ class Engine::Impl {
     }
     std::vector<std::string> ids(unrecorded_ids.begin(), unrecorded_ids.end());
     for (const auto& id : ids) {
-      if (Job* j = in_memory(id); j != nullptr && !j->unrecorded.empty()) {
-        if (!write_job_meta(*j)) {
-          return;  // the disk is still full: the rest would fail alike
-        }
-      } else {
+      Job* j = in_memory(id);
+      if (j == nullptr || j->unrecorded.empty()) {
         unrecorded_ids.erase(id);
+        continue;
       }
+      auto w = write_job_meta(*j);
+      if (w) {
+        continue;
+      }
+      if (disk_full(w.error().sys_errno())) {
+        return;  // the disk is still full: the rest would fail alike
+      }
+      // Another cause (its directory deleted, EIO): no retry will do; it is said in its error
+      // and no longer tried. Failure fixed (the review of this change, session 31): it stopped
+      // every retry before the others.
+      j->error += (j->error.empty() ? "" : "; ") + j->unrecorded;
+      j->unrecorded.clear();
+      unrecorded_ids.erase(id);
     }
   }
 
@@ -1132,11 +1150,18 @@ class Engine::Impl {
         continue;
       }
       if (retention_due && !release_stop) {
+        // A chunk at a time, teardowns between (starts may wait for their host ids), and the
+        // lock let go for a moment after each: a mutex is not fair, and taken again at once a
+        // waiting call seldom got it between two chunks (a start waited 0.7 s behind 5000
+        // expired jobs). Closing stops it: the next engine's first settle goes on.
         retention_due = false;
-        const std::string keep = retention_keep;
         lock.unlock();
-        run_retention(keep);
+        const bool more = retention_chunk();
+        if (more) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
         lock.lock();
+        retention_due = retention_due || more;
         continue;
       }
       return;  // stopping, and nothing left
@@ -1295,7 +1320,13 @@ class Engine::Impl {
                               id, listed.error().message())));
       }
       auto& ids = *listed;
-      if (j == nullptr && std::find(ids.begin(), ids.end(), id) != ids.end()) {
+      const bool in_index = j == nullptr && std::find(ids.begin(), ids.end(), id) != ids.end();
+      if (in_index && job_dir_gone(id)) {
+        return std::unexpected(
+            Error(ErrorCode::kNotFound, 0,
+                  fmt::format("task `{}` was removed (its record and output are gone)", id)));
+      }
+      if (in_index) {
         // Failure fixed (a review, session 31): called unknown while the list that followed
         // named it.
         return std::unexpected(Error(
@@ -1544,6 +1575,7 @@ class Engine::Impl {
     }
     size_t count = settled_by_end.size();
     std::vector<std::string> victims;
+    std::vector<std::pair<std::string, std::string>> gone;  // ended, id: nothing left to delete
     bool more = false;
     for (const auto& [ended, id] : settled_by_end) {
       if (id == keep) {
@@ -1555,15 +1587,29 @@ class Engine::Impl {
       if (!over && !old && !heavy) {
         break;  // ordered by end time: every later one is newer
       }
-      if (victims.size() == limit) {
+      if (victims.size() + gone.size() == limit) {
         more = true;
         break;
       }
+      // One that cannot be loaded is passed over, not counted against the chunk: its
+      // directory gone (deleted by hand), it is forgotten; its record unreadable (damaged,
+      // EMFILE), it stays for a later pass. Failure fixed (the review of this change, session
+      // 31): such entries filled every chunk, nothing behind them was removed, and the
+      // releaser went on for ever.
+      Job* v = find(id);
+      if (v == nullptr) {
+        if (job_dir_gone(id)) {
+          gone.emplace_back(ended, id);
+          --count;
+        }
+        continue;
+      }
       victims.push_back(id);
       --count;
-      if (Job* v = find(id)) {
-        bytes -= std::min(bytes, v->out_bytes + v->err_bytes);
-      }
+      bytes -= std::min(bytes, v->out_bytes + v->err_bytes);
+    }
+    for (const auto& [ended, id] : gone) {
+      forget_settled(ended, id);
     }
     std::map<std::string, std::unordered_set<std::string>> removed;  // by session
     for (const auto& id : victims) {
@@ -1580,25 +1626,16 @@ class Engine::Impl {
     return more;
   }
 
-  // The releaser's part of the retention: chunks until none is due, the lock let go between
-  // for a moment (a mutex is not fair: taken again at once, a waiting call seldom got it
-  // between two chunks, and a start waited 0.7 s behind 5000 expired jobs).
-  void run_retention(const std::string& keep) {
-    for (bool more = true; more;) {
-      {
-        std::lock_guard<std::mutex> lock(release_mu);
-        if (release_stop) {
-          return;  // closing: the next engine's first settle goes on
-        }
-      }
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        more = apply_retention(keep, kRemoveChunk);
-      }
-      if (more) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      }
+  // The releaser's part of the retention: one chunk, keeping the job that settled last. True
+  // when more are due: the releaser takes its teardowns first, then the next chunk.
+  bool retention_chunk() {
+    std::string keep;
+    {
+      std::lock_guard<std::mutex> lock(release_mu);
+      keep = retention_keep;
     }
+    std::lock_guard<std::mutex> lock(mu);
+    return apply_retention(keep, kRemoveChunk);
   }
 
   // ---- status -------------------------------------------------------------------------------
@@ -2366,7 +2403,7 @@ class Engine::Impl {
     if (!j.read && awaited.contains(j.id)) {
       j.read = true;
     }
-    retry_unrecorded();  // older settles first, while there may be room again
+    retry_unrecorded();  // settles not recorded before this one first, while there may be room
     if (auto recorded = write_job_meta(j); !recorded) {
       // Told to the caller while the engine runs (a restart reads the record that is on disk).
       // Failure fixed (session 15): the settle's record write was not checked. Since session
@@ -2411,10 +2448,11 @@ class Engine::Impl {
       trim_cache();
     }
     track_settled(ended_at, id);
-    if (apply_retention(id, kRetentionPerSettle)) {
+    if (retention_on()) {
+      const bool more = apply_retention(id, kRetentionPerSettle);
       std::lock_guard<std::mutex> lock(release_mu);
-      retention_due = true;  // the releaser, woken below, removes the rest
-      retention_keep = id;
+      retention_keep = id;  // the releaser's chunks keep the job that settled last
+      retention_due = retention_due || more;  // the releaser, woken below, removes the rest
     }
     ensure_reserve();
     notify_settled();
@@ -3760,16 +3798,31 @@ Result<LineState> canonical_line(Job& j, const struct termios& t, std::string& b
   }
   size_t len = j.line_len, longest = 0;
   bool lnext = j.line_lnext;
+  // A byte as the line discipline sees it (ISTRIP, then IUCLC's lower case under IEXTEN, as
+  // the kernel's tolower: ASCII and Latin-1), and how many bytes it takes in the line (PARMRK
+  // doubles a 0xFF, to tell it from its own marks).
+  auto seen = [&](unsigned char c) {
+    if ((t.c_iflag & ISTRIP) != 0) {
+      c &= 0x7f;
+    }
+    if ((t.c_iflag & IUCLC) != 0 && iexten &&
+        ((c >= 'A' && c <= 'Z') || (c >= 0xC0 && c <= 0xDE && c != 0xD7))) {
+      c = static_cast<unsigned char>(c + 32);
+    }
+    return c;
+  };
+  auto width = [&](unsigned char c) -> size_t {
+    return c == 0xFF && (t.c_iflag & PARMRK) != 0 ? 2 : 1;
+  };
   size_t end = eof ? bytes.size() - 1 : bytes.size();
   for (size_t i = 0; i < end; ++i) {
-    unsigned char c = static_cast<unsigned char>(bytes[i]);
-    if (lnext) {
-      lnext = false;  // taken as it is: a plain byte of the line, whatever it is
-      longest = std::max(longest, ++len);
+    unsigned char c = seen(static_cast<unsigned char>(bytes[i]));
+    if (lnext || (t.c_lflag & EXTPROC) != 0) {
+      // Taken as it is: a plain byte of the line, whatever it is (EXTPROC: every byte).
+      lnext = false;
+      len += width(c);
+      longest = std::max(longest, len);
       continue;
-    }
-    if ((t.c_iflag & ISTRIP) != 0) {
-      c &= 0x7f;  // as the line discipline sees it
     }
     if ((t.c_iflag & IXON) != 0 && (is(c, VSTART) || is(c, VSTOP))) {
       continue;  // flow control: not in the line
@@ -3801,7 +3854,8 @@ Result<LineState> canonical_line(Job& j, const struct termios& t, std::string& b
     } else if (c == '\n' || (veof_on && c == veof) || is(c, VEOL) || (iexten && is(c, VEOL2))) {
       len = 0;
     } else {
-      longest = std::max(longest, ++len);
+      len += width(c);
+      longest = std::max(longest, len);
     }
   }
   if (eof && lnext) {

@@ -845,11 +845,11 @@ BOOST_AUTO_TEST_CASE(file_capabilities_never_reach_the_host_disk) {
 // ---------------------------------------------------------------------------------------------
 
 // One thread exchanges `work` (a directory) and `swap` (a symlink to /etc) with
-// renameat2(RENAME_EXCHANGE) as fast as it can while sandboxes start with --cwd <root>/work.
+// renameat2(RENAME_EXCHANGE) every ~20 µs while sandboxes start with --cwd <root>/work.
 // Each run must be refused by the parent's openat2(RESOLVE_BENEATH) check ("leads outside"),
 // fail in the child's re-check with ESTALE, or run in exactly the directory recorded before
 // the race. Fewer than 10 % refused-or-ESTALE runs means the test did not race: it fails.
-// Exchanges two paths (renameat2 RENAME_EXCHANGE) as fast as it can until finish(), as a job
+// Exchanges two paths (renameat2 RENAME_EXCHANGE) every ~20 µs until finish(), as a job
 // sharing the working root could.
 struct Swapper {
   std::atomic<bool> stop{false};
@@ -958,8 +958,8 @@ BOOST_AUTO_TEST_CASE(cwd_swapped_for_a_symlink_never_leads_outside) {
 // walking its path string while it still saw the host's tree, so a job sharing the working root
 // that swapped a component for an absolute symlink made the child create directories outside
 // (13 runs put one in the host's /dev/shm). Here the test is the job: it swaps `sub` (holding
-// the --ro directory `data`) with a symlink to a world-writable directory outside, as fast as
-// it can, while cordon runs. Nothing may ever appear in that directory.
+// the --ro directory `data`) with a symlink to a world-writable directory outside, every ~20
+// µs, while cordon runs. Nothing may ever appear in that directory.
 BOOST_AUTO_TEST_CASE(ro_path_swapped_for_a_symlink_during_setup_makes_nothing_outside) {
   Sandbox s;
   std::string sub = s.root + "/sub", lnk = s.root + "/lnk", outside = s.base + "/outside";
