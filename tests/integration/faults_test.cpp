@@ -442,14 +442,17 @@ BOOST_AUTO_TEST_CASE(settles_on_a_state_dir_out_of_inodes_are_recorded_then_or_l
   const std::string fill = disk.path + "/fill";
   BOOST_REQUIRE(::mkdir(fill.c_str(), 0700) == 0);
   int files = 0;
-  for (;; ++files) {
-    UniqueFd f(
-        ::open((fill + "/" + std::to_string(files)).c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600));
-    if (!f) {
-      BOOST_REQUIRE_MESSAGE(errno == ENOSPC, "open: " << std::strerror(errno));
-      break;
+  auto take_every_inode = [&] {
+    for (;; ++files) {
+      UniqueFd f(
+          ::open((fill + "/" + std::to_string(files)).c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600));
+      if (!f) {
+        BOOST_REQUIRE_MESSAGE(errno == ENOSPC, "open: " << std::strerror(errno));
+        return;
+      }
     }
-  }
+  };
+  take_every_inode();
   BOOST_TEST_MESSAGE(files << " files took the inodes left");
   // The first settle is recorded in the reserve's inode (the record it replaced frees one,
   // which makes the reserve again).
@@ -482,14 +485,7 @@ BOOST_AUTO_TEST_CASE(settles_on_a_state_dir_out_of_inodes_are_recorded_then_or_l
   };
   BOOST_REQUIRE(eventually([&] { return leases() == 1; }));
   BOOST_REQUIRE(fs::remove(env.state_dir + "/reserve"));
-  for (;; ++files) {
-    UniqueFd f(
-        ::open((fill + "/" + std::to_string(files)).c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600));
-    if (!f) {
-      BOOST_REQUIRE_MESSAGE(errno == ENOSPC, "open: " << std::strerror(errno));
-      break;
-    }
-  }
+  take_every_inode();
   // The second settle cannot be recorded: its caller is told, the record on disk still says
   // `running`, and the engine keeps its end though the cache (of one) holds another job.
   BOOST_REQUIRE(e->write("s", second, {.data = "go\n", .eof = true}).has_value());
