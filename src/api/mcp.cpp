@@ -209,16 +209,18 @@ class CallWorkers {
   bool stopping_ = false;
 };
 
+// The last `n` characters of UTF-8 text (the tail preview is sanitized), "..." before them when
+// some were cut. Failure fixed (a review, session 31): it kept the last n bytes, a third of
+// the characters for text like "€€€".
 std::string tail_chars(const std::string& s, size_t n) {
-  if (s.size() <= n) {
-    return s;
+  size_t from = s.size(), count = 0;
+  while (from > 0 && count < n) {
+    --from;
+    if ((static_cast<unsigned char>(s[from]) & 0xC0) != 0x80) {
+      ++count;
+    }
   }
-  size_t from = s.size() - n;
-  // Do not start inside a UTF-8 sequence.
-  while (from < s.size() && (static_cast<unsigned char>(s[from]) & 0xC0) == 0x80) {
-    ++from;
-  }
-  return "..." + s.substr(from);
+  return from == 0 ? s : "..." + s.substr(from);
 }
 
 class Server {

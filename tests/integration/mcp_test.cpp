@@ -630,6 +630,24 @@ BOOST_AUTO_TEST_CASE(every_background_start_is_announced_once_even_one_that_ends
   }
 }
 
+// The announcement's tail is the last 400 characters of the output, not bytes (a review,
+// session 31: "€" text came out a third as long).
+BOOST_AUTO_TEST_CASE(a_settle_announcement_tails_the_last_400_characters) {
+  EngineEnv env;
+  Server s(env);
+  std::string euros;
+  for (int i = 0; i < 500; ++i) euros += "\xE2\x82\xAC";
+  json bg = s.sc("run_command_bg",
+                 {{"argv", {"/usr/bin/python3", "-c", "print('\\u20ac' * 500, end='')"}}});
+  BOOST_REQUIRE(bg.contains("taskId"));
+  auto note = s.proc.notification([&](const json& m) {
+    return m.value("method", "") == "notifications/message" &&
+           m["params"]["data"].value("event", "") == "command-settled";
+  });
+  BOOST_REQUIRE(note.has_value());
+  BOOST_TEST((*note)["params"]["data"]["tail"] == "..." + euros.substr(euros.size() - 3 * 400));
+}
+
 // ---- MCP tasks (2025-11-25) -------------------------------------------------------------------
 
 namespace {
