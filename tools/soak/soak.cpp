@@ -99,9 +99,13 @@ std::string sha_hex(const std::string& bytes) {
   return cordon::Sha256::hex(h.finish());
 }
 
+// Through a stringstream: gcc 12's -Wnull-dereference flagged the istreambuf_iterator form
+// inside libstdc++ (a false positive, but the only warning a new user's build printed).
 std::string slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
 }
 
 // ---- host measurements ----------------------------------------------------------------------
