@@ -881,8 +881,9 @@ class Engine::Impl {
   static bool disk_full(int err) { return err == ENOSPC || err == EDQUOT; }
 
   // atomic_write() into the reserve file, renamed to the temporary record first (the same
-  // filesystem). The reserve is gone afterwards; ensure_reserve() makes it again when there is
-  // room. False when there is no reserve or a step fails (the temporary is then removed).
+  // filesystem): atomic_write's open then finds the file there and needs no new inode. The
+  // reserve is gone afterwards; ensure_reserve() makes it again when there is room. An error
+  // when there is no reserve or a step fails (the temporary is then removed).
   Result<void> write_in_reserve(const std::string& dir, const std::string& name,
                                 const std::string& text) {
     const std::string tmp = dir + "/." + name + ".tmp";
@@ -896,34 +897,11 @@ class Engine::Impl {
     if (::rename(reserve_path().c_str(), tmp.c_str()) != 0) {
       return sys_error("rename `{}` to `{}`", reserve_path(), tmp);
     }
-    auto written = [&]() -> Result<void> {
-      UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC | O_NOFOLLOW));
-      if (!fd) {
-        return sys_error("open `{}`", tmp);
-      }
-      CORDON_CHECK(sys::write_all(fd.get(), text.data(), text.size()));
-      if (strict_sync() && ::fsync(fd.get()) != 0) {
-        return sys_error("fsync `{}`", tmp);
-      }
-      return {};
-    }();
+    auto written = atomic_write(dir, name, text, strict_sync());
     if (!written) {
-      ::unlink(tmp.c_str());
-      return written;
+      ::unlink(tmp.c_str());  // gone already when the write or its fsync failed
     }
-    const std::string dst = dir + "/" + name;
-    if (::rename(tmp.c_str(), dst.c_str()) != 0) {
-      int err = errno;
-      ::unlink(tmp.c_str());
-      return errno_error(err, "rename `{}`", dst);
-    }
-    if (strict_sync()) {
-      UniqueFd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-      if (!dfd || ::fsync(dfd.get()) != 0) {
-        return sys_error("fsync `{}`", dir);
-      }
-    }
-    return {};
+    return written;
   }
 
   // The job's record, meta.json. Every write of it comes here, so each is encoded the one way
@@ -3762,12 +3740,6 @@ namespace {
 // The kernel's canonical-mode line buffer (N_TTY_BUF_SIZE 4096, one byte kept for the end).
 constexpr size_t kMaxCanonicalLine = 4095;
 
-// For a terminal in canonical mode (termios `t`): follows the line being typed through
-// `bytes` (the write's encoding, its eof character last when `eof`) and returns its length
-// after them, or refuses a write that would make a line longer than the kernel keeps. Failure
-// fixed (a review, session 13): 10 000 bytes written as one line reached `read` as 4095, the
-// rest dropped without a word. An eof after a partial line is doubled: the first VEOF only
-// hands the partial line over, the second ends the input (a single one left `wc -c` waiting).
 // What a canonical (line mode) terminal's line holds after a write: its length and whether
 // the write ended on VLNEXT (the next byte is taken literally).
 struct LineState {
@@ -3775,6 +3747,12 @@ struct LineState {
   bool lnext = false;
 };
 
+// For a terminal in canonical mode (termios `t`): follows the line being typed through
+// `bytes` (the write's encoding, its eof character last when `eof`) and returns its state
+// after them, or refuses a write that would make a line longer than the kernel keeps. Failure
+// fixed (a review, session 13): 10 000 bytes written as one line reached `read` as 4095, the
+// rest dropped without a word. An eof after a partial line is doubled: the first VEOF only
+// hands the partial line over, the second ends the input (a single one left `wc -c` waiting).
 // The line discipline's canonical mode as the kernel runs it (drivers/tty/n_tty.c), for the
 // length of the line each write makes: a line over kMaxCanonicalLine would be cut without a
 // word, so the write is refused whole. It must never count short (a cut let through); where it

@@ -647,20 +647,27 @@ BOOST_AUTO_TEST_CASE(a_start_whose_index_append_fails_is_refused_and_leaves_the_
   expect_kept(*e, s->task_id);
 }
 
+namespace {
+
+// Runs `echo one` to its end in session `x` on an engine of its own, closed afterwards; the
+// job's id.
+std::string settled_echo_in_x(const EngineEnv& env) {
+  auto e = open_engine(env);
+  auto s = e->start("x", {.argv = {"/bin/echo", "one"}});
+  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+  BOOST_REQUIRE(e->status("x", s->task_id, 20s).has_value());
+  return s->task_id;
+}
+
+}  // namespace
+
 // An index whose last line has no newline (cut at a line's end, or edited by hand) and the
 // next start in that session. Failure fixed (a review, session 31): the new id was appended
 // to the last one on the same line, and both jobs were missing from every list until the next
 // open.
 BOOST_AUTO_TEST_CASE(a_session_index_without_its_last_newline_keeps_every_job_listed) {
   EngineEnv env;
-  std::string a;
-  {
-    auto e = open_engine(env);
-    auto s = e->start("x", {.argv = {"/bin/echo", "one"}});
-    BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
-    BOOST_REQUIRE(e->status("x", s->task_id, 20s).has_value());
-    a = s->task_id;
-  }
+  const std::string a = settled_echo_in_x(env);
   const std::string idx = env.state_dir + "/sessions/x.jobs";
   BOOST_REQUIRE(read_file(idx) == a + "\n");
   std::ofstream(idx, std::ios::trunc) << a;
@@ -679,14 +686,7 @@ BOOST_AUTO_TEST_CASE(a_session_index_without_its_last_newline_keeps_every_job_li
 // this session's tasks: …, X".
 BOOST_AUTO_TEST_CASE(a_listed_job_whose_record_cannot_be_read_is_named_as_such) {
   EngineEnv env;
-  std::string id;
-  {
-    auto e = open_engine(env);
-    auto s = e->start("x", {.argv = {"/bin/echo", "one"}});
-    BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
-    BOOST_REQUIRE(e->status("x", s->task_id, 20s).has_value());
-    id = s->task_id;
-  }
+  const std::string id = settled_echo_in_x(env);
   const std::string meta = env.job_dir(id) + "/meta.json";
   const std::string text = read_file(meta);
   std::ofstream(meta, std::ios::trunc) << text.substr(0, text.size() / 2);
