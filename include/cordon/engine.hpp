@@ -66,9 +66,13 @@ struct StartOptions {
   std::string label;
   StdinMode stdin_mode = StdinMode::kNull;
   bool pty = false;
-  uint16_t cols = 120, rows = 30;
+  uint16_t cols = 120, rows = 30;  // the terminal's size (pty only), 1 to kMaxTerminalSide
   JobPolicy policy = JobPolicy::kMain;
 };
+
+/// The largest side of a job's terminal, in characters: start() and resize() refuse more
+/// (kInvalid), and less than 1.
+inline constexpr uint16_t kMaxTerminalSide = 1000;
 
 /// The policy's git section as the git tools need it (paths resolved by the policy).
 struct GitSettings {
@@ -194,6 +198,9 @@ class Engine {
                                                          int signal = 15);
   [[nodiscard]] Result<void> write(const std::string& session, const std::string& task_id,
                                    const WriteInput& input);
+  /// Sets a running pty job's window size (TIOCSWINSZ: its foreground process group gets
+  /// SIGWINCH). kInvalid for a side outside 1..kMaxTerminalSide; kRefused for a job without a
+  /// terminal (started without pty, queued or settled).
   [[nodiscard]] Result<void> resize(const std::string& session, const std::string& task_id,
                                     uint16_t cols, uint16_t rows);
   [[nodiscard]] Result<std::vector<JobStatus>> list(const std::string& session,

@@ -40,7 +40,7 @@ constexpr const char* kUsage = R"(usage: cordon run [options] -- PROGRAM [ARGS..
        cordon mcp --policy FILE [--state-dir DIR] [--session NAME]
        cordon mcp --connect SOCKET [--session NAME]
        cordon serve --policy FILE [--state-dir DIR] [--socket PATH] [--allow-uid UID]...
-       cordon start|status|wait|output|kill|write|list|rm [--socket PATH] [--session NAME] [--json] ...
+       cordon start|status|wait|output|kill|write|resize|list|rm [--socket PATH] [--session NAME] [--json] ...
        cordon --version
 
 Runs PROGRAM once inside a kernel-enforced sandbox (no shell, ever) and exits with its exit
@@ -1229,11 +1229,10 @@ int client_command(const std::string& cmd, int argc, char** argv) {
                opt == "--unit" || opt == "--state" || opt == "--data" || opt == "--signal") {
       ok = text(opt.c_str() + 2);
     } else if (opt == "--timeout-ms" || opt == "--wait-ms" || opt == "--offset" ||
-               opt == "--limit") {
-      static const std::map<std::string, const char*> kKeys = {{"--timeout-ms", "timeoutMs"},
-                                                               {"--wait-ms", "waitMs"},
-                                                               {"--offset", "offset"},
-                                                               {"--limit", "limit"}};
+               opt == "--limit" || opt == "--cols" || opt == "--rows") {
+      static const std::map<std::string, const char*> kKeys = {
+          {"--timeout-ms", "timeoutMs"}, {"--wait-ms", "waitMs"}, {"--offset", "offset"},
+          {"--limit", "limit"},          {"--cols", "cols"},      {"--rows", "rows"}};
       ok = number(kKeys.at(opt));
     } else if (!opt.empty() && opt[0] == '-') {
       return usage(fmt::format("unknown option `{}`", opt));
@@ -1241,8 +1240,13 @@ int client_command(const std::string& cmd, int argc, char** argv) {
       positional.push_back(opt);
     }
     if (!ok && invalid) {
+      static const std::map<std::string, const char*> kUnits = {{"--offset", "units"},
+                                                                {"--limit", "units"},
+                                                                {"--cols", "characters"},
+                                                                {"--rows", "lines"}};
+      auto unit = kUnits.find(opt);
       return usage(fmt::format("{}: `{}` is not a valid value (a whole number of {} is)", opt,
-                               *invalid, opt == "--offset" || opt == "--limit" ? "units" : "ms"));
+                               *invalid, unit == kUnits.end() ? "ms" : unit->second));
     }
     if (!ok) {
       return usage(fmt::format("{} needs a value", opt));
@@ -1263,9 +1267,9 @@ int client_command(const std::string& cmd, int argc, char** argv) {
     args["argv"] = positional;
   } else {
     static const std::map<std::string, std::string> kTools = {
-        {"status", "command_status"}, {"wait", "command_wait"},   {"output", "command_output"},
-        {"kill", "command_kill"},     {"write", "command_write"}, {"list", "command_list"},
-        {"rm", "command_remove"}};
+        {"status", "command_status"}, {"wait", "command_wait"},    {"output", "command_output"},
+        {"kill", "command_kill"},     {"write", "command_write"},  {"list", "command_list"},
+        {"rm", "command_remove"},     {"resize", "command_resize"}};
     tool = kTools.at(cmd);
     if (cmd == "list") {
       if (!positional.empty()) {
@@ -1282,6 +1286,9 @@ int client_command(const std::string& cmd, int argc, char** argv) {
     } else {
       if (positional.size() != 1) {
         return usage("give exactly one task id");
+      }
+      if (cmd == "resize" && (!args.contains("cols") || !args.contains("rows"))) {
+        return usage("give the new size: `cordon resize TASK --cols N --rows N`");
       }
       args["taskId"] = positional[0];
     }
@@ -1387,6 +1394,10 @@ int client_command(const std::string& cmd, int argc, char** argv) {
   }
   if (as_json) {
     std::printf("%s\n", sc.dump(2).c_str());
+  } else if (cmd == "resize") {
+    std::printf("%s  %llux%llu\n", jf::str(sc, "taskId").c_str(),
+                static_cast<unsigned long long>(jf::u64(sc, "cols")),
+                static_cast<unsigned long long>(jf::u64(sc, "rows")));
   } else if (cmd == "output") {
     auto content = page_bytes(sc);
     if (!content) {
@@ -1458,7 +1469,7 @@ int cli_main(int argc, char** argv) {
     return daemon_command(argc, argv);
   }
   if (cmd == "start" || cmd == "status" || cmd == "wait" || cmd == "output" || cmd == "kill" ||
-      cmd == "write" || cmd == "list" || cmd == "rm") {
+      cmd == "write" || cmd == "list" || cmd == "rm" || cmd == "resize") {
     return client_command(cmd, argc, argv);
   }
   if (cmd == "doctor") {

@@ -194,6 +194,11 @@ json start_properties() {
                             {"null", "pipe"})},
       {"pty", boolean("Run on a terminal (interactive programs, TUIs); drive it with "
                       "command_write keys. Output is one `pty` stream.")},
+      {"cols", integer("The terminal's width in characters (pty only; default 120). "
+                       "command_resize changes it.",
+                       1, kMaxTerminalSide)},
+      {"rows",
+       integer("The terminal's height in lines (pty only; default 30).", 1, kMaxTerminalSide)},
   };
 }
 
@@ -345,12 +350,22 @@ Result<StartOptions> start_options(const json& args) {
   o.stdin_mode =
       json_fields::str(args, "stdin", "null") == "pipe" ? StdinMode::kPipe : StdinMode::kNull;
   o.pty = args.value("pty", false);
+  if (args.contains("cols") || args.contains("rows")) {
+    if (!o.pty) {
+      return invalid("cols and rows size a terminal: start the command with pty: true as well");
+    }
+    o.cols = static_cast<uint16_t>(get_u64(args, "cols", o.cols));
+    o.rows = static_cast<uint16_t>(get_u64(args, "rows", o.rows));
+  }
   return o;
 }
 
 json run_command_bg(Engine& engine, const std::string& session, const json& args,
                     const CallContext&) {
   auto opts = start_options(args);
+  if (!opts) {
+    return error_with_ids(engine, session, opts.error());
+  }
   auto s = engine.start(session, *opts);
   if (!s) {
     return error_with_ids(engine, session, s.error());
@@ -422,6 +437,9 @@ json settled_with_output(Engine& engine, const std::string& session, const JobSt
 json run_command(Engine& engine, const std::string& session, const json& args,
                  const CallContext& ctx) {
   auto opts = start_options(args);
+  if (!opts) {
+    return error_with_ids(engine, session, opts.error());
+  }
   auto started = engine.start(session, *opts);
   if (!started) {
     return error_with_ids(engine, session, started.error());
@@ -547,6 +565,19 @@ json command_write(Engine& engine, const std::string& session, const json& args,
     return error_with_ids(engine, session, w.error());
   }
   return {{"taskId", id}, {"accepted", true}};
+}
+
+json command_resize(Engine& engine, const std::string& session, const json& args,
+                    const CallContext&) {
+  std::string id = args["taskId"].get<std::string>();
+  // The schema holds both sides to 1..kMaxTerminalSide; the engine checks them again.
+  const uint64_t cols = get_u64(args, "cols", 0), rows = get_u64(args, "rows", 0);
+  auto r = engine.resize(session, id, static_cast<uint16_t>(std::min<uint64_t>(cols, UINT16_MAX)),
+                         static_cast<uint16_t>(std::min<uint64_t>(rows, UINT16_MAX)));
+  if (!r) {
+    return error_with_ids(engine, session, r.error());
+  }
+  return {{"taskId", id}, {"cols", cols}, {"rows", rows}};
 }
 
 // Failure fixed (session 14): command_list answered every job of the session at once, each
@@ -768,6 +799,21 @@ std::vector<Tool> build_table() {
                      {"taskId", "accepted"}),
        {{"readOnlyHint", false}, {"destructiveHint", false}, {"openWorldHint", false}},
        command_write});
+  t.push_back({"command_resize",
+               "Resize a command's terminal",
+               "Sets the window size of a command started with pty (its programs get SIGWINCH and "
+               "redraw for the new size). A queued command starts at that size. Read the redrawn "
+               "screen with command_output.",
+               input_schema({{"taskId", task_id_arg()},
+                             {"cols", integer("Width in characters.", 1, kMaxTerminalSide)},
+                             {"rows", integer("Height in lines.", 1, kMaxTerminalSide)}},
+                            {"taskId", "cols", "rows"}),
+               output_schema({{"taskId", str("The job.")},
+                              {"cols", integer("The width now.")},
+                              {"rows", integer("The height now.")}},
+                             {"taskId", "cols", "rows"}),
+               {{"readOnlyHint", false}, {"destructiveHint", false}, {"openWorldHint", false}},
+               command_resize});
   t.push_back(
       {"command_list",
        "List commands",

@@ -172,6 +172,16 @@ std::string new_task_id() {
   return std::string("t") + buf + "-" + random_hex(6);
 }
 
+// A terminal of at least 1x1 (a program divides by its size) and at most kMaxTerminalSide a
+// side (a full-screen program allocates a cell for each character of the window).
+Result<void> check_terminal_size(uint16_t cols, uint16_t rows) {
+  if (cols < 1 || rows < 1 || cols > kMaxTerminalSide || rows > kMaxTerminalSide) {
+    return invalid("a terminal of {}x{} (cols x rows): each side is 1 to {}", cols, rows,
+                   kMaxTerminalSide);
+  }
+  return {};
+}
+
 bool valid_name(const std::string& s) {
   if (s.empty() || s.size() > 128 || s[0] == '.') {
     return false;
@@ -3326,6 +3336,9 @@ Result<JobStatus> Engine::start_job(const std::string& session, const StartOptio
   if (!valid_name(session)) {
     return refusal("session name `{}` must be 1-128 letters, digits, `-`, `_` or `.`", session);
   }
+  if (options.pty) {
+    CORDON_CHECK(check_terminal_size(options.cols, options.rows));
+  }
   policy::StartRequest sr;
   sr.argv = options.argv;
   sr.cwd = options.cwd;
@@ -3956,14 +3969,22 @@ Result<void> Engine::resize(const std::string& session, const std::string& task_
   auto& m = *impl_;
   std::unique_lock<std::mutex> lock(m.mu);
   CORDON_TRY(j, m.owned(session, task_id));
-  if (!j->pty || !j->pty_master) {
-    return refusal("task `{}` has no terminal to resize", task_id);
+  CORDON_CHECK(check_terminal_size(cols, rows));
+  if (!j->pty) {
+    return refusal("task `{}` has no terminal to resize: it was started without pty", task_id);
   }
-  struct winsize ws {};
-  ws.ws_col = cols;
-  ws.ws_row = rows;
-  if (::ioctl(j->pty_master.get(), TIOCSWINSZ, &ws) != 0) {
-    return sys_error("ioctl TIOCSWINSZ");
+  if (j->settled()) {
+    return refusal("task `{}` has no terminal to resize: it has settled ({})", task_id, j->state);
+  }
+  // A queued job, or one whose terminal has not reached the engine yet, gets the size when it
+  // does (the sandbox's spec, then the master's TIOCSWINSZ).
+  if (j->pty_master) {
+    struct winsize ws {};
+    ws.ws_col = cols;
+    ws.ws_row = rows;
+    if (::ioctl(j->pty_master.get(), TIOCSWINSZ, &ws) != 0) {
+      return sys_error("ioctl TIOCSWINSZ");
+    }
   }
   j->cols = cols;
   j->rows = rows;

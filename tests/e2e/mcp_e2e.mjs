@@ -109,8 +109,8 @@ await test('negotiates a current protocol version and lists every tool with sche
   const { tools } = await client.listTools();
   const names = tools.map((t) => t.name).sort();
   for (const want of ['run_command', 'run_command_bg', 'command_status', 'command_wait',
-                      'command_output', 'command_kill', 'command_write', 'command_list',
-                      'command_remove', 'retrieve_context']) {
+                      'command_output', 'command_kill', 'command_write', 'command_resize',
+                      'command_list', 'command_remove', 'retrieve_context']) {
     assert.ok(names.includes(want), `tool ${want} is listed`);
   }
   for (const t of tools) {
@@ -328,6 +328,29 @@ await test('a PTY job takes terminal keys: a line with Enter, then C-c interrupt
   assert.equal(st.structuredContent.state, 'exited');
   assert.equal(st.structuredContent.exitCode, 7, 'the terminal turned C-c into SIGINT for the trap');
   assert.match(await until(/caught-INT/), /hello\r?\n/);  // the terminal echoed the typed line
+});
+
+await test('a PTY job starts at the size given and follows command_resize', async () => {
+  const start = await client.callTool({ name: 'run_command_bg', arguments: {
+    argv: ['/bin/sh', '-c', 'stty size; read x; stty size'], pty: true, cols: 100, rows: 40 } });
+  assert.ok(!start.isError, text(start));
+  const id = start.structuredContent.taskId;
+  const deadline = Date.now() + 20000;
+  for (;;) {
+    const o = await client.callTool({ name: 'command_output', arguments: { taskId: id } });
+    if (o.structuredContent.content.includes('40 100')) break;
+    assert.ok(Date.now() < deadline, `no size in ${JSON.stringify(o.structuredContent.content)}`);
+    await client.callTool({ name: 'command_status', arguments: { taskId: id, waitMs: 100 } });
+  }
+  const r = await client.callTool({ name: 'command_resize', arguments: { taskId: id, cols: 132, rows: 43 } });
+  assert.ok(!r.isError, text(r));
+  assert.equal(r.structuredContent.cols, 132);
+  assert.equal(r.structuredContent.rows, 43);
+  await client.callTool({ name: 'command_write', arguments: { taskId: id, submit: true } });
+  const st = await client.callTool({ name: 'command_status', arguments: { taskId: id, waitMs: 20000 } });
+  assert.equal(st.structuredContent.state, 'exited');
+  const o = await client.callTool({ name: 'command_output', arguments: { taskId: id } });
+  assert.match(o.structuredContent.content, /43 132/);
 });
 
 // ---- MCP tasks (2025-11-25, experimental; the SDK's client.experimental.tasks) ---------------

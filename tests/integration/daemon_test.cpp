@@ -916,6 +916,46 @@ BOOST_AUTO_TEST_CASE(cli_commands_drive_the_daemon) {
   BOOST_TEST(cli({"wait", sleeping, "--timeout-ms", "20000"}).exit_code() == 0);
 }
 
+// `cordon start --pty --cols --rows` and `cordon resize`: the terminal's size from a shell.
+BOOST_AUTO_TEST_CASE(cli_sizes_and_resizes_a_pty_command) {
+  DaemonProcess d(
+      json{{"allowedExecutables", {"/bin/sh", "/usr/bin/sh", "/bin/stty", "/usr/bin/stty"}}});
+  auto cli = [&](std::vector<std::string> args) {
+    std::vector<std::string> a = {cordon_bin(), args[0], "--socket", d.sock(), "--session", "tty"};
+    a.insert(a.end(), args.begin() + 1, args.end());
+    return run_process(a);
+  };
+  auto started = cli({"start", "--json", "--pty", "--cols", "90", "--rows", "20", "--", "/bin/sh",
+                      "-c", "stty size; read x; stty size"});
+  BOOST_REQUIRE_MESSAGE(started.exit_code() == 0, started.err);
+  std::string id = nlohmann::json::parse(started.out, nullptr, false).value("taskId", "");
+  BOOST_REQUIRE(!id.empty());
+  bool sized = false;  // the terminal's first line, polled (output does not wait)
+  for (int i = 0; i < 400 && !sized; ++i) {
+    sized = cli({"output", id}).out.find("20 90") != std::string::npos;
+    if (!sized) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  BOOST_REQUIRE(sized);
+  auto resized = cli({"resize", id, "--cols", "120", "--rows", "50"});
+  BOOST_TEST(resized.exit_code() == 0, resized.err);
+  BOOST_TEST(resized.out == id + "  120x50\n");
+  BOOST_REQUIRE(cli({"write", id, "--submit"}).exit_code() == 0);
+  BOOST_REQUIRE(cli({"wait", id, "--timeout-ms", "20000"}).exit_code() == 0);
+  auto out = cli({"output", id});
+  BOOST_TEST(out.out.find("50 120") != std::string::npos, out.out);
+  // Usage errors (2) before any call; the tool's refusal (1) after the job settled.
+  auto no_size = cli({"resize", id, "--cols", "80"});
+  BOOST_TEST(no_size.exit_code() == 2);
+  BOOST_TEST(no_size.err.find("--cols N --rows N") != std::string::npos, no_size.err);
+  auto not_a_number = cli({"resize", id, "--cols", "wide", "--rows", "5"});
+  BOOST_TEST(not_a_number.exit_code() == 2);
+  BOOST_TEST(not_a_number.err.find("a whole number of characters") != std::string::npos,
+             not_a_number.err);
+  auto settled = cli({"resize", id, "--cols", "80", "--rows", "24"});
+  BOOST_TEST(settled.exit_code() == 1);
+  BOOST_TEST(settled.err.find("settled") != std::string::npos, settled.err);
+}
+
 // `cordon list` shows every job of the session: command_list answers a page at a time (50 by
 // default), and the CLI reads on while there is a next page.
 BOOST_AUTO_TEST_CASE(cli_list_shows_every_job_past_one_page) {

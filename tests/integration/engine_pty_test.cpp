@@ -117,6 +117,84 @@ BOOST_AUTO_TEST_CASE(resize_reaches_the_program) {
   auto r = e->resize("s", p->task_id, 80, 24);
   BOOST_REQUIRE(!r.has_value());
   BOOST_TEST(r.error().message().find("no terminal") != std::string::npos);
+  BOOST_TEST(r.error().message().find("without pty") != std::string::npos, r.error().message());
+  auto settled = e->resize("s", id, 80, 24);
+  BOOST_REQUIRE(!settled.has_value());
+  BOOST_TEST(settled.error().message().find("settled (exited)") != std::string::npos,
+             settled.error().message());
+}
+
+// A resize right after the start, before the terminal's master has reached the engine (it
+// comes over the sandbox's status channel), takes effect once it does. Failure fixed
+// (session 32): such a resize was refused as "no terminal", though the job had one coming.
+BOOST_AUTO_TEST_CASE(a_resize_before_the_terminal_is_attached_is_kept) {
+  EngineEnv env;
+  auto e = open_engine(env);
+  for (int i = 0; i < 5; ++i) {  // the master arrives within moments: a few tries hit both ways
+    auto s = e->start("s", {.argv = {"/bin/sh", "-c", "read x; stty size"}, .pty = true});
+    BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+    auto r = e->resize("s", s->task_id, 91, 17);
+    BOOST_REQUIRE_MESSAGE(r.has_value(), describe(r));
+    BOOST_REQUIRE(e->write("s", s->task_id, {.submit = true}).has_value());
+    auto st = e->status("s", s->task_id, 20s);
+    BOOST_REQUIRE(st.has_value());
+    BOOST_TEST(st->state == "exited", st->error);
+    std::string out = pty_text(*e, s->task_id);
+    BOOST_TEST(out.find("17 91") != std::string::npos, out);
+  }
+}
+
+// The foreground program is told (SIGWINCH), as a terminal emulator's resize tells it.
+BOOST_AUTO_TEST_CASE(a_resize_sends_sigwinch_to_the_program) {
+  EngineEnv env;
+  auto e = open_engine(env);
+  auto s = e->start("s", {.argv = {"/bin/sh", "-c",
+                                   "trap 'echo WINCH; stty size; exit 3' WINCH; echo ready; "
+                                   "while :; do /bin/sleep 0.05; done"},
+                          .pty = true});
+  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+  const std::string id = s->task_id;
+  BOOST_REQUIRE(eventually([&] { return pty_text(*e, id).find("ready") != std::string::npos; }));
+  BOOST_REQUIRE(e->resize("s", id, 150, 45).has_value());
+  auto st = e->status("s", id, 20s);
+  BOOST_REQUIRE(st.has_value());
+  BOOST_TEST(st->state == "exited", st->error);
+  BOOST_TEST(st->exit_code.value_or(-1) == 3);
+  std::string out = pty_text(*e, id);
+  BOOST_TEST(out.find("WINCH\r\n45 150") != std::string::npos, out);
+}
+
+// A terminal of 0 or of more than kMaxTerminalSide a side is refused at the start and at a
+// resize, naming the bounds: a program divides by its size, and a full-screen one allocates a
+// cell for each character of it.
+BOOST_AUTO_TEST_CASE(terminal_sizes_outside_the_bounds_are_refused) {
+  EngineEnv env;
+  auto e = open_engine(env);
+  for (auto [cols, rows] :
+       {std::pair<uint16_t, uint16_t>{0, 24}, {80, 0}, {1001, 24}, {80, 1001}, {65535, 65535}}) {
+    auto s = e->start("s", {.argv = {"/bin/true"}, .pty = true, .cols = cols, .rows = rows});
+    BOOST_REQUIRE(!s.has_value());
+    BOOST_TEST((s.error().code() == ErrorCode::kInvalid));
+    BOOST_TEST(s.error().message().find("each side is 1 to 1000") != std::string::npos,
+               s.error().message());
+  }
+  auto big = e->start("s", {.argv = {"/bin/sh", "-c", "stty size; read x; stty size"},
+                            .pty = true,
+                            .cols = kMaxTerminalSide,
+                            .rows = 1});
+  BOOST_REQUIRE_MESSAGE(big.has_value(), describe(big));
+  const std::string id = big->task_id;
+  BOOST_REQUIRE(eventually([&] { return pty_text(*e, id).find("1 1000") != std::string::npos; }));
+  for (auto [cols, rows] : {std::pair<uint16_t, uint16_t>{0, 1}, {1, 0}, {1001, 1}}) {
+    auto r = e->resize("s", id, cols, rows);
+    BOOST_REQUIRE(!r.has_value());
+    BOOST_TEST((r.error().code() == ErrorCode::kInvalid));
+  }
+  BOOST_REQUIRE(e->resize("s", id, 1, kMaxTerminalSide).has_value());
+  BOOST_REQUIRE(e->write("s", id, {.submit = true}).has_value());
+  BOOST_REQUIRE(e->status("s", id, 20s).has_value());
+  std::string out = pty_text(*e, id);
+  BOOST_TEST(out.find("1000 1\r\n") != std::string::npos, out);
 }
 
 // Failure fixed (a review, session 13): the engine closed the pty master the first time the

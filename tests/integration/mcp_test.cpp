@@ -101,7 +101,7 @@ BOOST_AUTO_TEST_CASE(initialize_negotiates_each_supported_version) {
     BOOST_TEST(caps.contains("logging"));
     BOOST_TEST(caps["resources"]["subscribe"] == true);
     bool structured = v >= "2025-06-18";
-    BOOST_TEST(s.output_schemas.size() == (structured ? 16u : 0u), v);
+    BOOST_TEST(s.output_schemas.size() == (structured ? 17u : 0u), v);
     json r = s.call("run_command", {{"argv", {"/bin/echo", "v"}}});
     BOOST_TEST(r.contains("structuredContent") == structured, v);
     json text = json::parse(r["content"].back()["text"].get<std::string>());
@@ -118,7 +118,7 @@ BOOST_AUTO_TEST_CASE(every_tool_has_input_and_output_schemas) {
   auto r = s.proc.request("tools/list");
   BOOST_REQUIRE(r.has_value());
   const json& tools = (*r)["result"]["tools"];
-  BOOST_TEST(tools.size() == 16u);  // 10 command tools, 6 git tools
+  BOOST_TEST(tools.size() == 17u);  // 11 command tools, 6 git tools
   for (const auto& t : tools) {
     BOOST_TEST(t["inputSchema"]["type"] == "object", t["name"]);
     BOOST_TEST(t["outputSchema"]["type"] == "object", t["name"]);
@@ -206,6 +206,47 @@ BOOST_AUTO_TEST_CASE(run_command_tells_the_outcome_when_its_log_cannot_be_read) 
   BOOST_TEST(!sc.contains("output"), sc.dump());
   BOOST_TEST(sc.value("hint", "").find("could not be shown inline") != std::string::npos,
              sc.dump());
+}
+
+// A pty command starts at the size asked for and follows command_resize; sizes out of bounds,
+// and a size without a terminal, are refused saying what to do instead.
+BOOST_AUTO_TEST_CASE(a_pty_command_starts_at_its_size_and_is_resized) {
+  EngineEnv env;
+  Server s(env);
+  json bg = s.sc("run_command_bg", {{"argv", {"/bin/sh", "-c", "stty size; read x; stty size"}},
+                                    {"pty", true},
+                                    {"cols", 100},
+                                    {"rows", 40}});
+  BOOST_REQUIRE_MESSAGE(bg.contains("taskId"), bg.dump());
+  const std::string id = bg["taskId"];
+  auto pty = [&] { return s.sc("command_output", {{"taskId", id}}).value("content", ""); };
+  BOOST_REQUIRE(eventually([&] { return pty().find("40 100") != std::string::npos; }));
+  json rs = s.sc("command_resize", {{"taskId", id}, {"cols", 132}, {"rows", 43}});
+  BOOST_TEST(rs["taskId"] == id, rs.dump());
+  BOOST_TEST(rs["cols"] == 132);
+  BOOST_TEST(rs["rows"] == 43);
+  BOOST_REQUIRE(s.sc("command_write", {{"taskId", id}, {"submit", true}})["accepted"] == true);
+  json st = s.sc("command_status", {{"taskId", id}, {"waitMs", 20000}});
+  BOOST_TEST(st["state"] == "exited", st.dump());
+  BOOST_TEST(pty().find("43 132") != std::string::npos, pty());
+  // Refused: a settled command's terminal, a size without pty, a side out of bounds.
+  json gone = s.call("command_resize", {{"taskId", id}, {"cols", 80}, {"rows", 24}});
+  BOOST_TEST(gone["isError"] == true);
+  BOOST_TEST(gone["structuredContent"]["error"]["message"].get<std::string>().find("settled") !=
+                 std::string::npos,
+             gone.dump());
+  json no_pty = s.call("run_command_bg", {{"argv", {"/bin/true"}}, {"cols", 80}});
+  BOOST_TEST(no_pty["isError"] == true);
+  BOOST_TEST(no_pty["structuredContent"]["error"]["message"].get<std::string>().find("pty: true") !=
+                 std::string::npos,
+             no_pty.dump());
+  for (const json& bad : {json({{"taskId", id}, {"cols", 0}, {"rows", 24}}),
+                          json({{"taskId", id}, {"cols", 80}, {"rows", 1001}}),
+                          json({{"taskId", id}, {"cols", 80}})}) {
+    json r = s.call("command_resize", bad);
+    BOOST_TEST(r["isError"] == true, bad.dump());
+    BOOST_TEST(r["structuredContent"]["error"]["code"] == "invalid-arguments", r.dump());
+  }
 }
 
 BOOST_AUTO_TEST_CASE(background_command_wait_output_and_settle_notification) {

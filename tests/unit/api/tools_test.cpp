@@ -58,9 +58,9 @@ BOOST_AUTO_TEST_CASE(every_tool_has_schemas_in_the_supported_subset) {
     BOOST_TEST(unsupported_keywords(t.output_schema).empty(), t.name);
     BOOST_TEST(t.handle != nullptr);
   }
-  for (const char* n :
-       {"run_command_bg", "run_command", "command_status", "command_wait", "command_output",
-        "command_kill", "command_write", "command_list", "command_remove", "retrieve_context"}) {
+  for (const char* n : {"run_command_bg", "run_command", "command_status", "command_wait",
+                        "command_output", "command_kill", "command_write", "command_resize",
+                        "command_list", "command_remove", "retrieve_context"}) {
     BOOST_TEST(names.contains(n), n);
     BOOST_TEST(find_tool(n) != nullptr);
   }
