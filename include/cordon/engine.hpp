@@ -198,9 +198,10 @@ class Engine {
                                                          int signal = 15);
   [[nodiscard]] Result<void> write(const std::string& session, const std::string& task_id,
                                    const WriteInput& input);
-  /// Sets a running pty job's window size (TIOCSWINSZ: its foreground process group gets
-  /// SIGWINCH). kInvalid for a side outside 1..kMaxTerminalSide; kRefused for a job without a
-  /// terminal (started without pty, queued or settled).
+  /// Sets a pty job's window size (TIOCSWINSZ: its foreground process group gets SIGWINCH).
+  /// A queued job, or one whose terminal has not reached the engine yet, gets the size when
+  /// it does. kInvalid for a side outside 1..kMaxTerminalSide; kRefused for a job started
+  /// without pty or settled.
   [[nodiscard]] Result<void> resize(const std::string& session, const std::string& task_id,
                                     uint16_t cols, uint16_t rows);
   [[nodiscard]] Result<std::vector<JobStatus>> list(const std::string& session,

@@ -1264,6 +1264,9 @@ int client_command(const std::string& cmd, int argc, char** argv) {
     if (positional.empty()) {
       return usage("give the program after `--`, e.g. `cordon start -- /usr/bin/make test`");
     }
+    if ((args.contains("cols") || args.contains("rows")) && !args.contains("pty")) {
+      return usage("--cols and --rows size a terminal: give --pty as well");
+    }
     args["argv"] = positional;
   } else {
     static const std::map<std::string, std::string> kTools = {

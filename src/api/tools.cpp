@@ -352,10 +352,14 @@ Result<StartOptions> start_options(const json& args) {
   o.pty = args.value("pty", false);
   if (args.contains("cols") || args.contains("rows")) {
     if (!o.pty) {
-      return invalid("cols and rows size a terminal: start the command with pty: true as well");
+      return invalid(
+          "cols and rows size a terminal: start the command with pty: true (cordon start "
+          "--pty) as well");
     }
-    o.cols = static_cast<uint16_t>(get_u64(args, "cols", o.cols));
-    o.rows = static_cast<uint16_t>(get_u64(args, "rows", o.rows));
+    // The schema holds both to 1..kMaxTerminalSide; a larger value is clamped, never wrapped,
+    // so that the engine's check refuses it.
+    o.cols = static_cast<uint16_t>(std::min<uint64_t>(get_u64(args, "cols", o.cols), UINT16_MAX));
+    o.rows = static_cast<uint16_t>(std::min<uint64_t>(get_u64(args, "rows", o.rows), UINT16_MAX));
   }
   return o;
 }
@@ -799,21 +803,22 @@ std::vector<Tool> build_table() {
                      {"taskId", "accepted"}),
        {{"readOnlyHint", false}, {"destructiveHint", false}, {"openWorldHint", false}},
        command_write});
-  t.push_back({"command_resize",
-               "Resize a command's terminal",
-               "Sets the window size of a command started with pty (its programs get SIGWINCH and "
-               "redraw for the new size). A queued command starts at that size. Read the redrawn "
-               "screen with command_output.",
-               input_schema({{"taskId", task_id_arg()},
-                             {"cols", integer("Width in characters.", 1, kMaxTerminalSide)},
-                             {"rows", integer("Height in lines.", 1, kMaxTerminalSide)}},
-                            {"taskId", "cols", "rows"}),
-               output_schema({{"taskId", str("The job.")},
-                              {"cols", integer("The width now.")},
-                              {"rows", integer("The height now.")}},
-                             {"taskId", "cols", "rows"}),
-               {{"readOnlyHint", false}, {"destructiveHint", false}, {"openWorldHint", false}},
-               command_resize});
+  t.push_back(
+      {"command_resize",
+       "Resize a command's terminal",
+       "Sets the window size of a command started with pty (its programs get SIGWINCH and "
+       "redraw for the new size). A queued command starts at that size. Read the redrawn "
+       "screen with command_output.",
+       input_schema({{"taskId", task_id_arg()},
+                     {"cols", integer("Width in characters.", 1, kMaxTerminalSide)},
+                     {"rows", integer("Height in lines.", 1, kMaxTerminalSide)}},
+                    {"taskId", "cols", "rows"}),
+       output_schema({{"taskId", str("The job.")},
+                      {"cols", integer("The width set (now, or when the terminal is made).")},
+                      {"rows", integer("The height set.")}},
+                     {"taskId", "cols", "rows"}),
+       {{"readOnlyHint", false}, {"destructiveHint", false}, {"openWorldHint", false}},
+       command_resize});
   t.push_back(
       {"command_list",
        "List commands",

@@ -951,6 +951,9 @@ BOOST_AUTO_TEST_CASE(cli_sizes_and_resizes_a_pty_command) {
   BOOST_TEST(not_a_number.exit_code() == 2);
   BOOST_TEST(not_a_number.err.find("a whole number of characters") != std::string::npos,
              not_a_number.err);
+  auto no_pty = cli({"start", "--cols", "80", "--", "/bin/sh", "-c", "true"});
+  BOOST_TEST(no_pty.exit_code() == 2);
+  BOOST_TEST(no_pty.err.find("give --pty as well") != std::string::npos, no_pty.err);
   auto settled = cli({"resize", id, "--cols", "80", "--rows", "24"});
   BOOST_TEST(settled.exit_code() == 1);
   BOOST_TEST(settled.err.find("settled") != std::string::npos, settled.err);

@@ -144,6 +144,24 @@ BOOST_AUTO_TEST_CASE(a_resize_before_the_terminal_is_attached_is_kept) {
   }
 }
 
+// A queued pty job (no concurrency slot free) starts at the size a resize gave it meanwhile.
+BOOST_AUTO_TEST_CASE(a_queued_pty_job_starts_at_the_size_it_was_resized_to) {
+  EngineEnv env(nlohmann::json{{"concurrency", {{"perSession", 1}, {"total", 4}}}});
+  auto e = open_engine(env);
+  auto holder = e->start("s", {.argv = {"/bin/cat"}, .stdin_mode = StdinMode::kPipe});
+  BOOST_REQUIRE_MESSAGE(holder.has_value(), describe(holder));
+  auto queued = e->start("s", {.argv = {"/bin/sh", "-c", "stty size"}, .pty = true});
+  BOOST_REQUIRE_MESSAGE(queued.has_value(), describe(queued));
+  BOOST_REQUIRE(queued->state == "queued");
+  BOOST_REQUIRE(e->resize("s", queued->task_id, 77, 11).has_value());
+  BOOST_REQUIRE(e->write("s", holder->task_id, {.eof = true}).has_value());
+  auto st = e->status("s", queued->task_id, 20s);
+  BOOST_REQUIRE(st.has_value());
+  BOOST_TEST(st->state == "exited", st->error);
+  std::string out = pty_text(*e, queued->task_id);
+  BOOST_TEST(out.find("11 77") != std::string::npos, out);
+}
+
 // The foreground program is told (SIGWINCH), as a terminal emulator's resize tells it.
 BOOST_AUTO_TEST_CASE(a_resize_sends_sigwinch_to_the_program) {
   EngineEnv env;
