@@ -111,6 +111,7 @@ struct JobStatus {
   uint64_t duration_ms = 0;
   uint64_t stdout_bytes = 0, stderr_bytes = 0;  // for a pty job: the pty stream in stdout_bytes
   bool pty = false;
+  uint16_t cols = 0, rows = 0;  // a pty job's terminal size (the last resize's); 0 without pty
   std::optional<ArtifactRef> stdout_artifact, stderr_artifact;  // once settled
   std::string tail_preview;
   std::string error;

@@ -93,6 +93,8 @@ json status_properties() {
       {"stdoutBytes", integer("Bytes printed to stdout (for a pty job: the terminal stream).")},
       {"stderrBytes", integer("Bytes printed to stderr.")},
       {"pty", boolean("True if the command runs on a terminal (one `pty` stream).")},
+      {"cols", integer("A pty job's terminal width (command_resize changes it).")},
+      {"rows", integer("A pty job's terminal height.")},
       {"stdoutArtifact", artifact_schema()},
       {"stderrArtifact", artifact_schema()},
       {"tail", str("The last lines it printed so far (both streams, labelled).")},
@@ -900,29 +902,34 @@ json status_json(const JobStatus& s) {
             {"sizeBytes", a->size_bytes},       {"sha256", a->sha256},  {"preview", a->preview},
             {"readBackHint", a->read_back_hint}};
   };
-  return {{"taskId", s.task_id},
-          {"label", s.label},
-          {"argv", s.argv},
-          {"cwd", s.cwd},
-          {"state", s.state},
-          {"settled", s.settled()},
-          {"exitCode", s.exit_code ? json(*s.exit_code) : json(nullptr)},
-          {"signal", s.signal ? json(*s.signal) : json(nullptr)},
-          {"startedAt", s.started_at},
-          {"endedAt", s.ended_at.empty() ? json(nullptr) : json(s.ended_at)},
-          {"durationMs", s.duration_ms},
-          {"stdoutBytes", s.stdout_bytes},
-          {"stderrBytes", s.stderr_bytes},
-          {"pty", s.pty},
-          {"stdoutArtifact", artifact(s.stdout_artifact)},
-          {"stderrArtifact", artifact(s.stderr_artifact)},
-          {"tail", s.tail_preview},
-          {"message", s.error},
-          {"usage",
-           {{"peakMemoryBytes", s.usage.peak_memory_bytes},
-            {"cpuTimeUs", s.usage.cpu_usec},
-            {"oomKills", s.usage.oom_kills},
-            {"pidsLimitHits", s.usage.pids_max_hits}}}};
+  json out = {{"taskId", s.task_id},
+              {"label", s.label},
+              {"argv", s.argv},
+              {"cwd", s.cwd},
+              {"state", s.state},
+              {"settled", s.settled()},
+              {"exitCode", s.exit_code ? json(*s.exit_code) : json(nullptr)},
+              {"signal", s.signal ? json(*s.signal) : json(nullptr)},
+              {"startedAt", s.started_at},
+              {"endedAt", s.ended_at.empty() ? json(nullptr) : json(s.ended_at)},
+              {"durationMs", s.duration_ms},
+              {"stdoutBytes", s.stdout_bytes},
+              {"stderrBytes", s.stderr_bytes},
+              {"pty", s.pty},
+              {"stdoutArtifact", artifact(s.stdout_artifact)},
+              {"stderrArtifact", artifact(s.stderr_artifact)},
+              {"tail", s.tail_preview},
+              {"message", s.error},
+              {"usage",
+               {{"peakMemoryBytes", s.usage.peak_memory_bytes},
+                {"cpuTimeUs", s.usage.cpu_usec},
+                {"oomKills", s.usage.oom_kills},
+                {"pidsLimitHits", s.usage.pids_max_hits}}}};
+  if (s.pty) {
+    out["cols"] = s.cols;
+    out["rows"] = s.rows;
+  }
+  return out;
 }
 
 const std::vector<Tool>& tool_table() {

@@ -490,29 +490,34 @@ json meta_json(const Job& j) {
             {"sizeBytes", a->size_bytes},   {"sha256", a->sha256},
             {"preview", a->preview},        {"readBackHint", a->read_back_hint}};
   };
-  return {{"taskId", j.id},
-          {"session", j.session},
-          {"label", j.label},
-          {"argv", j.argv},
-          {"cwd", j.cwd},
-          {"state", j.state},
-          {"exitCode", j.exit_code ? json(*j.exit_code) : json(nullptr)},
-          {"signal", j.signal ? json(*j.signal) : json(nullptr)},
-          {"startedAt", j.started_at},
-          {"endedAt", j.ended_at},
-          {"durationMs", j.duration_ms},
-          {"pty", j.pty},
-          {"error", j.error},
-          {"read", j.read},
-          {"stdoutBytes", j.out_bytes},
-          {"stderrBytes", j.err_bytes},
-          {"usage",
-           {{"peakMemoryBytes", j.usage.peak_memory_bytes},
-            {"cpuTimeUs", j.usage.cpu_usec},
-            {"oomKills", j.usage.oom_kills},
-            {"pidsLimitHits", j.usage.pids_max_hits}}},
-          {"stdout", art(j.out_art)},
-          {"stderr", art(j.err_art)}};
+  json m = {{"taskId", j.id},
+            {"session", j.session},
+            {"label", j.label},
+            {"argv", j.argv},
+            {"cwd", j.cwd},
+            {"state", j.state},
+            {"exitCode", j.exit_code ? json(*j.exit_code) : json(nullptr)},
+            {"signal", j.signal ? json(*j.signal) : json(nullptr)},
+            {"startedAt", j.started_at},
+            {"endedAt", j.ended_at},
+            {"durationMs", j.duration_ms},
+            {"pty", j.pty},
+            {"error", j.error},
+            {"read", j.read},
+            {"stdoutBytes", j.out_bytes},
+            {"stderrBytes", j.err_bytes},
+            {"usage",
+             {{"peakMemoryBytes", j.usage.peak_memory_bytes},
+              {"cpuTimeUs", j.usage.cpu_usec},
+              {"oomKills", j.usage.oom_kills},
+              {"pidsLimitHits", j.usage.pids_max_hits}}},
+            {"stdout", art(j.out_art)},
+            {"stderr", art(j.err_art)}};
+  if (j.pty) {  // the terminal's size, the last resize's
+    m["cols"] = j.cols;
+    m["rows"] = j.rows;
+  }
+  return m;
 }
 
 std::optional<ArtifactRef> art_from(const json& a) {
@@ -564,6 +569,14 @@ std::unique_ptr<Job> job_from_meta(const std::string& dir, const std::string& te
   j->ended_at = jf::str(m, "endedAt");
   j->duration_ms = jf::u64(m, "durationMs");
   j->pty = jf::boolean(m, "pty");
+  if (j->pty) {  // a record of before session 32 has none: the size every pty job had then
+    auto side = [&](const char* key, uint16_t fallback) {
+      uint64_t v = jf::u64(m, key, fallback);
+      return v >= 1 && v <= kMaxTerminalSide ? static_cast<uint16_t>(v) : fallback;
+    };
+    j->cols = side("cols", j->cols);
+    j->rows = side("rows", j->rows);
+  }
   j->error = jf::str(m, "error");
   j->read = jf::boolean(m, "read");
   j->out_bytes = jf::u64(m, "stdoutBytes");
@@ -1640,6 +1653,10 @@ class Engine::Impl {
     s.started_at = j.started_at;
     s.ended_at = j.ended_at;
     s.pty = j.pty;
+    if (j.pty) {
+      s.cols = j.cols;
+      s.rows = j.rows;
+    }
     s.error = j.error;
     if (!j.unrecorded.empty()) {
       s.error += (s.error.empty() ? "" : "; ") + j.unrecorded;

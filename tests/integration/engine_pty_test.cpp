@@ -110,6 +110,8 @@ BOOST_AUTO_TEST_CASE(resize_reaches_the_program) {
   std::string out = pty_text(*e, id);
   BOOST_TEST(out.find("43 132") != std::string::npos, out);
   BOOST_TEST(out.find("TERM=xterm-256color") != std::string::npos, out);
+  BOOST_TEST(st->cols == 132);  // the status says the size, the last resize's
+  BOOST_TEST(st->rows == 43);
   // Resizing a settled job or a pipe job is refused.
   BOOST_TEST(!e->resize("s", id, 80, 24).has_value());
   auto p = e->start("s", {.argv = {"/bin/true"}});
@@ -122,6 +124,14 @@ BOOST_AUTO_TEST_CASE(resize_reaches_the_program) {
   BOOST_REQUIRE(!settled.has_value());
   BOOST_TEST(settled.error().message().find("settled (exited)") != std::string::npos,
              settled.error().message());
+  BOOST_TEST(e->status("s", p->task_id)->cols == 0);  // no terminal, no size
+  // The size is in the job's record: a restarted engine still says it.
+  e.reset();
+  auto e2 = open_engine(env);
+  auto again = e2->status("s", id);
+  BOOST_REQUIRE_MESSAGE(again.has_value(), describe(again));
+  BOOST_TEST(again->cols == 132);
+  BOOST_TEST(again->rows == 43);
 }
 
 // A resize right after the start, before the terminal's master has reached the engine (it

@@ -218,6 +218,8 @@ BOOST_AUTO_TEST_CASE(a_pty_command_starts_at_its_size_and_is_resized) {
                                     {"cols", 100},
                                     {"rows", 40}});
   BOOST_REQUIRE_MESSAGE(bg.contains("taskId"), bg.dump());
+  BOOST_TEST(bg["cols"] == 100, bg.dump());
+  BOOST_TEST(bg["rows"] == 40);
   const std::string id = bg["taskId"];
   auto pty = [&] { return s.sc("command_output", {{"taskId", id}}).value("content", ""); };
   BOOST_REQUIRE(eventually([&] { return pty().find("40 100") != std::string::npos; }));
@@ -228,6 +230,8 @@ BOOST_AUTO_TEST_CASE(a_pty_command_starts_at_its_size_and_is_resized) {
   BOOST_REQUIRE(s.sc("command_write", {{"taskId", id}, {"submit", true}})["accepted"] == true);
   json st = s.sc("command_status", {{"taskId", id}, {"waitMs", 20000}});
   BOOST_TEST(st["state"] == "exited", st.dump());
+  BOOST_TEST(st["cols"] == 132, st.dump());
+  BOOST_TEST(st["rows"] == 43);
   BOOST_TEST(pty().find("43 132") != std::string::npos, pty());
   // Refused: a settled command's terminal, a size without pty, a side out of bounds.
   json gone = s.call("command_resize", {{"taskId", id}, {"cols", 80}, {"rows", 24}});
