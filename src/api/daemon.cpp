@@ -20,6 +20,7 @@
 #include <cerrno>
 #include <cstring>
 #include <list>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -618,6 +619,9 @@ int run_daemon(const DaemonOptions& options) {
   limits.stall_timeout = std::chrono::milliseconds(settings->stall_timeout_ms);
   size_t max_connections = std::min<size_t>(options.max_connections, settings->max_connections);
   size_t per_uid = settings->max_connections_per_uid;
+  // The calls in flight of each uid other than root and the daemon's own, over all its
+  // connections (ConnectionLimits::uid_calls). Kept for the daemon's life: a few bytes a uid.
+  std::map<uid_t, std::shared_ptr<CallBudget>> uid_calls;
   log->info("listening on `{}`; state dir `{}`", path, options.engine.state_dir);
 
   // Served connections count against maxConnections; refusals (a uid not served, a daemon
@@ -735,12 +739,20 @@ int run_daemon(const DaemonOptions& options) {
     conn->uid = cred.uid;
     Connection* raw = conn.get();
     uid_t uid = cred.uid;
+    ConnectionLimits conn_limits = limits;
+    if (uid != 0 && uid != ::geteuid()) {
+      auto& budget = uid_calls[uid];
+      if (!budget) {
+        budget = std::make_shared<CallBudget>(settings->max_calls_per_uid);
+      }
+      conn_limits.uid_calls = budget;
+    }
     // The connection's thread. One the system refuses (EAGAIN: RLIMIT_NPROC, the pids limit
     // of the daemon's cgroup) turns the client away; std::thread's exception would end the
     // daemon and every session with it.
     try {
-      conn->thread = std::thread([raw, uid, shared, limits, log] {
-        serve_connection(raw->fd.get(), uid, shared, limits, log);
+      conn->thread = std::thread([raw, uid, shared, conn_limits, log] {
+        serve_connection(raw->fd.get(), uid, shared, conn_limits, log);
         raw->done = true;
       });
     } catch (const std::system_error& e) {

@@ -230,6 +230,7 @@ class Server {
         session_(o.session),
         out_fd_(o.out_fd),
         max_calls_(o.max_calls),
+        uid_calls_(o.uid_calls),
         log_(std::move(log)),
         rpc_([this](const json& m) { send(m); }) {
     register_methods();
@@ -351,6 +352,13 @@ class Server {
     std::string tool;  // the tool's name, or the method (tasks/result)
     std::atomic<bool> cancelled{false};
     std::atomic<bool> done{false};
+    std::shared_ptr<CallBudget> budget;  // the uid's slot this call holds, given back at done
+    // Marks the call done and gives its uid's slot back (once).
+    void finish() {
+      if (!done.exchange(true) && budget) {
+        budget->in_flight.fetch_sub(1);
+      }
+    }
   };
 
   // ---- output ---------------------------------------------------------------------------------
@@ -648,6 +656,18 @@ class Server {
                       live)));
       return nullptr;
     }
+    if (uid_calls_) {
+      if (uid_calls_->in_flight.fetch_add(1) >= uid_calls_->max) {
+        uid_calls_->in_flight.fetch_sub(1);
+        reply(rpc::make_error(
+            r.id, rpc::kServerBusy,
+            fmt::format("your uid has {} requests in flight over its connections to this daemon "
+                        "(daemon.maxCallsPerUid); wait for one to finish or cancel one",
+                        uid_calls_->max)));
+        return nullptr;
+      }
+      call->budget = uid_calls_;
+    }
     calls_.push_back(call);
     return call;
   }
@@ -724,10 +744,10 @@ class Server {
           reply(rpc::make_error(call->id, rpc::kInternalError,
                                 fmt::format("internal error: {}", e.what())));
         }
-        call->done = true;
+        call->finish();
       });
     } catch (const std::system_error& e) {
-      call->done = true;
+      call->finish();
       reply(rpc::make_error(
           call->id, rpc::kServerBusy,
           fmt::format("no thread for this request ({}); retry once other requests finished",
@@ -1242,6 +1262,7 @@ class Server {
   std::string session_;
   int out_fd_;
   size_t max_calls_;
+  std::shared_ptr<CallBudget> uid_calls_;
   std::shared_ptr<log::Logger> log_;
   rpc::Dispatcher rpc_;
   uint64_t settle_sub_ = 0;
@@ -1300,6 +1321,7 @@ int serve_mcp_connection(std::shared_ptr<Engine> engine, const std::string& sess
   o.in_fd = in_fd;
   o.out_fd = out_fd;
   o.max_calls = limits.max_calls;
+  o.uid_calls = limits.uid_calls;
   Server server(std::move(engine), o, log);
   return server.serve(in_fd, limits, first_line);
 }

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -19,17 +20,31 @@ namespace cordon::api {
 inline constexpr const char* kMcpVersions[] = {"2025-11-25", "2025-06-18", "2025-03-26",
                                                "2024-11-05"};
 
+/// Calls in flight over every connection of one daemon peer uid (ConnectionLimits).
+struct CallBudget {
+  explicit CallBudget(size_t m) : max(m) {}
+  const size_t max;
+  std::atomic<size_t> in_flight{0};
+};
+
 struct McpOptions {
   EngineOptions engine;
   std::string session = "default";
   int in_fd = 0;   // read until EOF; then the server ends and its running commands with it
   int out_fd = 1;  // protocol messages only
   size_t max_calls = 32;
+  std::shared_ptr<CallBudget> uid_calls;  // none: only max_calls bounds the calls
 };
 
 /// How long a daemon connection may sit still before it is closed (0: never).
 struct ConnectionLimits {
   size_t max_calls = 32;
+  // Shared by the connections of one uid (not root's, nor the daemon's own uid's): each call
+  // in flight holds one of its slots. A call's reply is built whole before it is sent (a
+  // command_output page of control bytes is ~10 MB of JSON), and every waiting call costs a
+  // thread: 64 connections of 32 calls were 2.5 GB a connection, or two cores of wakeups
+  // (a review, session 32).
+  std::shared_ptr<CallBudget> uid_calls;
   std::chrono::milliseconds idle_timeout{0};   // no bytes, no partial line, no call in flight
   std::chrono::milliseconds stall_timeout{0};  // a line begun and not finished
 };

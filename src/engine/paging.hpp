@@ -36,7 +36,11 @@ enum class Unit { kChars, kBytes, kLines };
 inline constexpr uint64_t kDefaultPageLimit = 50000;
 inline constexpr uint64_t kMaxPageLimit = 200000;
 inline constexpr uint64_t kMaxLineBytes = uint64_t{1} << 20;
-inline constexpr uint64_t kMaxLinesPageBytes = uint64_t{4} << 20;
+// The longest line, its '\n' included: a page always holds at least one whole line. A lines
+// page was 4 MiB of log: of control bytes, each escaped to 6 characters in JSON and the page
+// sent twice in an MCP result, a ~50 MB reply built whole in the server (a review, session
+// 32: 32 of them held by a slow reader).
+inline constexpr uint64_t kMaxLinesPageBytes = kMaxLineBytes + 1;
 inline constexpr uint64_t kDefaultCheckpointInterval = uint64_t{1} << 20;
 
 struct PageRequest {

@@ -1051,7 +1051,7 @@ Result<Policy> parse_policy(std::string_view json_text) {
     const json& d = j["daemon"];
     CORDON_CHECK(expect_object(d, "/daemon",
                                {"allowedUids", "idleTimeoutMs", "stallTimeoutMs", "maxConnections",
-                                "maxConnectionsPerUid"}));
+                                "maxConnectionsPerUid", "maxCallsPerUid"}));
     if (d.contains("allowedUids")) {
       if (!d["allowedUids"].is_array()) {
         return invalid("policy: /daemon/allowedUids: expected an array of uids, got {}",
@@ -1078,6 +1078,10 @@ Result<Policy> parse_policy(std::string_view json_text) {
     if (d.contains("maxConnectionsPerUid")) {
       CORDON_TRY(v, get_uint(d["maxConnectionsPerUid"], "/daemon/maxConnectionsPerUid", 1, 4096));
       p.daemon.max_connections_per_uid = static_cast<uint32_t>(v);
+    }
+    if (d.contains("maxCallsPerUid")) {
+      CORDON_TRY(v, get_uint(d["maxCallsPerUid"], "/daemon/maxCallsPerUid", 1, 4096));
+      p.daemon.max_calls_per_uid = static_cast<uint32_t>(v);
     }
   }
   if (j.contains("rules")) {

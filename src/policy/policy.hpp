@@ -79,6 +79,9 @@ struct DaemonPolicy {
   // One uid other than root and the daemon's own may hold at most this many (and the others
   // together never the last slot, kept for root): one user cannot lock the rest out.
   uint32_t max_connections_per_uid = 64;
+  // Requests in flight over every connection of one such uid (each holds a thread and builds
+  // its reply whole): one uid cannot take the daemon's memory or CPU.
+  uint32_t max_calls_per_uid = 64;
 };
 
 /// The optional `git` section: the read-only git tools' repository and their bounds. The git

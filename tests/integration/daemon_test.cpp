@@ -916,6 +916,57 @@ BOOST_AUTO_TEST_CASE(cli_commands_drive_the_daemon) {
   BOOST_TEST(cli({"wait", sleeping, "--timeout-ms", "20000"}).exit_code() == 0);
 }
 
+// Failure fixed (a review, session 32): one allowed uid had 32 requests in flight on each of
+// its 64 connections. 2048 parked command_waits took both cores, and 32 pages of control
+// bytes read by a trickle held 2.5 GB. Now such a uid has at most daemon.maxCallsPerUid in
+// flight over all its connections: the next is answered at once, busy, naming the bound;
+// finished calls give their slots back; root is not held to it.
+BOOST_AUTO_TEST_CASE(one_uid_has_at_most_max_calls_per_uid_in_flight_over_its_connections) {
+  DaemonProcess d(json{{"allowedExecutables", {"/bin/sleep"}},
+                       {"daemon", {{"allowedUids", json::array({65533})}, {"maxCallsPerUid", 3}}}});
+  // `n` connections of one session each park a command_wait of 1.5 s on a sleeping job; one
+  // more connection makes a call while they wait, and another after they answered.
+  auto scenario = [&](int n) {
+    std::vector<std::unique_ptr<LineClient>> c;
+    for (int i = 0; i <= n; ++i) {
+      c.push_back(std::make_unique<LineClient>(d.connect_fd()));
+      if (!c.back()->handshake("w") || !c.back()->initialize()) {
+        return std::string("no session");
+      }
+    }
+    json job = c[n]->call_content("run_command_bg", {{"argv", {"/bin/sleep", "30"}}});
+    std::string id = job.value("taskId", "");
+    if (id.empty()) {
+      return "no job: " + job.dump();
+    }
+    std::vector<int> waits;
+    for (int i = 0; i < n; ++i) {
+      waits.push_back(c[i]->call_async("command_wait", {{"taskIds", {id}}, {"timeoutMs", 1500}}));
+    }
+    std::this_thread::sleep_for(300ms);  // all of them in flight
+    json more = c[n]->call("command_status", {{"taskId", id}}, 5000ms);
+    std::string out = "more " + (more.contains("result") ? std::string("served")
+                                                         : more.value("error", json()).dump());
+    for (int i = 0; i < n; ++i) {
+      json r = c[i]->response(waits[i], 20000ms);
+      out += std::string(" wait ") + (r.contains("result") ? "answered" : r.dump());
+    }
+    json after = c[n]->call("command_kill", {{"taskId", id}, {"signal", "SIGKILL"}}, 5000ms);
+    return out + " after " + (after.contains("result") ? "served" : after.dump());
+  };
+  std::string capped = as_uid(65533, [&] { return scenario(3); });
+  BOOST_TEST(capped.starts_with("more {\"code\":-32000"), capped);
+  BOOST_TEST(capped.find("your uid has 3 requests in flight") != std::string::npos, capped);
+  BOOST_TEST(capped.find("daemon.maxCallsPerUid") != std::string::npos, capped);
+  BOOST_TEST(capped.ends_with("wait answered wait answered wait answered after served"), capped);
+  // Root is not held to it.
+  std::string root = scenario(4);
+  BOOST_TEST(root ==
+                 "more served wait answered wait answered wait answered wait answered after "
+                 "served",
+             root);
+}
+
 // `cordon start --pty --cols --rows` and `cordon resize`: the terminal's size from a shell.
 BOOST_AUTO_TEST_CASE(cli_sizes_and_resizes_a_pty_command) {
   DaemonProcess d(

@@ -253,6 +253,27 @@ BOOST_AUTO_TEST_CASE(a_pty_command_starts_at_its_size_and_is_resized) {
   }
 }
 
+// A lines page of control bytes: each is 6 characters in JSON and the result carries the page
+// twice. Failure fixed (a review, session 32): a lines page read 4 MiB of log, a ~50 MB reply
+// built whole in the server; it reads at most 1 MiB now (kMaxLinesPageBytes).
+BOOST_AUTO_TEST_CASE(a_lines_page_of_control_bytes_stays_bounded) {
+  EngineEnv env;
+  Server s(env);
+  json r = s.sc("run_command",
+                {{"argv",
+                  {"/usr/bin/python3", "-c",
+                   "import sys; sys.stdout.buffer.write((b'\\0' * 99 + b'\\n') * 40000)"}}});
+  BOOST_REQUIRE_MESSAGE(r.value("stdoutBytes", 0) == 4000000, r.dump().substr(0, 300));
+  json page =
+      s.call("command_output", {{"taskId", r["taskId"]}, {"unit", "lines"}, {"limit", 200000}});
+  const json& sc = page["structuredContent"];
+  const std::string content = sc.value("content", "");
+  BOOST_TEST(content.size() <= (1u << 20) + 1);
+  BOOST_TEST(content.size() >= 1000000u);  // a whole page's worth, not one line
+  BOOST_TEST(sc["hasMore"] == true);
+  BOOST_TEST(page.dump().size() < 16'000'000u);
+}
+
 BOOST_AUTO_TEST_CASE(background_command_wait_output_and_settle_notification) {
   EngineEnv env;
   Server s(env);
