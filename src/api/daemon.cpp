@@ -622,6 +622,8 @@ int run_daemon(const DaemonOptions& options) {
   // The calls in flight of each uid other than root and the daemon's own, over all its
   // connections (ConnectionLimits::uid_calls). Kept for the daemon's life: a few bytes a uid.
   std::map<uid_t, std::shared_ptr<CallBudget>> uid_calls;
+  // The uids those per-uid bounds hold: all but root and the daemon's own.
+  auto bounded_uid = [](uid_t uid) { return uid != 0 && uid != ::geteuid(); };
   log->info("listening on `{}`; state dir `{}`", path, options.engine.state_dir);
 
   // Served connections count against maxConnections; refusals (a uid not served, a daemon
@@ -691,7 +693,7 @@ int run_daemon(const DaemonOptions& options) {
       refused =
           fmt::format("the daemon serves {} connections already; retry later", max_connections);
       refusals = &refused_full;
-    } else if (cred.uid != 0 && cred.uid != ::geteuid()) {
+    } else if (bounded_uid(cred.uid)) {
       // Failure fixed (a review, session 13): one allowed uid's idle connections (a ping an
       // hour keeps each) took every slot, and root and every other uid were turned away.
       size_t mine = 0;
@@ -740,7 +742,7 @@ int run_daemon(const DaemonOptions& options) {
     Connection* raw = conn.get();
     uid_t uid = cred.uid;
     ConnectionLimits conn_limits = limits;
-    if (uid != 0 && uid != ::geteuid()) {
+    if (bounded_uid(uid)) {
       auto& budget = uid_calls[uid];
       if (!budget) {
         budget = std::make_shared<CallBudget>(settings->max_calls_per_uid);

@@ -336,6 +336,12 @@ std::optional<int> signal_number(const std::string& name) {
 
 // ---- handlers -------------------------------------------------------------------------------
 
+// A terminal's side from `args`. The schema holds it to 1..kMaxTerminalSide; a larger value
+// is clamped, never wrapped, so that the engine's check (1..kMaxTerminalSide) refuses it.
+uint16_t terminal_side(const json& args, const char* key, uint16_t fallback) {
+  return static_cast<uint16_t>(std::min<uint64_t>(get_u64(args, key, fallback), UINT16_MAX));
+}
+
 Result<StartOptions> start_options(const json& args) {
   StartOptions o;
   o.argv = args["argv"].get<std::vector<std::string>>();
@@ -358,10 +364,8 @@ Result<StartOptions> start_options(const json& args) {
           "cols and rows size a terminal: start the command with pty: true (cordon start "
           "--pty) as well");
     }
-    // The schema holds both to 1..kMaxTerminalSide; a larger value is clamped, never wrapped,
-    // so that the engine's check refuses it.
-    o.cols = static_cast<uint16_t>(std::min<uint64_t>(get_u64(args, "cols", o.cols), UINT16_MAX));
-    o.rows = static_cast<uint16_t>(std::min<uint64_t>(get_u64(args, "rows", o.rows), UINT16_MAX));
+    o.cols = terminal_side(args, "cols", o.cols);
+    o.rows = terminal_side(args, "rows", o.rows);
   }
   return o;
 }
@@ -576,10 +580,8 @@ json command_write(Engine& engine, const std::string& session, const json& args,
 json command_resize(Engine& engine, const std::string& session, const json& args,
                     const CallContext&) {
   std::string id = args["taskId"].get<std::string>();
-  // The schema holds both sides to 1..kMaxTerminalSide; the engine checks them again.
-  const uint64_t cols = get_u64(args, "cols", 0), rows = get_u64(args, "rows", 0);
-  auto r = engine.resize(session, id, static_cast<uint16_t>(std::min<uint64_t>(cols, UINT16_MAX)),
-                         static_cast<uint16_t>(std::min<uint64_t>(rows, UINT16_MAX)));
+  const uint16_t cols = terminal_side(args, "cols", 0), rows = terminal_side(args, "rows", 0);
+  auto r = engine.resize(session, id, cols, rows);
   if (!r) {
     return error_with_ids(engine, session, r.error());
   }

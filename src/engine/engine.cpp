@@ -174,8 +174,9 @@ std::string new_task_id() {
 
 // A terminal of at least 1x1 (a program divides by its size) and at most kMaxTerminalSide a
 // side (a full-screen program allocates a cell for each character of the window).
+bool terminal_side_ok(uint64_t side) { return side >= 1 && side <= kMaxTerminalSide; }
 Result<void> check_terminal_size(uint16_t cols, uint16_t rows) {
-  if (cols < 1 || rows < 1 || cols > kMaxTerminalSide || rows > kMaxTerminalSide) {
+  if (!terminal_side_ok(cols) || !terminal_side_ok(rows)) {
     return invalid("a terminal of {}x{} (cols x rows): each side is 1 to {}", cols, rows,
                    kMaxTerminalSide);
   }
@@ -572,7 +573,7 @@ std::unique_ptr<Job> job_from_meta(const std::string& dir, const std::string& te
   if (j->pty) {  // a record of before session 32 has none: the size every pty job had then
     auto side = [&](const char* key, uint16_t fallback) {
       uint64_t v = jf::u64(m, key, fallback);
-      return v >= 1 && v <= kMaxTerminalSide ? static_cast<uint16_t>(v) : fallback;
+      return terminal_side_ok(v) ? static_cast<uint16_t>(v) : fallback;
     };
     j->cols = side("cols", j->cols);
     j->rows = side("rows", j->rows);
