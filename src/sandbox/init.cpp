@@ -4,6 +4,7 @@
 #include "sandbox/init.hpp"
 
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <linux/seccomp.h>
 #include <sched.h>
 #include <signal.h>
@@ -156,13 +157,22 @@ const PlanHeader* map_plan(size_t* size) {
   return h;
 }
 
-// The command starts as a CLONE_VM | CLONE_VFORK child (as posix_spawn does): init stays
-// suspended until the command execs or fails, so neither copies a page on write. A fork
-// write-protected all of init's pages, and both then faulted on every page they wrote before
-// the exec — ~40 faults on the job's path, each ~20 µs in a PVM guest (docs/performance.md,
-// "Warm pool"). The child runs on its own stack, never on init's frames, and touches nothing
-// of init's but that stack and errno; its signal dispositions are its own (no CLONE_SIGHAND),
-// and the termination signals stay blocked until it has reset them (run_command).
+// The command starts as a CLONE_VM child (as posix_spawn does, without its CLONE_VFORK), so
+// neither copies a page on write. A fork write-protected all of init's pages, and both then
+// faulted on every page they wrote before the exec — ~40 faults on the job's path, each ~20 µs
+// in a PVM guest (docs/performance.md, "Warm pool"). The child runs on its own stack, never on
+// init's frames, and touches nothing of init's but that stack, errno and the two words of the
+// start below; its signal dispositions are its own (no CLONE_SIGHAND), and the termination
+// signals stay blocked until it has reset them (run_command).
+// The start is a handshake in two futex words (start_command): the child waits, before
+// anything else, until init has closed its own copies of the command's stdio (g_stdio_dropped),
+// and init then waits, as a vfork's parent would, until the child has exec'd or died (the kernel
+// clears g_command_in_mm and wakes it: CLONE_CHILD_CLEARTID). So the command never runs while
+// init still holds its stdio: a CLONE_VFORK parent could close its copies only once the command
+// had exec'd, and on a loaded host the command could close its stdin, print and be written to
+// first, its input accepted into a pipe init still held and lost when init closed it (seen once
+// in CI, session 32). The two run at once only between the clone and the child's wait (init:
+// three closes and a store), and neither reads errno there.
 // While the two share the mm (until the exec), the kernel treats them as one for what acts on
 // an mm: an OOM kill in that window takes init too (the job then reads as init's death), and
 // on kernels before 5.16 a core-dumping signal in the child would too — only with a dumpable
@@ -201,9 +211,58 @@ void map_command_stack() {
   g_command_stack = static_cast<char*>(m) + guard;
 }
 
+// The start's handshake (see above). g_stdio_dropped: 0 while init holds the command's stdio,
+// 1 once it has closed them, 2 while the child sleeps waiting for that (then init wakes it).
+// g_command_in_mm: 1 from before the clone until the child's exec or exit, when the kernel
+// writes 0 and wakes a waiter (mm_release, for a CLONE_CHILD_CLEARTID child: a shared futex,
+// so init waits with FUTEX_WAIT, not the private op). Both live in init's .bss, anonymous
+// memory the two share until the exec.
+int g_stdio_dropped = 0;
+pid_t g_command_in_mm = 0;
+
+long futex(void* word, int op, int val) {
+  return ::syscall(SYS_futex, word, op, val, nullptr, nullptr, 0);
+}
+
 int command_entry(void* arg) {
+  int expected = 0;
+  if (__atomic_compare_exchange_n(&g_stdio_dropped, &expected, 2, false, __ATOMIC_ACQUIRE,
+                                  __ATOMIC_ACQUIRE)) {
+    // Asleep until init's store of 1 (an EAGAIN: it came first; an EINTR cannot, every
+    // signal init handles is blocked here).
+    while (__atomic_load_n(&g_stdio_dropped, __ATOMIC_ACQUIRE) != 1) {
+      (void)futex(&g_stdio_dropped, FUTEX_WAIT_PRIVATE, 2);
+    }
+  }
   const auto* c = static_cast<const CommandStart*>(arg);
   run_command(c->h, c->base, c->argv, c->envp, c->exec_path);
+}
+
+// Starts the command and returns its pid once it has exec'd or died, init's own stdio closed
+// before the command could run (the handshake above). A failed clone fails init.
+pid_t start_command(CommandStart* start) {
+  __atomic_store_n(&g_command_in_mm, 1, __ATOMIC_RELEASE);
+  pid_t cmd =
+      ::clone(command_entry, g_command_stack + kCommandStackBytes,
+              CLONE_VM | CLONE_CHILD_CLEARTID | SIGCHLD, start, nullptr, nullptr, &g_command_in_mm);
+  if (cmd < 0) {
+    fail(SetupStep::kInitFork, errno, 125);
+  }
+  // The command's stdio is its own from here. While init held the read end of stdin, a
+  // command that had closed its own got no EPIPE for input written to it (a write was accepted
+  // into a pipe nobody would read), and while it held the write ends its readers saw no EOF.
+  ::close(0);
+  ::close(1);
+  ::close(2);
+  if (__atomic_exchange_n(&g_stdio_dropped, 1, __ATOMIC_RELEASE) == 2) {
+    (void)futex(&g_stdio_dropped, FUTEX_WAKE_PRIVATE, 1);
+  }
+  // As a vfork's parent: nothing of init's runs beside the child until its exec (EAGAIN: the
+  // kernel cleared the word first; a spurious wake reads it again).
+  while (__atomic_load_n(&g_command_in_mm, __ATOMIC_ACQUIRE) != 0) {
+    (void)futex(&g_command_in_mm, FUTEX_WAIT, 1);
+  }
+  return cmd;
 }
 
 // Writes every page the job's path will write, while parked: the faults happen now, off that
@@ -212,6 +271,8 @@ void touch_job_pages() {
   std::memset(g_command_stack, 0, kCommandStackBytes);
   std::memset(g_arrays.pointers, 0, sizeof g_arrays.pointers);
   std::memset(&g_job, 0, sizeof g_job);
+  __atomic_store_n(&g_stdio_dropped, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&g_command_in_mm, 0, __ATOMIC_RELAXED);
 }
 
 // The vDSO and its data pages ([vvar], [vvar_vclock], [vdso]), read from /proc/self/maps at
@@ -578,7 +639,8 @@ int init_main() {
 
   // Blocked across the start: the child must not run init's handler for a termination request
   // (it would forward it to nobody and survive); init itself gets it once the child has
-  // exec'd (CLONE_VFORK), so a request made meanwhile reaches the exec'd command.
+  // exec'd (start_command waits for that), so a request made meanwhile reaches the exec'd
+  // command.
   sigset_t term, old;
   sigemptyset(&term);
   for (int sig : kForwardedSignals) {
@@ -586,19 +648,7 @@ int init_main() {
   }
   ::sigprocmask(SIG_BLOCK, &term, &old);
   CommandStart start{h, base, argv, envp, exec_path};
-  pid_t cmd = ::clone(command_entry, g_command_stack + kCommandStackBytes,
-                      CLONE_VM | CLONE_VFORK | SIGCHLD, &start);
-  if (cmd < 0) {
-    fail(SetupStep::kInitFork, errno, 125);
-  }
-  // The command's stdio is its own from here: init's copies go first, before anything that
-  // can let another task run in our place (the record below wakes its reader). While init held
-  // the read end of stdin, a command that had closed its own got no EPIPE for input written
-  // to it (a write was accepted into a pipe nobody would read), and while it held the write
-  // ends its readers saw no EOF.
-  ::close(0);
-  ::close(1);
-  ::close(2);
+  pid_t cmd = start_command(&start);
   ::sigprocmask(SIG_SETMASK, &old, nullptr);
   StatusRecord started{};
   started.kind = RecordKind::kCommandStarted;

@@ -6,6 +6,7 @@
 #include <sched.h>
 #include <seccomp.h>
 #include <linux/audit.h>
+#include <linux/futex.h>
 #include <linux/landlock.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -613,11 +614,17 @@ std::vector<PreloadCall> preload_calls() {
       {"munmap", SYS_munmap, {0, 0}},
       {"mmap", SYS_mmap, {0, 0, PROT_READ, MAP_PRIVATE | MAP_POPULATE, arg(kFdPlan), 0}},
       {"mmap", SYS_mmap, {0, 0, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, arg(-1), 0}},
-      // the start: forwarding handlers, the blocked mask, the CLONE_VM | CLONE_VFORK child
+      // the start: forwarding handlers, the blocked mask, the CLONE_VM child, init's close of
+      // its stdio and the handshake's futex words (start_command)
       {"rt_sigprocmask", SYS_rt_sigprocmask, {SIG_BLOCK, 0, 0, sizeof(uint64_t)}},
       {"rt_sigprocmask", SYS_rt_sigprocmask, {SIG_SETMASK, 0, 0, sizeof(uint64_t)}},
-      {"clone", SYS_clone, {CLONE_VM | CLONE_VFORK | SIGCHLD, 0, 0, 0, 0}},
-      // the command before its exec (run_command)
+      {"clone", SYS_clone, {CLONE_VM | CLONE_CHILD_CLEARTID | SIGCHLD, 0, 0, 0, 0}},
+      {"close", SYS_close, {1}},
+      {"close", SYS_close, {2}},
+      {"futex", SYS_futex, {0, FUTEX_WAKE_PRIVATE, 1, 0, 0, 0}},
+      {"futex", SYS_futex, {0, FUTEX_WAIT, 1, 0, 0, 0}},
+      // the command before its exec (command_entry, run_command)
+      {"futex", SYS_futex, {0, FUTEX_WAIT_PRIVATE, 2, 0, 0, 0}},
       {"setsid", SYS_setsid, {}},
       {"prctl", SYS_prctl, {PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0}},
       {"landlock_restrict_self", SYS_landlock_restrict_self, {arg(kFdLandlockCmd), 0}},

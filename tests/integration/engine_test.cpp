@@ -1,6 +1,8 @@
 #define BOOST_TEST_MODULE engine
 #include <boost/test/unit_test.hpp>
 
+#include <sys/ptrace.h>
+#include <sys/wait.h>
 #include <time.h>
 
 #include <map>
@@ -576,16 +578,6 @@ BOOST_AUTO_TEST_CASE(a_write_to_a_command_that_closed_its_input_is_refused) {
   EngineEnv env;
   auto e = open_or_fail(env);
   std::string id = start_reader(*e, "exec 0<&-; echo closed; exec sleep 30", "closed");
-  // The sandbox's init drops its copy of the pipe's read end once the command has exec'd; on a
-  // loaded host the command can close its own and print before init runs again (CI, session
-  // 32: the write was accepted into a pipe init still held). Left alone in the engine
-  // (docs/engine.md, `write`); the test writes once no process of the sandbox holds an fd 0.
-  BOOST_REQUIRE(eventually([&] {
-    auto pids = env.sandbox_pids();
-    return !pids.empty() && std::none_of(pids.begin(), pids.end(), [](pid_t p) {
-      return ::access(("/proc/" + std::to_string(p) + "/fd/0").c_str(), F_OK) == 0;
-    });
-  }));
   auto first = e->write("s", id, {.data = "abc"});
   BOOST_REQUIRE(!first.has_value());
   BOOST_TEST(contains(first.error().message(), "the command closed its input (write: EPIPE)"),
@@ -596,6 +588,100 @@ BOOST_AUTO_TEST_CASE(a_write_to_a_command_that_closed_its_input_is_refused) {
   BOOST_TEST(contains(second.error().message(), "nothing of this write was sent"),
              second.error().message());
   kill_and_settle(*e, id);
+}
+
+// Failure fixed (CI, session 32; fixed in session 33): the sandbox's init started its command
+// as a CLONE_VFORK child and could close its own copies of the command's stdio only once the
+// command had exec'd. On a loaded host the command could close its stdin and print before init
+// ran again, and a write then was accepted into a pipe init still held, its bytes lost when init
+// closed it. Here init is held (ptrace, as root) at its clone of the command for as long as the
+// old start let the command run: the command must not run until init lets go of its stdio, and
+// a write after the command closed its stdin is refused.
+BOOST_AUTO_TEST_CASE(a_command_runs_only_once_init_let_go_of_its_stdio) {
+  EngineEnv env;
+  EngineOptions o = env.options();
+  o.warm_pool_size = 1;  // one parked sandbox: the job's, held before the job reaches it
+  auto opened = Engine::open(o);
+  BOOST_REQUIRE_MESSAGE(opened.has_value(), describe(opened));
+  auto& e = *opened;
+  const std::string records = env.state_dir + "/cgroups";
+  // A first job gives the pool its shape; once it settled the pool parks a sandbox.
+  auto first = e->start("s", {.argv = {"/bin/true"}});
+  BOOST_REQUIRE_MESSAGE(first.has_value(), describe(first));
+  BOOST_REQUIRE(e->status("s", first->task_id, 20s).has_value());
+  BOOST_REQUIRE(eventually([&] { return sandbox::parked_pool_pids(records).size() == 1; }));
+  const pid_t init = sandbox::parked_pool_pids(records).at(0);
+  // Its record is written before the sandbox is made, and the engine takes it as an entry once
+  // the spawner answered: the job goes to it (not unpooled) once init waits for a job in
+  // recvmsg, long after that answer, and a moment more.
+  BOOST_REQUIRE(eventually([&] {
+    return read_proc_file("/proc/" + std::to_string(init) + "/syscall")
+        .starts_with(std::to_string(SYS_recvmsg) + " ");
+  }));
+  std::this_thread::sleep_for(100ms);
+  // Stops init at its start of the command, whichever way it clones it.
+  BOOST_REQUIRE_MESSAGE(
+      ::ptrace(PTRACE_SEIZE, init, nullptr,
+               PTRACE_O_TRACEFORK | PTRACE_O_TRACEVFORK | PTRACE_O_TRACECLONE) == 0,
+      "ptrace(PTRACE_SEIZE) of init " << init << ": " << std::strerror(errno));
+  // A check that fails with init still traced ends the sandbox here: a traced process's death
+  // is reported to its tracer first, and the engine would wait for it.
+  std::vector<pid_t> traced = {init};
+  struct Untrace {
+    std::vector<pid_t>& pids;
+    ~Untrace() {
+      for (pid_t p : pids) {
+        ::kill(p, SIGKILL);
+        int st = 0;
+        while (::waitpid(p, &st, __WALL) == p && !WIFEXITED(st) && !WIFSIGNALED(st)) {
+        }
+      }
+    }
+  } untrace{traced};
+  auto s = e->start("s", {.argv = {"/bin/sh", "-c", "exec 0<&-; echo closed; exec sleep 30"},
+                          .stdin_mode = StdinMode::kPipe});
+  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+  // A traced process's stops are the tracer's to wait for, though init is not our child.
+  auto stopped = [](pid_t pid) {
+    int st = 0;
+    bool got = eventually([&] { return ::waitpid(pid, &st, __WALL | WNOHANG) == pid; });
+    return got && WIFSTOPPED(st) ? st : -1;
+  };
+  const int at_clone = stopped(init);
+  BOOST_REQUIRE_MESSAGE(
+      at_clone != -1, "init never stopped at its start of the command (did the job go unpooled?)");
+  const int event = at_clone >> 16;
+  BOOST_REQUIRE_MESSAGE(
+      event == PTRACE_EVENT_FORK || event == PTRACE_EVENT_VFORK || event == PTRACE_EVENT_CLONE,
+      "init stopped otherwise: " << std::hex << at_clone);
+  unsigned long child = 0;
+  BOOST_REQUIRE(::ptrace(PTRACE_GETEVENTMSG, init, nullptr, &child) == 0);
+  // The command was traced from its birth (stopped before its first instruction): untraced, it
+  // runs as it would have, while init stays held.
+  traced.push_back(static_cast<pid_t>(child));
+  BOOST_REQUIRE_MESSAGE(stopped(static_cast<pid_t>(child)) != -1, "the command never stopped");
+  BOOST_REQUIRE(::ptrace(PTRACE_DETACH, static_cast<pid_t>(child), nullptr, nullptr) == 0);
+  traced.pop_back();
+  // Long enough for the command to start and print (it did within milliseconds before).
+  const bool ran_while_held = eventually(
+      [&] {
+        auto p = e->output("s", s->task_id, {});
+        return p && contains(p->content, "closed");
+      },
+      1500ms);
+  if (ran_while_held) {
+    auto w = e->write("s", s->task_id, {.data = "lost"});
+    BOOST_TEST(!w.has_value(), "a write to the closed input was accepted while init held it");
+  }
+  BOOST_TEST(!ran_while_held, "the command ran while init still held its stdio");
+  BOOST_REQUIRE(::ptrace(PTRACE_DETACH, init, nullptr, nullptr) == 0);
+  traced.clear();
+  BOOST_REQUIRE(contains(wait_for_output(*e, "s", s->task_id, "stdout", "closed"), "closed"));
+  auto w = e->write("s", s->task_id, {.data = "abc"});
+  BOOST_REQUIRE(!w.has_value());
+  BOOST_TEST(contains(w.error().message(), "the command closed its input (write: EPIPE)"),
+             w.error().message());
+  kill_and_settle(*e, s->task_id);
 }
 
 BOOST_AUTO_TEST_CASE(restart_answers_for_every_job_and_marks_running_ones_abandoned) {

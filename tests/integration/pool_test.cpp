@@ -1138,7 +1138,7 @@ BOOST_AUTO_TEST_CASE(a_cwd_the_user_may_not_search_fails_alike_pooled_and_unpool
   BOOST_REQUIRE_MESSAGE(st.has_value() && st->state == "exited", describe(st));
 }
 
-// Init starts its command as a CLONE_VM | CLONE_VFORK child on a stack of its own (init.cpp).
+// Init starts its command as a CLONE_VM child on a stack of its own (init.cpp).
 // When the kernel refuses that start — here the job's pids limit leaves room for init alone —
 // init names the step and the errno and ends the sandbox, parked or not: nothing waits on a
 // child that never ran, and no exit of a command is reported.

@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <linux/audit.h>
+#include <linux/futex.h>
 #include <netinet/in.h>
 #include <sched.h>
 #include <sys/socket.h>
@@ -538,7 +539,7 @@ BOOST_AUTO_TEST_CASE(a_parked_init_preloads_only_filters_that_allow_every_call_i
   const std::vector<std::string> names = preload_syscall_names();
   for (const char* needed :
        {"wait4", "recvmsg", "clone", "execveat", "landlock_add_rule", "landlock_restrict_self",
-        "seccomp", "kill", "rt_sigreturn", "fchdir", "openat", "exit_group"}) {
+        "seccomp", "kill", "rt_sigreturn", "fchdir", "openat", "exit_group", "futex"}) {
     BOOST_TEST((std::find(names.begin(), names.end(), needed) != names.end()), needed);
   }
   BOOST_TEST((std::find(names.begin(), names.end(), "openat2") == names.end()));
@@ -549,17 +550,23 @@ BOOST_AUTO_TEST_CASE(a_parked_init_preloads_only_filters_that_allow_every_call_i
   exactly.syscalls = {rule(names, SeccompAction::kAllow)};
   BOOST_TEST(preloads(exactly));
 
-  for (const std::string& left_out :
-       {std::string("wait4"), std::string("landlock_restrict_self"), std::string("rt_sigreturn")}) {
+  for (const std::string& left_out : {std::string("wait4"), std::string("landlock_restrict_self"),
+                                      std::string("rt_sigreturn"), std::string("futex")}) {
     BOOST_TEST_CONTEXT(left_out) {
       SeccompProfile p = exactly;
       std::erase(p.syscalls[0].names, left_out);
       BOOST_TEST(!preloads(p));
     }
   }
-  // An argument condition counts too: a profile that refuses init's clone flags.
-  SeccompProfile no_vfork = allow_all;
-  no_vfork.syscalls = {rule({"clone"}, SeccompAction::kErrno, 1,
-                            {SeccompArg{0, SeccompOp::kMaskedEqual, CLONE_VFORK, CLONE_VFORK}})};
-  BOOST_TEST(!preloads(no_vfork));
+  // An argument condition counts too: a profile that refuses init's clone flags, or the
+  // start's futex on a private word.
+  SeccompProfile no_shared_mm = allow_all;
+  no_shared_mm.syscalls = {rule({"clone"}, SeccompAction::kErrno, 1,
+                                {SeccompArg{0, SeccompOp::kMaskedEqual, CLONE_VM, CLONE_VM}})};
+  BOOST_TEST(!preloads(no_shared_mm));
+  SeccompProfile no_private_futex = allow_all;
+  no_private_futex.syscalls = {
+      rule({"futex"}, SeccompAction::kErrno, 1,
+           {SeccompArg{1, SeccompOp::kMaskedEqual, FUTEX_PRIVATE_FLAG, FUTEX_PRIVATE_FLAG}})};
+  BOOST_TEST(!preloads(no_private_futex));
 }
