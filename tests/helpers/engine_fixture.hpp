@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
@@ -44,6 +45,20 @@ inline std::string read_proc_file(const std::string& path) {
   for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
   ::close(fd);
   return out;
+}
+
+// How many of this process's fds refer to a mount namespace ("mnt:[ino]"): the one numbered
+// `ino`, or any. The engine holds one for each running job until its releaser drops it after
+// the job's teardown.
+inline size_t fds_on_mount_ns(std::optional<ino_t> ino = std::nullopt) {
+  const std::string prefix = ino ? "mnt:[" + std::to_string(*ino) + "]" : "mnt:[";
+  size_t n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    auto target = std::filesystem::read_symlink(e.path(), ec).string();
+    n += !ec && (ino ? target == prefix : target.starts_with(prefix));
+  }
+  return n;
 }
 
 // The value of one "Name:\tvalue" line of /proc/<pid>/status ("" when it is not there).

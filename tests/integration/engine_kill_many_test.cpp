@@ -49,18 +49,6 @@ ino_t inode_of(const std::string& path) {
   return st.st_ino;
 }
 
-// How many of this process's fds refer to the mount namespace `ino` ("mnt:[ino]").
-size_t fds_on_mount_ns(ino_t ino) {
-  std::string want = "mnt:[" + std::to_string(ino) + "]";
-  size_t n = 0;
-  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
-    std::error_code ec;
-    auto target = std::filesystem::read_symlink(e.path(), ec);
-    n += !ec && target.string() == want;
-  }
-  return n;
-}
-
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(kill_many_kills_every_listed_job_and_no_other) {

@@ -37,18 +37,6 @@ uint64_t file_size(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
 }
 
-// How many of this process's fds refer to a mount namespace ("mnt:[…]"): the engine holds
-// one per running job until its releaser drops it after the job's teardown.
-size_t mount_ns_fds() {
-  size_t n = 0;
-  for (const auto& e : fs::directory_iterator("/proc/self/fd")) {
-    std::error_code ec;
-    auto target = fs::read_symlink(e.path(), ec);
-    n += !ec && target.string().rfind("mnt:[", 0) == 0;
-  }
-  return n;
-}
-
 // A small tmpfs of our own, unmounted (lazily) when the test ends.
 struct SmallDisk {
   std::string path;
@@ -446,7 +434,7 @@ BOOST_AUTO_TEST_CASE(settles_on_a_state_dir_out_of_inodes_are_recorded_then_or_l
   for (const auto& id : {first, second}) {
     BOOST_REQUIRE(eventually([&] { return file_size(env.job_dir(id) + "/stdout.log") == 3; }));
   }
-  const size_t namespaces_held = mount_ns_fds();  // each running job's, and any others
+  const size_t namespaces_held = fds_on_mount_ns();  // each running job's, and any others
   auto meta_state = [&](const std::string& id) {
     auto m = nlohmann::json::parse(read_file(env.job_dir(id) + "/meta.json"), nullptr, false);
     return m.is_discarded() ? std::string("(unreadable)") : m.value("state", "");
@@ -501,7 +489,7 @@ BOOST_AUTO_TEST_CASE(settles_on_a_state_dir_out_of_inodes_are_recorded_then_or_l
   // (an RCU grace period, longer under load), and a releaser still awake then takes the
   // second job's teardown, queued at the start of its settle, at once: its cgroup record's
   // inode was free before the settle's record was written. Failure fixed (CI, session 32).
-  BOOST_REQUIRE(eventually([&] { return mount_ns_fds() == namespaces_held - 1; }));
+  BOOST_REQUIRE(eventually([&] { return fds_on_mount_ns() == namespaces_held - 1; }));
   BOOST_REQUIRE(fs::remove(env.state_dir + "/reserve"));
   take_every_inode();
   // The second settle cannot be recorded: its caller is told, the record on disk still says
