@@ -78,6 +78,12 @@ struct __attribute__((packed)) LandlockPathBeneathAttr {
   int32_t parent_fd;
 };
 
+// prctl(PR_FUTEX_HASH, PR_FUTEX_HASH_SET_SLOTS, n): the process's private futex hash (Linux
+// 6.16); 0 slots: the global hash.
+inline constexpr int kPrFutexHash = 78;
+inline constexpr unsigned long kPrFutexHashSetSlots = 1;
+inline constexpr unsigned long kPrFutexHashGetSlots = 2;
+
 // PR_SET_SECUREBITS values (linux/securebits.h), spelled out to keep includes small.
 inline constexpr unsigned long kSecbitNoroot = 1UL << 0;
 inline constexpr unsigned long kSecbitNorootLocked = 1UL << 1;
