@@ -625,19 +625,30 @@ BOOST_AUTO_TEST_CASE(a_command_runs_only_once_init_let_go_of_its_stdio) {
                PTRACE_O_TRACEFORK | PTRACE_O_TRACEVFORK | PTRACE_O_TRACECLONE) == 0,
       "ptrace(PTRACE_SEIZE) of init " << init << ": " << std::strerror(errno));
   // A check that fails with init still traced ends the sandbox here: a traced process's death
-  // is reported to its tracer first, and the engine would wait for it.
-  std::vector<pid_t> traced = {init};
+  // is reported to its tracer first, and the engine would wait for it. Init's children go
+  // first, traced or not (init is its pid namespace's init: its death waits until no process
+  // traced from outside is left in it); every wait is bounded.
+  bool traced = true;
   struct Untrace {
-    std::vector<pid_t>& pids;
-    ~Untrace() {
-      for (pid_t p : pids) {
-        ::kill(p, SIGKILL);
+    const bool& traced;
+    pid_t init;
+    static void end(pid_t p) {
+      ::kill(p, SIGKILL);
+      for (int i = 0; i < 2000; ++i) {  // 10 s at most
         int st = 0;
-        while (::waitpid(p, &st, __WALL) == p && !WIFEXITED(st) && !WIFSIGNALED(st)) {
-        }
+        pid_t r = ::waitpid(p, &st, __WALL | WNOHANG);
+        if (r < 0 || (r == p && (WIFEXITED(st) || WIFSIGNALED(st)))) return;
+        ::usleep(5000);
       }
     }
-  } untrace{traced};
+    ~Untrace() {
+      if (!traced) return;
+      std::istringstream children(read_proc_file("/proc/" + std::to_string(init) + "/task/" +
+                                                 std::to_string(init) + "/children"));
+      for (pid_t c; children >> c;) end(c);
+      end(init);
+    }
+  } untrace{traced, init};
   auto s = e->start("s", {.argv = {"/bin/sh", "-c", "exec 0<&-; echo closed; exec sleep 30"},
                           .stdin_mode = StdinMode::kPipe});
   BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
@@ -658,24 +669,32 @@ BOOST_AUTO_TEST_CASE(a_command_runs_only_once_init_let_go_of_its_stdio) {
   BOOST_REQUIRE(::ptrace(PTRACE_GETEVENTMSG, init, nullptr, &child) == 0);
   // The command was traced from its birth (stopped before its first instruction): untraced, it
   // runs as it would have, while init stays held.
-  traced.push_back(static_cast<pid_t>(child));
   BOOST_REQUIRE_MESSAGE(stopped(static_cast<pid_t>(child)) != -1, "the command never stopped");
   BOOST_REQUIRE(::ptrace(PTRACE_DETACH, static_cast<pid_t>(child), nullptr, nullptr) == 0);
-  traced.pop_back();
-  // Long enough for the command to start and print (it did within milliseconds before).
+  // Held by the start's handshake: not exec'd yet, it waits on a futex until init lets go.
+  const std::string proc = "/proc/" + std::to_string(child);
+  BOOST_TEST(
+      eventually([&] {
+        return read_proc_file(proc + "/syscall").starts_with(std::to_string(SYS_futex) + " ");
+      }),
+      "the command does not wait for init: syscall " << read_proc_file(proc + "/syscall"));
+  std::error_code ec;
+  BOOST_TEST(std::filesystem::read_symlink(proc + "/exe", ec).filename() == "cordon-init",
+             "the command exec'd while init was held");
+  // And it prints nothing meanwhile (it did within milliseconds before).
   const bool ran_while_held = eventually(
       [&] {
         auto p = e->output("s", s->task_id, {});
         return p && contains(p->content, "closed");
       },
-      1500ms);
+      500ms);
   if (ran_while_held) {
     auto w = e->write("s", s->task_id, {.data = "lost"});
     BOOST_TEST(!w.has_value(), "a write to the closed input was accepted while init held it");
   }
   BOOST_TEST(!ran_while_held, "the command ran while init still held its stdio");
   BOOST_REQUIRE(::ptrace(PTRACE_DETACH, init, nullptr, nullptr) == 0);
-  traced.clear();
+  traced = false;
   BOOST_REQUIRE(contains(wait_for_output(*e, "s", s->task_id, "stdout", "closed"), "closed"));
   auto w = e->write("s", s->task_id, {.data = "abc"});
   BOOST_REQUIRE(!w.has_value());
