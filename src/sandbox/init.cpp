@@ -171,8 +171,10 @@ const PlanHeader* map_plan(size_t* size) {
 // init still holds its stdio: a CLONE_VFORK parent could close its copies only once the command
 // had exec'd, and on a loaded host the command could close its stdin, print and be written to
 // first, its input accepted into a pipe init still held and lost when init closed it (seen once
-// in CI, session 32). The two run at once only between the clone and the child's wait (init:
-// three closes and a store), and neither reads errno there.
+// in CI, session 32). The two run at once from the clone until init sleeps in its wait, and
+// they share errno (no CLONE_SETTLS), which the child reads in fail(): none of init's calls
+// there writes it (closes of open fds, a wake, a wait that fails, EAGAIN, only once the child
+// has left the mm), and a call added there must not either.
 // While the two share the mm (until the exec), the kernel treats them as one for what acts on
 // an mm: an OOM kill in that window takes init too (the job then reads as init's death), and
 // on kernels before 5.16 a core-dumping signal in the child would too — only with a dumpable
