@@ -621,6 +621,11 @@ std::vector<PreloadCall> preload_calls() {
       {"clone", SYS_clone, {CLONE_VM | CLONE_CHILD_CLEARTID | SIGCHLD, 0, 0, 0, 0}},
       {"close", SYS_close, {1}},
       {"close", SYS_close, {2}},
+      // the descriptors init and the command drop before the exec and the confinement
+      {"close", SYS_close, {arg(kFdLandlockCmd)}},
+      {"close", SYS_close, {arg(kFdLandlockInit)}},
+      {"close", SYS_close, {arg(kFdPlan)}},
+      {"close", SYS_close, {arg(kFdExec)}},
       {"futex", SYS_futex, {0, FUTEX_WAKE_PRIVATE, 1, 0, 0, 0}},
       {"futex", SYS_futex, {0, FUTEX_WAIT, 1, 0, 0, 0}},
       // the command before its exec (command_entry, run_command)
