@@ -297,7 +297,10 @@ const std::vector<std::string>& hardened_prefix() {
       "gpg.openpgp.program=/bin/false",
       "gpg.ssh.program=/bin/false",
       "gpg.x509.program=/bin/false",
-      "protocol.allow=never",  // no transport at all (ext:: runs commands; lazy fetch)
+      // No transport (ext:: runs commands; a promisor's lazy fetch): a repository's own
+      // protocol.<name>.allow outranks this, so GIT_ALLOW_PROTOCOL (the git policy's env) is
+      // the wall, with GIT_NO_LAZY_FETCH; this only covers an env that lost them.
+      "protocol.allow=never",
       "core.sshCommand=/bin/false",
       "core.askPass=/bin/false",
       "credential.helper=",

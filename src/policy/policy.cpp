@@ -1198,6 +1198,11 @@ Result<Policy> git_job_policy(const Policy& main) {
       {"GIT_OPTIONAL_LOCKS", "0"},
       {"GIT_NO_REPLACE_OBJECTS", "1"},
       {"GIT_NO_LAZY_FETCH", "1"},
+      // No transport at all, whatever the repository's config says: the list outranks every
+      // protocol.<name>.allow (a repository's protocol.ext.allow=always beats the command
+      // line's protocol.allow=never), and "/" is no transport's name. Since git 2.6, so it
+      // holds for a git.binary too old for GIT_NO_LAZY_FETCH (2.45, some backports).
+      {"GIT_ALLOW_PROTOCOL", "/"},
       {"GIT_LITERAL_PATHSPECS", "1"},
       {"GIT_CEILING_DIRECTORIES", parent.empty() ? "/" : parent},
       {"GIT_WORK_TREE", g.root},

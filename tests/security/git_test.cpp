@@ -32,6 +32,8 @@
 #include "git/git.hpp"
 #include "helpers/engine_fixture.hpp"
 #include "helpers/git_fixture.hpp"
+#include "policy/host_paths.hpp"
+#include "policy/policy.hpp"
 
 using namespace cordon;
 using namespace cordon::test;
@@ -47,7 +49,7 @@ bool contains(const std::string& s, const std::string& part) {
 // The programs the hostile config names, each a script in <repo>/.git/hostile-bin.
 const std::vector<std::string> kPrograms = {"fsmonitor", "textconv", "drivercmd", "extdiff",
                                             "clean",     "smudge",   "gpg",       "pager",
-                                            "alias",     "hook",     "subdiff"};
+                                            "alias",     "hook",     "subdiff",   "transport"};
 
 struct HostileEnv {
   EngineEnv env;
@@ -121,6 +123,7 @@ struct HostileEnv {
     script("alias", "exit 0");
     script("hook", "exit 0");
     script("subdiff", "exit 0");
+    script("transport", "exit 1");  // an ext:: remote's command (a_promisor_remote_…)
     std::filesystem::create_directories(repo.dir + "/.git/hooks");
     std::filesystem::copy_file(bin + "/hook", repo.dir + "/.git/hooks/post-index-change",
                                std::filesystem::copy_options::overwrite_existing);
@@ -325,6 +328,73 @@ BOOST_AUTO_TEST_CASE(control_plain_git_outside_cordon_runs_every_program) {
   ::close(master);
   BOOST_TEST(r.exit_code() == 0);
   BOOST_TEST(h.markers_present().count("pager") == 1u);
+}
+
+// A partial clone fetches a missing object from its promisor remote, and an `ext::` remote's
+// transport is a command: a repository that names one and allows ext
+// (protocol.ext.allow=always, which outranks the command line's protocol.allow=never) ran it on
+// a show of the missing blob wherever GIT_NO_LAZY_FETCH was not known (git before 2.45 without
+// the backport), found by a review (session 33). Two walls of the git policy's env stop it, each
+// alone: GIT_NO_LAZY_FETCH and GIT_ALLOW_PROTOCOL. Control: without both the command runs.
+BOOST_AUTO_TEST_CASE(a_promisor_remote_runs_no_transport_by_either_wall) {
+  HostileEnv h;
+  h.repo.write("lazy.txt", "fetched lazily\n");
+  h.repo.git({"add", "lazy.txt"});
+  h.repo.git({"commit", "-q", "-m", "lazy: a blob to lose"});
+  std::string blob = h.repo.git({"rev-parse", "HEAD:lazy.txt"});
+  blob = blob.substr(0, blob.find('\n'));
+  BOOST_REQUIRE(std::filesystem::remove(h.repo.dir + "/.git/objects/" + blob.substr(0, 2) + "/" +
+                                        blob.substr(2)));
+  for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
+           {"core.repositoryformatversion", "1"},
+           {"extensions.partialClone", "origin"},
+           {"remote.origin.url", "ext::" + h.bin + "/transport"},
+           {"remote.origin.promisor", "true"},
+           {"protocol.ext.allow", "always"}}) {
+    h.repo.git({"config", key, value});
+  }
+  h.clear_markers();  // the setup's own git calls ran the armed fsmonitor and hook
+
+  auto r = h.call("git_show", {{"ref", "HEAD"}, {"path", "lazy.txt"}});
+  BOOST_REQUIRE_MESSAGE(!r.is_error, r.text);
+  std::string err = read_all_bytes(*h.engine, "s1", r.structured["taskId"], "stderr");
+  BOOST_TEST(announced(err) == "", "the git tool ran a transport: " << err);
+  BOOST_TEST((contains(err, "lazy fetching disabled") || contains(err, "not allowed")), err);
+  BOOST_TEST(h.markers_present().empty());
+
+  // Each wall alone: the host git with cordon's hardened argv and the git policy's very env,
+  // one or both of the two left out.
+  auto main = policy::parse_policy(h.env.policy.dump());
+  BOOST_REQUIRE_MESSAGE(main.has_value(), describe(main));
+  auto bound = policy::bind_policy(*main, policy::HostPathGuard::from_system({}));
+  BOOST_REQUIRE_MESSAGE(bound.has_value(), describe(bound));
+  auto git_policy = policy::git_job_policy(*main);
+  BOOST_REQUIRE_MESSAGE(git_policy.has_value(), describe(git_policy));
+  BOOST_REQUIRE(git_policy->env.set.count("GIT_NO_LAZY_FETCH") == 1);
+  BOOST_REQUIRE(git_policy->env.set.count("GIT_ALLOW_PROTOCOL") == 1);
+  auto show_without = [&](const std::set<std::string>& left_out) {
+    ProcessOptions o;
+    o.env = std::vector<std::string>{"PATH=/usr/bin:/bin", "GIT_DIR=" + h.repo.dir + "/.git"};
+    for (const auto& [name, value] : git_policy->env.set) {
+      if (left_out.count(name) == 0) o.env->push_back(name + "=" + value);
+    }
+    std::vector<std::string> argv = {kGitBin};
+    argv.insert(argv.end(), git::hardened_prefix().begin(), git::hardened_prefix().end());
+    argv.insert(argv.end(), {"show", "--no-textconv", "HEAD:lazy.txt"});
+    h.clear_markers();
+    return run_process(argv, o);
+  };
+  auto only_allow_list = show_without({"GIT_NO_LAZY_FETCH"});
+  BOOST_TEST(announced(only_allow_list.err) == "", only_allow_list.err);
+  BOOST_TEST(contains(only_allow_list.err, "transport 'ext' not allowed"), only_allow_list.err);
+  BOOST_TEST(h.markers_present().empty());
+  auto only_no_lazy = show_without({"GIT_ALLOW_PROTOCOL"});
+  BOOST_TEST(announced(only_no_lazy.err) == "", only_no_lazy.err);
+  BOOST_TEST(contains(only_no_lazy.err, "lazy fetching disabled"), only_no_lazy.err);
+  BOOST_TEST(h.markers_present().empty());
+  auto neither = show_without({"GIT_NO_LAZY_FETCH", "GIT_ALLOW_PROTOCOL"});
+  BOOST_TEST(announced(neither.err) == "transport ", neither.err);
+  BOOST_TEST(h.markers_present().count("transport") == 1u);
 }
 
 BOOST_AUTO_TEST_CASE(the_repository_stays_read_only_even_if_a_flag_slipped_through) {
