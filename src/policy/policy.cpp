@@ -1171,6 +1171,9 @@ Result<Policy> git_job_policy(const Policy& main) {
   // The repository is bound read-only: a hostile config that still found a way to run a
   // program, or a flag that slipped through, cannot change it (EROFS, then Landlock).
   p.root_read_only = true;
+  // Nor can a symlink in its git directory make git read (and quote in an error) a file
+  // outside it: /etc's, /proc's (info/grafts, packed-refs, shallow; a review, session 33).
+  p.reads_root_and_system_only = true;
   p.default_timeout_ms = g.timeout_ms;
   p.max_timeout_ms = g.timeout_ms;
   p.kill_grace_ms = std::min<uint64_t>(main.kill_grace_ms, 2000);
@@ -1238,6 +1241,7 @@ Result<CheckedStart> check_start(const Policy* policy, const StartRequest& req) 
   out.argv = req.argv;
   out.root = p.root;
   out.root_read_only = p.root_read_only;
+  out.reads_root_and_system_only = p.reads_root_and_system_only;
   out.cwd = cwd.path;
   out.cwd_dev = cwd.dev;
   out.cwd_ino = cwd.ino;
@@ -1265,6 +1269,7 @@ sandbox::SandboxSpec to_sandbox_spec(const CheckedStart& s) {
   spec.env = s.env;
   spec.root = s.root;
   spec.root_read_only = s.root_read_only;
+  spec.reads_root_and_system_only = s.reads_root_and_system_only;
   spec.cwd = s.cwd;
   spec.read_only_paths = s.read_only_paths;
   spec.extra_masked_paths = s.mask_paths;

@@ -127,6 +127,9 @@ struct Policy {
   // Bind the working root read-only (mount flag and Landlock). Never set by a policy file:
   // only the private policy of the git tools has it.
   bool root_read_only = false;
+  // Reads only beneath the system's program trees, the working root and the device nodes
+  // (sandbox::SandboxSpec). Never set by a policy file: only the git tools' policy has it.
+  bool reads_root_and_system_only = false;
 
   // Filled by bind_policy(): the root opened once (O_PATH directory) and the kernel's paths.
   // Shared so a Policy stays copyable; the fd is only ever read.
@@ -170,6 +173,7 @@ struct CheckedStart {
   std::vector<std::string> argv;
   std::string root;  // resolved cwdRoot
   bool root_read_only = false;
+  bool reads_root_and_system_only = false;
   std::string cwd;    // resolved, inside root
   dev_t cwd_dev = 0;  // identity of the cwd that passed the check
   ino_t cwd_ino = 0;

@@ -663,15 +663,21 @@ Result<void> PreparedSandbox::prepare_landlock(const SandboxSpec& spec) {
       LANDLOCK_ACCESS_FS_EXECUTE | LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_READ_DIR;
   const uint64_t kDev = LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_WRITE_FILE |
                         sys::kLandlockAccessFsTruncate | sys::kLandlockAccessFsIoctlDev;
-  landlock_rules_.push_back({"/", kRead});
   // Landlock rules belong to inodes and are checked walking up the path the kernel used,
-  // across mount points up to the sandbox's root: the root tmpfs's rule above covers every
-  // tree mounted under it (a test program showed a file of a bind-mounted /etc readable with
-  // that rule alone, session 21), so these read rules repeat it, each tree on its own. The
-  // pinned executable is reached through the host's mount, outside the sandbox's tree: it needs
-  // a rule of its own (the child adds it from the exec fd).
+  // across mount points up to the sandbox's root: the root tmpfs's rule covers every tree
+  // mounted under it (a test program showed a file of a bind-mounted /etc readable with that
+  // rule alone, session 21), so these read rules repeat it, each tree on its own. The pinned
+  // executable is reached through the host's mount, outside the sandbox's tree: it needs a rule
+  // of its own (the child adds it from the exec fd). A sandbox that reads only the root and the
+  // system's trees has no rule on the root tmpfs (so none on /etc, /proc, /sys beneath it).
+  const bool narrow = spec.reads_root_and_system_only;
+  if (!narrow) {
+    landlock_rules_.push_back({"/", kRead});
+  }
   for (const auto& v : visible_) {
-    if (v != root_) {
+    const bool system = std::any_of(std::begin(kSystemDirs), std::end(kSystemDirs),
+                                    [&](const char* d) { return v == d; });
+    if (v != root_ && (!narrow || system)) {
       landlock_rules_.push_back({keep(v), kRead});
     }
   }

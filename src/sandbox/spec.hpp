@@ -48,6 +48,11 @@ struct SandboxSpec {
   // The working root bound read-only instead (mount flag and Landlock): the git tools' jobs,
   // whose repository a hostile config must not be able to change.
   bool root_read_only = false;
+  // Reads (Landlock) only beneath the system's program trees (kSystemDirs), the working root and
+  // the device nodes: nothing of /etc, /proc or a --ro path. The git tools' jobs: a symlink in
+  // a hostile repository's git directory (info/grafts -> /etc/…) cannot make git read, and quote
+  // in an error, a file outside the repository.
+  bool reads_root_and_system_only = false;
   std::string cwd;                              // inside root
   std::vector<std::string> read_only_paths;     // host paths bound read-only at their own path
   std::vector<std::string> extra_masked_paths;  // under /etc, hidden in addition to the defaults
@@ -102,6 +107,7 @@ inline bool same_sandbox_shape(const SandboxSpec& a, const SandboxSpec& b) {
     return true;
   };
   return !a.tty && !b.tty && a.root == b.root && a.root_read_only == b.root_read_only &&
+         a.reads_root_and_system_only == b.reads_root_and_system_only &&
          a.read_only_paths == b.read_only_paths && a.extra_masked_paths == b.extra_masked_paths &&
          a.network == b.network && a.inside_uid == b.inside_uid && a.inside_gid == b.inside_gid &&
          a.hostname == b.hostname && a.tmp_size_bytes == b.tmp_size_bytes &&

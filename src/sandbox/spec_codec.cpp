@@ -206,6 +206,7 @@ void encode_spec(Writer& w, const SandboxSpec& s) {
   w.u64(s.exec_dev);
   w.u64(s.exec_ino);
   w.boolean(s.root_read_only);
+  w.boolean(s.reads_root_and_system_only);
 }
 
 bool decode_spec(Reader& r, SandboxSpec& s) {
@@ -254,7 +255,8 @@ bool decode_spec(Reader& r, SandboxSpec& s) {
   return r.boolean(s.allow_ptrace, "allow_ptrace") &&
          r.boolean(s.allow_netlink_route, "allow_netlink_route") &&
          r.u32(s.disabled_walls, "disabled_walls") && r.u64(s.exec_dev, "exec_dev") &&
-         r.u64(s.exec_ino, "exec_ino") && r.boolean(s.root_read_only, "root_read_only");
+         r.u64(s.exec_ino, "exec_ino") && r.boolean(s.root_read_only, "root_read_only") &&
+         r.boolean(s.reads_root_and_system_only, "reads_root_and_system_only");
 }
 
 }  // namespace

@@ -397,6 +397,56 @@ BOOST_AUTO_TEST_CASE(a_promisor_remote_runs_no_transport_by_either_wall) {
   BOOST_TEST(h.markers_present().count("transport") == 1u);
 }
 
+// Files of the git directory that git reads and quotes in its errors (info/grafts: "bad graft
+// data: <line>"; packed-refs: "unexpected line"; shallow), made symlinks to files outside the
+// repository that the git sandbox could see, showed them to the caller: /etc's files and the
+// sandbox's /proc/self/mountinfo, found by a review (session 33). The git tools' jobs now read
+// only the repository and the system's program trees (Landlock; /usr stays readable, so the
+// links point at files that are /etc's own, not links into /usr as /etc/os-release is): every
+// git job of the session,
+// the tools' own rev-parse ones included, shows nothing of them. Control: the same git command
+// under the main policy (which reads /etc and /proc) quotes them.
+BOOST_AUTO_TEST_CASE(a_symlink_in_the_git_directory_shows_no_file_outside_the_repository) {
+  HostileEnv h;
+  const std::string git_dir = h.repo.dir + "/.git";
+  auto link = [&](const std::string& target, const std::string& name) {
+    std::filesystem::remove(git_dir + "/" + name);
+    BOOST_REQUIRE_MESSAGE(::symlink(target.c_str(), (git_dir + "/" + name).c_str()) == 0, name);
+  };
+  auto everything_shown = [&](const api::ToolResult& r) {
+    std::string all = r.text + r.structured.dump();
+    auto jobs = h.engine->list("s1", std::nullopt);
+    BOOST_REQUIRE(jobs.has_value());
+    for (const auto& j : *jobs) {
+      all += read_all_bytes(*h.engine, "s1", j.task_id, "stdout");
+      all += read_all_bytes(*h.engine, "s1", j.task_id, "stderr");
+    }
+    return all;
+  };
+  for (const std::string name : {"info/grafts", "packed-refs", "shallow"}) {
+    BOOST_TEST_CONTEXT(name) {
+      link("/etc/passwd", name);
+      for (const json& args : {json::object(), json{{"ref", "no-such-branch"}}}) {
+        std::string shown = everything_shown(h.call("git_log", args));
+        BOOST_TEST(!contains(shown, "root:x:0:0"), shown);
+      }
+      std::filesystem::remove(git_dir + "/" + name);
+    }
+  }
+  link("/proc/self/mountinfo", "info/grafts");
+  std::string shown = everything_shown(h.call("git_log", json::object()));
+  BOOST_TEST(!contains(shown, "bad graft data"), shown);
+  BOOST_TEST(!contains(shown, " - tmpfs "), shown);
+
+  // Control: the main policy's sandbox reads both, and git quotes them.
+  JobStatus mountinfo = h.git_job({"log", "-1", "--no-show-signature"}, JobPolicy::kMain);
+  BOOST_TEST(contains(h.stream(mountinfo, "stderr"), "bad graft data"),
+             h.stream(mountinfo, "stderr"));
+  link("/etc/passwd", "info/grafts");
+  JobStatus passwd = h.git_job({"log", "-1", "--no-show-signature"}, JobPolicy::kMain);
+  BOOST_TEST(contains(h.stream(passwd, "stderr"), "root:x:0:0"), h.stream(passwd, "stderr"));
+}
+
 BOOST_AUTO_TEST_CASE(the_repository_stays_read_only_even_if_a_flag_slipped_through) {
   HostileEnv h;
   std::string target = h.repo.dir + "/.git/pwned";

@@ -801,11 +801,14 @@ BOOST_AUTO_TEST_CASE(git_job_policy_allows_only_git_with_a_read_only_root_and_no
   BOOST_TEST(g->allowed_executables.size() == 1u);
   BOOST_TEST(g->allowed_executables[0].path == "/usr/bin/git");
   BOOST_TEST(g->root_read_only);
+  BOOST_TEST(g->reads_root_and_system_only);
+  BOOST_TEST(g->env.set.at("GIT_ALLOW_PROTOCOL") == "/");
   BOOST_TEST((g->network == cordon::sandbox::NetworkMode::kNone));
   BOOST_TEST(g->env.set.at("GIT_CONFIG_NOSYSTEM") == "1");
   BOOST_TEST(g->env.set.at("HOME") == "/nonexistent");
   // The main policy is unchanged: git is not on its allowlist, its root is writable.
   BOOST_TEST(!p->root_read_only);
+  BOOST_TEST(!p->reads_root_and_system_only);
   auto sh = policy::check_start(&*g, {.argv = {"/bin/sh", "-c", "true"}});
   BOOST_TEST(!sh.has_value());
   auto main_git = policy::check_start(&*p, {.argv = {"/usr/bin/git", "status"}});
@@ -814,5 +817,6 @@ BOOST_AUTO_TEST_CASE(git_job_policy_allows_only_git_with_a_read_only_root_and_no
   BOOST_REQUIRE_MESSAGE(ok.has_value(), (ok ? std::string() : ok.error().message()));
   BOOST_TEST(ok->root_read_only);
   BOOST_TEST(policy::to_sandbox_spec(*ok).root_read_only);
+  BOOST_TEST(policy::to_sandbox_spec(*ok).reads_root_and_system_only);
   ::rmdir(dir.c_str());
 }

@@ -26,6 +26,7 @@ SpawnRequestBody full_request() {
   s.env = {"PATH=/usr/bin:/bin", "HOME=/tmp/home", "EMPTY="};
   s.root = "/var/tmp/root";
   s.root_read_only = true;
+  s.reads_root_and_system_only = true;
   s.cwd = "/var/tmp/root/sub dir";
   s.read_only_paths = {"/opt/a", "/opt/b"};
   s.extra_masked_paths = {"/etc/secret"};
@@ -56,6 +57,7 @@ void check_equal(const SpawnRequestBody& a, const SpawnRequestBody& b) {
   BOOST_TEST(a.spec.env == b.spec.env, boost::test_tools::per_element());
   BOOST_TEST(a.spec.root == b.spec.root);
   BOOST_TEST(a.spec.root_read_only == b.spec.root_read_only);
+  BOOST_TEST(a.spec.reads_root_and_system_only == b.spec.reads_root_and_system_only);
   BOOST_TEST(a.spec.cwd == b.spec.cwd);
   BOOST_TEST(a.spec.read_only_paths == b.spec.read_only_paths, boost::test_tools::per_element());
   BOOST_TEST(a.spec.extra_masked_paths == b.spec.extra_masked_paths,
@@ -291,4 +293,18 @@ BOOST_AUTO_TEST_CASE(single_byte_corruption_never_crashes) {
       BOOST_TEST_REQUIRE(*again == b);
     }
   }
+}
+
+// A parked sandbox's Landlock reads and mounts are its shape's: a spec that differs in one of
+// them is never served by it.
+BOOST_AUTO_TEST_CASE(the_walls_of_a_read_only_narrow_sandbox_are_part_of_its_shape) {
+  SandboxSpec a = full_request().spec;
+  a.tty = false;  // a tty job is never parked
+  BOOST_TEST(same_sandbox_shape(a, a));
+  SandboxSpec reads_more = a;
+  reads_more.reads_root_and_system_only = false;
+  BOOST_TEST(!same_sandbox_shape(a, reads_more));
+  SandboxSpec writes = a;
+  writes.root_read_only = false;
+  BOOST_TEST(!same_sandbox_shape(a, writes));
 }
