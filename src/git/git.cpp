@@ -216,6 +216,50 @@ Result<std::optional<std::string>> read_link_file(const GitSettings& s, int root
   return std::unexpected(std::move(text.error()).wrap("read the repository's {}", what));
 }
 
+// The object directories `objects` borrows from (objects/info/alternates, each entry relative
+// to `objects` or absolute), and theirs in turn, as deep as git follows them (5 levels), must
+// stay inside the root by their text and where they resolve. A C-quoted entry (git unquotes
+// it) is refused: its text is not the path git uses.
+Result<void> check_alternates(const GitSettings& s, int rootfd, const std::string& objects,
+                              int depth) {
+  constexpr int kMaxAlternateDepth = 5;  // git's own limit (object-file.c, link_alt_odb_entry)
+  CORDON_TRY(alternates,
+             read_link_file(s, rootfd, objects + "/info/alternates", "alternates file"));
+  if (!alternates) {
+    return {};
+  }
+  for (const auto& line : split(*alternates, '\n')) {
+    std::string entry = trim(line);
+    if (entry.empty() || entry[0] == '#') {
+      continue;
+    }
+    auto outside = [&] {
+      return refusal(
+          "the repository borrows objects from {} (objects/info/alternates of `{}`), outside the "
+          "repository root `{}`; only repoRoot is visible to the git tools: repack the "
+          "repository (`git repack -a -d`, then remove objects/info/alternates) or set "
+          "git.repoRoot to include it",
+          quoted(entry), objects, s.repo_root);
+    };
+    if (entry[0] == '"') {
+      return refusal(
+          "the repository's objects/info/alternates in `{}` has a quoted entry {}, which the git "
+          "tools do not follow; repack the repository (`git repack -a -d`, then remove "
+          "objects/info/alternates)",
+          objects, quoted(entry));
+    }
+    std::string abs = inside_root(s.resolved_root, objects, entry);
+    if (abs.empty()) {
+      return outside();
+    }
+    CORDON_CHECK(resolves_beneath(s, rootfd, abs, "alternate object directory"));
+    if (depth < kMaxAlternateDepth) {
+      CORDON_CHECK(check_alternates(s, rootfd, abs, depth + 1));
+    }
+  }
+  return {};
+}
+
 // The commondir and alternates of a git directory must stay inside the root too.
 Result<void> check_git_dir_links(const GitSettings& s, int rootfd, const std::string& git_dir) {
   CORDON_CHECK(resolves_beneath(s, rootfd, git_dir, "git directory"));
@@ -235,25 +279,7 @@ Result<void> check_git_dir_links(const GitSettings& s, int rootfd, const std::st
   CORDON_CHECK(resolves_beneath(s, rootfd, common, "common git directory"));
   std::string objects = common + "/objects";
   CORDON_CHECK(resolves_beneath(s, rootfd, objects, "object directory"));
-  CORDON_TRY(alternates,
-             read_link_file(s, rootfd, objects + "/info/alternates", "alternates file"));
-  if (alternates) {
-    for (const auto& line : split(*alternates, '\n')) {
-      std::string entry = trim(line);
-      if (entry.empty() || entry[0] == '#') {
-        continue;
-      }
-      if (inside_root(s.resolved_root, objects, entry).empty()) {
-        return refusal(
-            "the repository borrows objects from {} (objects/info/alternates), outside the "
-            "repository root `{}`; only repoRoot is visible to the git tools: repack the "
-            "repository (`git repack -a -d`, then remove objects/info/alternates) or set "
-            "git.repoRoot to include it",
-            quoted(entry), s.repo_root);
-      }
-    }
-  }
-  return {};
+  return check_alternates(s, rootfd, objects, 0);
 }
 
 std::string join_command(const std::vector<std::string>& argv) {

@@ -534,6 +534,39 @@ BOOST_AUTO_TEST_CASE(a_git_file_or_alternates_leading_outside_the_root_are_refus
   BOOST_TEST(h.repo.run({"cat-file", "-e", other_only}).exit_code() != 0);
   BOOST_TEST(!h.call("git_log", json::object()).is_error);
 
+  // Three more forms that reached outside, found by a review (session 33), each refused; the
+  // control, plain git, reads the other repository's objects through each. Nested: an
+  // alternate inside the root whose own alternates lead out.
+  const std::string store = h.repo.dir + "/store";
+  std::filesystem::create_directories(store + "/objects/info");
+  std::ofstream(store + "/objects/info/alternates") << other.dir << "/.git/objects\n";
+  std::ofstream(alternates) << store << "/objects\n";
+  auto nested = h.call("git_log", json::object());
+  BOOST_TEST(nested.is_error);
+  BOOST_TEST(contains(nested.text, "borrows objects from \"" + other.dir + "/.git/objects\""),
+             nested.text);
+  BOOST_TEST(h.repo.run({"cat-file", "-e", other_only}).exit_code() == 0);
+  // C-quoted: git unquotes the entry; its text is no path.
+  std::ofstream(alternates) << "\"" << other.dir << "/.git/objects\"\n";
+  auto quoted_entry = h.call("git_log", json::object());
+  BOOST_TEST(quoted_entry.is_error);
+  BOOST_TEST(contains(quoted_entry.text, "has a quoted entry"), quoted_entry.text);
+  BOOST_TEST(h.repo.run({"cat-file", "-e", other_only}).exit_code() == 0);
+  // Through a symlink inside the root: refused by where it resolves.
+  const std::string outlink = h.repo.dir + "/outlink";
+  BOOST_REQUIRE(::symlink((other.dir + "/.git").c_str(), outlink.c_str()) == 0);
+  std::ofstream(alternates) << outlink << "/objects\n";
+  auto through = h.call("git_log", json::object());
+  BOOST_TEST(through.is_error);
+  BOOST_TEST(contains(through.text, "alternate object directory `" + outlink +
+                                        "/objects` leads outside the repository root"),
+             through.text);
+  BOOST_TEST(h.repo.run({"cat-file", "-e", other_only}).exit_code() == 0);
+  ::unlink(outlink.c_str());
+  ::unlink(alternates.c_str());
+  std::filesystem::remove_all(store);
+  BOOST_TEST(!h.call("git_log", json::object()).is_error);
+
   // An objects directory that is a symlink to the other repository's: refused. Control: plain
   // git reads the other repository's objects through it.
   std::string objects = dotgit + "/objects", kept = dotgit + "/objects-kept";
