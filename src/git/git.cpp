@@ -26,6 +26,8 @@ using std::chrono::milliseconds;
 constexpr const char* kEllipsis = "\xE2\x80\xA6";  // "…"
 // Slack over the git timeout for the engine to settle the job (kill grace, banking).
 constexpr milliseconds kSettleSlack{5000};
+// How much of git's stderr a failed ref resolution quotes (the job keeps all of it).
+constexpr uint64_t kResolveErrorChars = 300;
 constexpr milliseconds kWaitSlice{200};
 constexpr milliseconds kSettleAfterKill{2000};
 
@@ -529,8 +531,10 @@ Result<JobStatus> Runner::run_job(const std::vector<std::string>& args) {
 
 Result<std::string> Runner::resolve(const std::string& field, const std::string& ref) {
   CORDON_CHECK(check_ref(field, ref));
-  CORDON_TRY(st,
-             run_job({"rev-parse", "--verify", "--quiet", "--end-of-options", ref + "^{commit}"}));
+  // `:/text` names the youngest commit whose message matches: a commit already, and a suffix
+  // would become part of the text.
+  const std::string commit = ref.starts_with(":/") ? ref : ref + "^{commit}";
+  CORDON_TRY(st, run_job({"rev-parse", "--verify", "--quiet", "--end-of-options", commit}));
   if (st.state != "exited") {
     // A missing or refused git binary settles as `failed` with the reason.
     return refusal("could not resolve {} {}: git did not run to the end ({}{}{})", field,
@@ -543,6 +547,20 @@ Result<std::string> Runner::resolve(const std::string& field, const std::string&
         return std::isdigit(static_cast<unsigned char>(c)) || (c >= 'a' && c <= 'f');
       });
   if (st.exit_code.value_or(-1) != 0 || !hex) {
+    // --quiet: a name that is no commit says nothing; what git does say (a broken config, a
+    // corrupt packed-refs) is why it could not answer.
+    CORDON_TRY(err, engine_.output(session_, st.task_id,
+                                   {.stream = "stderr", .limit = kResolveErrorChars}));
+    std::string said = trim(err.content);
+    if (!said.empty()) {
+      if (err.has_more) {
+        said += kEllipsis;
+      }
+      return refusal(
+          "could not resolve {} {}: git said {} (job {}; read its stderr with command_output "
+          "for all of it)",
+          field, quoted(ref), quoted(said), st.task_id);
+    }
     return refusal(
         "{} {} is not a valid git revision (no commit by that name in the repository); pass "
         "a branch, tag, commit id or an expression such as HEAD~1",

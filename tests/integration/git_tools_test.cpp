@@ -193,6 +193,25 @@ BOOST_AUTO_TEST_CASE(an_unknown_revision_is_refused_by_name) {
       contains(g.refused("git_show", {{"ref", "main:README.md"}}), "not a valid git revision"));
 }
 
+// Failure fixed (a review, session 33): a revision git could not read for another reason (a
+// broken config, a corrupt packed-refs) was refused as "no commit by that name", git's own
+// answer hidden in a job the agent had to find. And `:/text` (the youngest commit whose message
+// matches) was refused: the `^{commit}` suffix became part of the text.
+BOOST_AUTO_TEST_CASE(a_revision_git_cannot_read_says_what_git_said_and_text_search_resolves) {
+  GitEnv g;
+  const std::string config = g.repo.dir + "/.git/config";
+  const std::string before = read_file(config);
+  std::ofstream(config, std::ios::app) << "[broken\n";
+  std::string said = g.refused("git_log", {{"ref", "main"}});
+  BOOST_TEST(contains(said, "could not resolve ref \"main\": git said "), said);
+  BOOST_TEST(contains(said, "bad config line"), said);
+  BOOST_TEST(contains(said, "read its stderr with command_output"), said);
+  std::ofstream(config, std::ios::trunc) << before;
+  std::string second = g.ok("git_log", {{"ref", ":/second"}, {"maxCount", 1}})["preview"];
+  BOOST_TEST(contains(second, "second: add two()"), second);
+  BOOST_TEST(!contains(second, "first: add the library"), second);
+}
+
 BOOST_AUTO_TEST_CASE(injection_attempts_are_refused_and_write_nothing) {
   GitEnv g;
   std::string target = g.env.box.root + "/pwned";
