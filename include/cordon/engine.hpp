@@ -18,8 +18,10 @@
 
 namespace cordon {
 
-/// With the policy's concurrency.perUid set, how many of one owner's git tools' jobs run at once
-/// (they need no slot of their session's or owner's own: docs/git.md).
+/// How many of one session's git tools' jobs run at once, and, with the policy's
+/// concurrency.perUid set, of one owner's (they need no slot of their session's or owner's
+/// own: docs/git.md).
+inline constexpr uint64_t kGitJobsPerSession = 2;
 inline constexpr uint64_t kGitJobsPerOwner = 2;
 
 struct EngineOptions {

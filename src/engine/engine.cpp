@@ -740,6 +740,7 @@ class Engine::Impl {
   std::map<std::string, uint64_t> running_per_session;
   std::map<std::string, uint64_t> running_per_owner;
   std::map<std::string, uint64_t> running_git_per_owner;  // the git tools' jobs among them
+  std::map<std::string, uint64_t> running_git_per_session;
   uint64_t running_total = 0;
 
   // A job counted as running, or no longer: the engine's total, its session's, its owner's.
@@ -749,6 +750,7 @@ class Engine::Impl {
     ++running_per_owner[j.owner];
     if (j.git) {
       ++running_git_per_owner[j.owner];
+      ++running_git_per_session[j.session];
     }
   }
   void uncount_running(const Job& j) {
@@ -763,6 +765,9 @@ class Engine::Impl {
     }
     if (j.git && running_git_per_owner[j.owner] > 0) {
       --running_git_per_owner[j.owner];
+    }
+    if (j.git && running_git_per_session[j.session] > 0) {
+      --running_git_per_session[j.session];
     }
   }
   std::map<std::string, policy::Policy> session_policies;  // rootPerSession: root per session
@@ -2500,10 +2505,15 @@ class Engine::Impl {
     }
     if (j.git) {
       // Never behind its uid's or session's own commands (the failure of session 12, see
-      // docs/reliability.md), but with perUid set at most kGitJobsPerOwner of one uid's git
-      // jobs run at once: without a bound, one uid's slow git calls (a FIFO as
-      // blame.ignoreRevsFile, a huge repository) filled `total` and another uid's command
-      // waited for them (found by a review, session 29).
+      // docs/reliability.md), but at most kGitJobsPerSession of one session's git jobs run at
+      // once, and with perUid set at most kGitJobsPerOwner of one uid's: without a bound, one
+      // uid's slow git calls (a FIFO as blame.ignoreRevsFile, a huge repository) filled `total`
+      // and another uid's command waited for them (found by a review, session 29), and without
+      // perUid one session's did (a review, session 33).
+      auto s = running_git_per_session.find(j.session);
+      if ((s == running_git_per_session.end() ? 0 : s->second) >= kGitJobsPerSession) {
+        return false;
+      }
       if (pol->concurrency.per_uid == 0) {
         return true;
       }

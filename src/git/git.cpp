@@ -513,9 +513,11 @@ Result<JobStatus> Runner::run_job(const std::vector<std::string>& args) {
         // `internal` "did not settle" before session 29).
         return refusal(
             "the git call waited {} ms and never started (job {}): the engine's "
-            "concurrency.total is taken, or this uid's git calls already running ({} at once "
-            "where concurrency.perUid is set) are; call again once running commands end",
-            settings_.timeout_ms + kSettleSlack.count(), st.task_id, kGitJobsPerOwner);
+            "concurrency.total is taken, or this session's git calls already running ({} at "
+            "once) are, or this uid's ({} at once where concurrency.perUid is set); call again "
+            "once running calls end",
+            settings_.timeout_ms + kSettleSlack.count(), st.task_id, kGitJobsPerSession,
+            kGitJobsPerOwner);
       }
       return std::unexpected(
           Error(ErrorCode::kInternal, 0,

@@ -849,6 +849,45 @@ BOOST_AUTO_TEST_CASE(git_jobs_run_beside_their_owners_commands_two_at_a_time) {
   BOOST_REQUIRE(e->kill("a1", cmd->task_id, SIGKILL).has_value());
 }
 
+// Without concurrency.perUid, one session's git jobs were bounded by `total` alone: a session
+// that made many slow git calls at once (a daemon connection takes 32) took every slot and the
+// other sessions' commands waited (found by a review, session 33). At most 2 of one session's
+// git jobs run at once; its third queues while another session's git job and command run.
+BOOST_AUTO_TEST_CASE(one_sessions_git_jobs_run_two_at_a_time_without_per_uid) {
+  EngineEnv env(nlohmann::json{{"concurrency", {{"total", 6}, {"perSession", 6}}}});
+  GitRepo repo(env.box.root + "/repo", env.box.base + "/home");
+  env.policy["git"] = {{"repoRoot", repo.dir}};
+  env.write_policy();
+  auto e = open_or_fail(env);
+  auto git_job = [&](const std::string& session) {
+    StartOptions g{.argv = {kGitBin, "hash-object", "--stdin"}, .cwd = repo.dir};
+    g.policy = JobPolicy::kGit;
+    g.stdin_mode = StdinMode::kPipe;
+    g.env["GIT_DIR"] = repo.dir + "/.git";
+    auto s = e->start(session, g);
+    BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+    return *s;
+  };
+  JobStatus g1 = git_job("s1"), g2 = git_job("s1"), g3 = git_job("s1");
+  BOOST_TEST(g1.state == "running");
+  BOOST_TEST(g2.state == "running");
+  BOOST_TEST(g3.state == "queued");
+  JobStatus other = git_job("s2");
+  BOOST_TEST(other.state == "running");
+  auto cmd = e->start("s2", {.argv = {"/bin/echo", "s2"}});
+  BOOST_REQUIRE_MESSAGE(cmd.has_value(), describe(cmd));
+  BOOST_TEST(e->status("s2", cmd->task_id, 20s)->state == "exited");
+  BOOST_TEST(e->status("s1", g3.task_id, 0ms)->state == "queued");
+  BOOST_REQUIRE(e->write("s1", g1.task_id, {.data = "x", .eof = true}).has_value());
+  BOOST_TEST(e->status("s1", g1.task_id, 20s)->state == "exited");
+  BOOST_TEST(eventually([&] { return e->status("s1", g3.task_id, 0ms)->state != "queued"; }));
+  for (const auto& [session, g] :
+       {std::pair{"s1", g2}, std::pair{"s1", g3}, std::pair{"s2", other}}) {
+    BOOST_REQUIRE(e->write(session, g.task_id, {.data = "y", .eof = true}).has_value());
+    BOOST_TEST(e->status(session, g.task_id, 20s)->state == "exited");
+  }
+}
+
 BOOST_AUTO_TEST_CASE(pty_job_runs_an_interactive_program) {
   EngineEnv env;
   auto e = open_or_fail(env);
