@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -24,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -540,6 +542,31 @@ Result<SeccompCtx> build_fixed(const SeccompOptions& options) {
             add_rule(c, eprotonosupport, nr, {is_family, masked(1, mask, value)}, "inet type"));
       }
     }
+  }
+
+  // The sandbox's init (pid 1 of its namespace, session and process group leader) runs as the
+  // command's uid, and these calls ask only for the same uid: the command set init's limits and
+  // scheduling. A 1 s RLIMIT_CPU killed init (the job read as init's death, not its timeout),
+  // SCHED_IDLE or a nice of 19 slowed its forwarding of a SIGTERM (found by a review, session
+  // 33). Refused for pid 1, its process group, and for a whole uid (PRIO_USER, IOPRIO_WHO_USER:
+  // init is one of the uid's processes); the command's own processes keep them. pid_t and
+  // `which` are ints: the low 32 bits are compared, as the kernel reads them.
+  constexpr uint64_t kLow = 0xffffffffULL;
+  constexpr uint64_t kInit = 1;
+  for (int nr : {SCMP_SYS(prlimit64), SCMP_SYS(sched_setscheduler), SCMP_SYS(sched_setparam),
+                 SCMP_SYS(sched_setattr), SCMP_SYS(sched_setaffinity)}) {
+    CORDON_CHECK(add_rule(c, eperm, nr, {masked(0, kLow, kInit)}, "a call on init"));
+  }
+  constexpr uint64_t kIoprioWhoProcess = 1, kIoprioWhoPgrp = 2, kIoprioWhoUser = 3;
+  for (const auto& [nr, process, group, user] :
+       {std::tuple{SCMP_SYS(setpriority), uint64_t{PRIO_PROCESS}, uint64_t{PRIO_PGRP},
+                   uint64_t{PRIO_USER}},
+        std::tuple{SCMP_SYS(ioprio_set), kIoprioWhoProcess, kIoprioWhoPgrp, kIoprioWhoUser}}) {
+    for (uint64_t which : {process, group}) {
+      CORDON_CHECK(add_rule(c, eperm, nr, {masked(0, kLow, which), masked(1, kLow, kInit)},
+                            "a call on init"));
+    }
+    CORDON_CHECK(add_rule(c, eperm, nr, {masked(0, kLow, user)}, "a call on a whole uid"));
   }
 
   // personality: the values Docker's default profile allows (moby profiles/seccomp/

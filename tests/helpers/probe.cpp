@@ -563,6 +563,61 @@ std::string probe_mknod_dev(Args args) {
 // Tracing the init would let the command run code as the init. PTRACE_SEIZE makes the same
 // ptrace_may_access(PTRACE_MODE_ATTACH) check as PTRACE_ATTACH without sending SIGSTOP:
 // a control run outside a sandbox must not leave the host's PID 1 stopped when we exit.
+// Sets a limit or the scheduling of `target`: "1" (the sandbox's init, or its process group),
+// "1-high" (the same with bit 32 set in the pid and the `which` argument, which the kernel
+// drops: an int), or "self" (0: the probe itself, its own group). Every value is what init
+// already has (RLIMIT_CORE 0, nice 0, SCHED_OTHER, every CPU, no I/O class), so a call the
+// filter lets through changes nothing. "user" calls name the probe's uid, init's too (any
+// target).
+std::string probe_init_sched(Args args) {
+  const std::string call(args[0]), target(args[1]);
+  if (target != "1" && target != "1-high" && target != "self") {
+    usage_error("bad target `" + target + "`: 1, 1-high or self");
+  }
+  const uint64_t high = target == "1-high" ? (uint64_t{1} << 32) : 0;
+  const uint64_t pid = (target == "self" ? 0 : 1) | high;
+  constexpr int kIoprioWhoProcess = 1, kIoprioWhoPgrp = 2, kIoprioWhoUser = 3;
+  long rc = 0;
+  if (call == "prlimit") {
+    struct rlimit core = {0, 0};
+    rc = syscall(SYS_prlimit64, pid, RLIMIT_CORE, &core, nullptr);
+  } else if (call == "setpriority") {
+    rc = syscall(SYS_setpriority, uint64_t{PRIO_PROCESS} | high, pid, 0);
+  } else if (call == "setpriority-pgrp") {
+    rc = syscall(SYS_setpriority, uint64_t{PRIO_PGRP} | high, pid, 0);
+  } else if (call == "setpriority-user") {
+    rc = syscall(SYS_setpriority, uint64_t{PRIO_USER} | high, 0, 0);
+  } else if (call == "sched-setscheduler") {
+    struct sched_param p {};
+    rc = syscall(SYS_sched_setscheduler, pid, SCHED_OTHER, &p);
+  } else if (call == "sched-setparam") {
+    struct sched_param p {};
+    rc = syscall(SYS_sched_setparam, pid, &p);
+  } else if (call == "sched-setattr") {
+    uint32_t attr[14] = {};  // struct sched_attr, SCHED_ATTR_SIZE_VER1: SCHED_OTHER, nice 0
+    attr[0] = sizeof attr;
+    rc = syscall(SYS_sched_setattr, pid, attr, 0);
+  } else if (call == "sched-setaffinity") {
+    cpu_set_t all;
+    CPU_ZERO(&all);
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+      CPU_SET(cpu, &all);
+    }
+    rc = syscall(SYS_sched_setaffinity, pid, sizeof all, &all);
+  } else if (call == "ioprio") {
+    rc = syscall(SYS_ioprio_set, uint64_t{kIoprioWhoProcess} | high, pid, 0);
+  } else if (call == "ioprio-pgrp") {
+    rc = syscall(SYS_ioprio_set, uint64_t{kIoprioWhoPgrp} | high, pid, 0);
+  } else if (call == "ioprio-user") {
+    // The probe's uid by number: 0 is "the caller's" to setpriority but a uid to ioprio_set,
+    // unmapped in the sandbox's user namespace (ESRCH).
+    rc = syscall(SYS_ioprio_set, uint64_t{kIoprioWhoUser} | high, getuid(), 0);
+  } else {
+    usage_error("bad call `" + call + "`");
+  }
+  return outcome_of(rc);
+}
+
 std::string probe_ptrace_init(Args) {
   return in_child([] { return outcome_of(ptrace(PTRACE_SEIZE, 1, nullptr, nullptr)); });
 }
@@ -1533,6 +1588,10 @@ constexpr Probe kProbes[] = {
     {"setns", "<nsfile>", 1, 1, probe_setns},
     {"mknod-dev", "<path>", 1, 1, probe_mknod_dev},
     {"ptrace-init", "", 0, 0, probe_ptrace_init},
+    {"init-sched",
+     "<prlimit|setpriority|setpriority-pgrp|setpriority-user|sched-setscheduler|sched-setparam|"
+     "sched-setattr|sched-setaffinity|ioprio|ioprio-pgrp|ioprio-user> <1|1-high|self>",
+     2, 2, probe_init_sched},
     {"proc1-mem", "", 0, 0, probe_proc1_mem},
     {"proc1-environ", "", 0, 0, probe_proc1_environ},
     {"proc1-fd", "", 0, 0, probe_proc1_fd},

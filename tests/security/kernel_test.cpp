@@ -435,6 +435,32 @@ BOOST_AUTO_TEST_CASE(io_uring_setup_is_refused_by_both_filters) {
   BOOST_TEST(probe(s, {"io-uring"}, {"seccomp-profile", "seccomp-fixed"}) == "allowed");
 }
 
+// The sandbox's init runs as the command's uid, and prlimit, setpriority, the sched_set* calls
+// and ioprio_set ask only for the same uid: a command set a 1 s RLIMIT_CPU on init, which then
+// died, and its job read as init's death instead of its timeout (found by a review, session
+// 33). The fixed filter refuses them for pid 1, its group and a whole uid, also with bit 32 set
+// (the kernel reads an int); the probe's own are allowed. Control: without the fixed filter the
+// kernel lets the probe set init's (to the values init already has).
+BOOST_AUTO_TEST_CASE(inits_limits_and_scheduling_are_refused_by_the_fixed_filter) {
+  for (const char* call :
+       {"prlimit", "setpriority", "setpriority-pgrp", "sched-setscheduler", "sched-setparam",
+        "sched-setattr", "sched-setaffinity", "ioprio", "ioprio-pgrp"}) {
+    BOOST_TEST_CONTEXT(call) {
+      BOOST_TEST(probe(s, {"init-sched", call, "1"}) == "errno EPERM");
+      BOOST_TEST(probe(s, {"init-sched", call, "1-high"}) == "errno EPERM");
+      BOOST_TEST(probe(s, {"init-sched", call, "self"}) == "allowed");
+      BOOST_TEST(probe(s, {"init-sched", call, "1"}, {"seccomp-fixed"}) == "allowed");
+    }
+  }
+  for (const char* call : {"setpriority-user", "ioprio-user"}) {
+    BOOST_TEST_CONTEXT(call) {
+      BOOST_TEST(probe(s, {"init-sched", call, "self"}) == "errno EPERM");
+      BOOST_TEST(probe(s, {"init-sched", call, "1-high"}) == "errno EPERM");
+      BOOST_TEST(probe(s, {"init-sched", call, "self"}, {"seccomp-fixed"}) == "allowed");
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Socket families by allowlist. Wall: seccomp-fixed → EAFNOSUPPORT.
 // ---------------------------------------------------------------------------------------------
