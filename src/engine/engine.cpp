@@ -4016,6 +4016,10 @@ Result<void> Engine::resize(const std::string& session, const std::string& task_
   }
   j->cols = cols;
   j->rows = rows;
+  // Into the job's record too, so an engine that dies meanwhile still knows the size its job
+  // ran at (until session 33 only the start's and the settle's were written). Without the
+  // reserve (a full disk is for settles); the terminal has the size whatever the record says.
+  (void)m.write_job_meta(*j, /*use_reserve=*/false);
   return {};
 }
 

@@ -137,6 +137,25 @@ BOOST_AUTO_TEST_CASE(resize_reaches_the_program) {
 // A resize right after the start, before the terminal's master has reached the engine (it
 // comes over the sandbox's status channel), takes effect once it does. Failure fixed
 // (session 32): such a resize was refused as "no terminal", though the job had one coming.
+// The record of a running job says its last size: an engine that dies while the job runs
+// still knows it (session 33; before, meta.json kept the start's size until the settle).
+BOOST_AUTO_TEST_CASE(a_running_jobs_record_has_its_last_size) {
+  EngineEnv env;
+  auto e = open_engine(env);
+  auto s = e->start("s", {.argv = {"/bin/sh", "-c", "read x"}, .pty = true});
+  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+  const std::string id = s->task_id;
+  auto meta = [&] { return nlohmann::json::parse(read_file(env.job_dir(id) + "/meta.json")); };
+  BOOST_TEST(meta().value("cols", 0) == 120);
+  BOOST_REQUIRE(eventually([&] { return e->resize("s", id, 90, 33).has_value(); }));
+  nlohmann::json running = meta();
+  BOOST_TEST(running.value("state", "") == "running");
+  BOOST_TEST(running.value("cols", 0) == 90);
+  BOOST_TEST(running.value("rows", 0) == 33);
+  BOOST_REQUIRE(e->write("s", id, {.submit = true}).has_value());
+  BOOST_TEST(e->status("s", id, 20s)->state == "exited");
+}
+
 BOOST_AUTO_TEST_CASE(a_resize_before_the_terminal_is_attached_is_kept) {
   EngineEnv env;
   auto e = open_engine(env);
