@@ -174,29 +174,39 @@ std::string relative_to(const std::string& root, const std::string& abs) {
   return abs.size() == root.size() ? "." : abs.substr(root.size() + (root == "/" ? 0 : 1));
 }
 
-// `abs` (a path the textual checks put inside the root) must also resolve inside it: a
-// symlink on the way (`gitdir: inner` with inner -> /elsewhere, an objects -> /elsewhere
-// link) would lead out. Missing is fine (git reports that itself); out is a refusal.
-std::unexpected<Error> leads_outside(const GitSettings& s, const std::string& abs,
+// A path the textual checks put inside the root must also resolve inside it: a symlink on the
+// way (`gitdir: inner` with inner -> /elsewhere, an objects -> /elsewhere link, `l/..` with l a
+// link to the root) would lead out. Missing is fine (git reports that itself); out is a refusal.
+std::unexpected<Error> leads_outside(const GitSettings& s, const std::string& path,
                                      const char* what) {
   return refusal(
       "the repository's {} `{}` leads outside the repository root `{}` through a symbolic "
       "link; only repoRoot is visible to the git tools: set git.repoRoot to the checkout "
       "that holds the objects",
-      what, abs, s.repo_root);
+      what, path, s.repo_root);
 }
 
-Result<void> resolves_beneath(const GitSettings& s, int rootfd, const std::string& abs,
-                              const char* what) {
-  auto fd = sys::openat2_fd(rootfd, relative_to(s.resolved_root, abs), O_PATH | O_CLOEXEC,
-                            RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS);
-  if (fd || fd.error().sys_errno() == ENOENT) {
-    return {};
+// Where `target` (absolute, or relative to `base`, a resolved directory) leads, resolved as
+// git's realpath resolves it (each symlink before the `..` after it), never by its text:
+// the resolved path when it is inside the root, nullopt when it does not exist, a refusal
+// when it leads outside. The checks give clear refusals; the git sandbox, which mounts only
+// repoRoot, is the boundary (a link changed after the check leads nowhere).
+Result<std::optional<std::string>> resolve_inside(const GitSettings& s, const std::string& base,
+                                                  const std::string& target, const char* what) {
+  const std::string path = !target.empty() && target[0] == '/' ? target : base + "/" + target;
+  auto fd = sys::openat2_fd(AT_FDCWD, path, O_PATH | O_CLOEXEC, RESOLVE_NO_MAGICLINKS);
+  if (!fd) {
+    int err = fd.error().sys_errno();
+    if (err == ENOENT || err == ENOTDIR) {
+      return std::nullopt;
+    }
+    return std::unexpected(std::move(fd.error()).wrap("check the repository's {}", what));
   }
-  if (fd.error().sys_errno() == EXDEV) {
-    return leads_outside(s, abs, what);
+  CORDON_TRY(real, sys::fd_path(fd->get()));
+  if (!path_within(real, s.resolved_root)) {
+    return leads_outside(s, path, what);
   }
-  return std::unexpected(std::move(fd.error()).wrap("check the repository's {}", what));
+  return real;
 }
 
 // A file of the git directory that names other paths (commondir, objects/info/alternates),
@@ -218,10 +228,20 @@ Result<std::optional<std::string>> read_link_file(const GitSettings& s, int root
   return std::unexpected(std::move(text.error()).wrap("read the repository's {}", what));
 }
 
-// The object directories `objects` borrows from (objects/info/alternates, each entry relative
-// to `objects` or absolute), and theirs in turn, as deep as git follows them (5 levels), must
-// stay inside the root by their text and where they resolve. A C-quoted entry (git unquotes
-// it) is refused: its text is not the path git uses.
+// `text` without the line ends git strips from a path file's end (commondir, a gitdir file):
+// only trailing CR and LF, nothing else, as git reads them.
+std::string without_line_end(std::string text) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) {
+    text.pop_back();
+  }
+  return text;
+}
+
+// The object directories `objects` (resolved) borrows from (objects/info/alternates, each entry
+// relative to `objects` or absolute), and theirs in turn, as deep as git follows them (5
+// levels), must stay inside the root by their text and where they resolve. The file is parsed
+// as git parses it: one entry a line, taken whole (no trimming), `#` only as a line's first
+// byte; a C-quoted entry (git unquotes it) is refused.
 Result<void> check_alternates(const GitSettings& s, int rootfd, const std::string& objects,
                               int depth) {
   constexpr int kMaxAlternateDepth = 5;  // git's own limit (object-file.c, link_alt_odb_entry)
@@ -230,19 +250,10 @@ Result<void> check_alternates(const GitSettings& s, int rootfd, const std::strin
   if (!alternates) {
     return {};
   }
-  for (const auto& line : split(*alternates, '\n')) {
-    std::string entry = trim(line);
+  for (const auto& entry : split(*alternates, '\n')) {
     if (entry.empty() || entry[0] == '#') {
       continue;
     }
-    auto outside = [&] {
-      return refusal(
-          "the repository borrows objects from {} (objects/info/alternates of `{}`), outside the "
-          "repository root `{}`; only repoRoot is visible to the git tools: repack the "
-          "repository (`git repack -a -d`, then remove objects/info/alternates) or set "
-          "git.repoRoot to include it",
-          quoted(entry), objects, s.repo_root);
-    };
     if (entry[0] == '"') {
       return refusal(
           "the repository's objects/info/alternates in `{}` has a quoted entry {}, which the git "
@@ -250,38 +261,50 @@ Result<void> check_alternates(const GitSettings& s, int rootfd, const std::strin
           "objects/info/alternates)",
           objects, quoted(entry));
     }
-    std::string abs = inside_root(s.resolved_root, objects, entry);
-    if (abs.empty()) {
-      return outside();
+    if (inside_root(s.resolved_root, objects, entry).empty()) {
+      return refusal(
+          "the repository borrows objects from {} (objects/info/alternates of `{}`), outside the "
+          "repository root `{}`; only repoRoot is visible to the git tools: repack the "
+          "repository (`git repack -a -d`, then remove objects/info/alternates) or set "
+          "git.repoRoot to include it",
+          quoted(entry), objects, s.repo_root);
     }
-    CORDON_CHECK(resolves_beneath(s, rootfd, abs, "alternate object directory"));
-    if (depth < kMaxAlternateDepth) {
-      CORDON_CHECK(check_alternates(s, rootfd, abs, depth + 1));
+    CORDON_TRY(real, resolve_inside(s, objects, entry, "alternate object directory"));
+    if (real && depth < kMaxAlternateDepth) {
+      CORDON_CHECK(check_alternates(s, rootfd, *real, depth + 1));
     }
   }
   return {};
 }
 
-// The commondir and alternates of a git directory must stay inside the root too.
+// The git directory `git_dir` (as named: it may be a link), its commondir and its alternates
+// must stay inside the root. A missing one is git's to report.
 Result<void> check_git_dir_links(const GitSettings& s, int rootfd, const std::string& git_dir) {
-  CORDON_CHECK(resolves_beneath(s, rootfd, git_dir, "git directory"));
-  std::string common = git_dir;
-  CORDON_TRY(text, read_link_file(s, rootfd, git_dir + "/commondir", "commondir file"));
+  CORDON_TRY(resolved, resolve_inside(s, s.resolved_root, git_dir, "git directory"));
+  if (!resolved) {
+    return {};
+  }
+  std::optional<std::string> common = *resolved;
+  CORDON_TRY(text, read_link_file(s, rootfd, *resolved + "/commondir", "commondir file"));
   if (text) {
-    std::string target = trim(*text);
-    common = inside_root(s.resolved_root, git_dir, target);
-    if (common.empty()) {
+    std::string target = without_line_end(*text);
+    if (inside_root(s.resolved_root, *resolved, target).empty()) {
       return refusal(
           "the repository's git directory `{}` names a common directory {} outside the "
           "repository root `{}`; only repoRoot is visible to the git tools: set git.repoRoot "
           "to the main checkout",
           git_dir, quoted(target), s.repo_root);
     }
+    CORDON_TRY(common_dir, resolve_inside(s, *resolved, target, "common git directory"));
+    common = std::move(common_dir);
   }
-  CORDON_CHECK(resolves_beneath(s, rootfd, common, "common git directory"));
-  std::string objects = common + "/objects";
-  CORDON_CHECK(resolves_beneath(s, rootfd, objects, "object directory"));
-  return check_alternates(s, rootfd, objects, 0);
+  if (common) {
+    CORDON_TRY(objects, resolve_inside(s, *common, "objects", "object directory"));
+    if (objects) {
+      CORDON_CHECK(check_alternates(s, rootfd, *objects, 0));
+    }
+  }
+  return {};
 }
 
 std::string join_command(const std::vector<std::string>& argv) {
@@ -447,14 +470,14 @@ Result<std::string> git_dir_for(const GitSettings& s) {
   if (S_ISREG(st.st_mode)) {
     // A worktree or submodule: "gitdir: <path>". Only a target inside the root is visible
     // in the sandbox; a hostile one could point at another repository on the host.
+    // Read as git reads it: "gitdir: " and the rest of the file, less its trailing line ends.
     CORDON_TRY(text, read_beneath(rootfd.get(), ".git"));
-    std::string line = trim(text.substr(0, text.find('\n')));
-    if (line.rfind("gitdir:", 0) != 0) {
+    if (text.rfind("gitdir: ", 0) != 0) {
       return refusal("`{}/.git` is a file but not a gitdir link", s.repo_root);
     }
-    std::string target = trim(line.substr(7));
-    git_dir = inside_root(s.resolved_root, s.resolved_root, target);
-    if (git_dir.empty()) {
+    std::string target = without_line_end(text.substr(8));
+    git_dir = !target.empty() && target[0] == '/' ? target : s.resolved_root + "/" + target;
+    if (inside_root(s.resolved_root, s.resolved_root, target).empty()) {
       return refusal(
           "`{}/.git` is a file pointing to {}, outside the repository root; only repoRoot is "
           "visible to the git tools: set git.repoRoot to the main checkout (the one whose "

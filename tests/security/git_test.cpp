@@ -563,8 +563,46 @@ BOOST_AUTO_TEST_CASE(a_git_file_or_alternates_leading_outside_the_root_are_refus
              through.text);
   BOOST_TEST(h.repo.run({"cat-file", "-e", other_only}).exit_code() == 0);
   ::unlink(outlink.c_str());
+  // Found by the review of that fix: a `..` after a symlink, which git's realpath takes after
+  // the link and a textual normalisation before it (l -> the repository root, so
+  // objects/l/../../other/.git/objects is the other repository's store, not one inside);
+  // and an entry git takes whole while a trimmed one named something else (`l2 ` with its
+  // trailing space, a link out, checked as the missing `l2`).
+  const std::string store_dir = dotgit + "/objects";
+  const std::string up = store_dir + "/l", spaced = store_dir + "/l2 ";
+  BOOST_REQUIRE(::symlink(h.repo.dir.c_str(), up.c_str()) == 0);
+  BOOST_REQUIRE(::symlink((other.dir + "/.git/objects").c_str(), spaced.c_str()) == 0);
+  const std::string via_up =
+      "l/../../" + std::filesystem::path(other.dir).filename().string() + "/.git/objects";
+  BOOST_REQUIRE_MESSAGE(
+      std::filesystem::equivalent(store_dir + "/" + via_up, other.dir + "/.git/objects"), via_up);
+  for (const std::string& entry : {via_up, std::string("l2 ")}) {
+    BOOST_TEST_CONTEXT(entry) {
+      std::ofstream(alternates) << entry << "\n";
+      auto refused = h.call("git_log", json::object());
+      BOOST_TEST(refused.is_error);
+      BOOST_TEST(contains(refused.text, "leads outside the repository root"), refused.text);
+      BOOST_TEST(h.repo.run({"cat-file", "-e", other_only}).exit_code() == 0);
+    }
+  }
+  ::unlink(up.c_str());
+  ::unlink(spaced.c_str());
   ::unlink(alternates.c_str());
   std::filesystem::remove_all(store);
+  BOOST_TEST(!h.call("git_log", json::object()).is_error);
+  // A .git file is read as git reads it, its path the rest of the file: a second line is part
+  // of it, which a first-line reading checked as a missing `x` inside the root.
+  BOOST_REQUIRE(::rename(dotgit.c_str(), real.c_str()) == 0);
+  std::filesystem::create_directories(h.repo.dir + "/x\n");
+  std::ofstream(dotgit) << "gitdir: x\n/../../../"
+                        << std::filesystem::path(other.dir).filename().string() << "/.git\n";
+  auto two_lines = h.call("git_ls_files", json::object());
+  BOOST_TEST(two_lines.is_error);
+  BOOST_TEST(contains(two_lines.text, "outside the repository root"), two_lines.text);
+  BOOST_TEST(h.repo.run({"cat-file", "-e", other_only}).exit_code() == 0);  // plain git follows
+  ::unlink(dotgit.c_str());
+  std::filesystem::remove_all(h.repo.dir + "/x\n");
+  BOOST_REQUIRE(::rename(real.c_str(), dotgit.c_str()) == 0);
   BOOST_TEST(!h.call("git_log", json::object()).is_error);
 
   // An objects directory that is a symlink to the other repository's: refused. Control: plain
