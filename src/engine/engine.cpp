@@ -4014,6 +4014,9 @@ Result<void> Engine::resize(const std::string& session, const std::string& task_
       return sys_error("ioctl TIOCSWINSZ");
     }
   }
+  if (j->cols == cols && j->rows == rows) {
+    return {};  // the size it has: nothing to record (a terminal sends a resize per drag step)
+  }
   j->cols = cols;
   j->rows = rows;
   // Into the job's record too, so an engine that dies meanwhile still knows the size its job

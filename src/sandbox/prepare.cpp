@@ -681,6 +681,14 @@ Result<void> PreparedSandbox::prepare_landlock(const SandboxSpec& spec) {
       landlock_rules_.push_back({keep(v), kRead});
     }
   }
+  if (narrow) {
+    // Two public files of /etc a program reads before its own code runs: the dynamic loader's
+    // cache (a library found only through it: /usr/local/lib, ld.so.conf.d) and the local
+    // time zone. A file rule: nothing else of /etc (a missing one is skipped by the child).
+    for (const char* file : {"/etc/ld.so.cache", "/etc/localtime"}) {
+      landlock_rules_.push_back({file, LANDLOCK_ACCESS_FS_READ_FILE});
+    }
+  }
   // Writes, and REFER (rename/link across directories), only in the writable places.
   // A read-only root (the git jobs' repository) gets no write right either: the second wall
   // behind the read-only mount.

@@ -7,6 +7,7 @@
 #include <seccomp.h>
 #include <linux/audit.h>
 #include <linux/futex.h>
+#include <linux/ioprio.h>
 #include <linux/landlock.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -553,11 +554,15 @@ Result<SeccompCtx> build_fixed(const SeccompOptions& options) {
   // `which` are ints: the low 32 bits are compared, as the kernel reads them.
   constexpr uint64_t kLow = 0xffffffffULL;
   constexpr uint64_t kInit = 1;
-  for (int nr : {SCMP_SYS(prlimit64), SCMP_SYS(sched_setscheduler), SCMP_SYS(sched_setparam),
-                 SCMP_SYS(sched_setattr), SCMP_SYS(sched_setaffinity)}) {
+  for (int nr : {SCMP_SYS(sched_setscheduler), SCMP_SYS(sched_setparam), SCMP_SYS(sched_setattr),
+                 SCMP_SYS(sched_setaffinity)}) {
     CORDON_CHECK(add_rule(c, eperm, nr, {masked(0, kLow, kInit)}, "a call on init"));
   }
-  constexpr uint64_t kIoprioWhoProcess = 1, kIoprioWhoPgrp = 2, kIoprioWhoUser = 3;
+  // prlimit64 with a new limit (a read, new_limit NULL, stays: `prlimit --pid 1`).
+  CORDON_CHECK(add_rule(c, eperm, SCMP_SYS(prlimit64),
+                        {masked(0, kLow, kInit), {2, SCMP_CMP_GT, 0, 0}}, "a call on init"));
+  constexpr uint64_t kIoprioWhoProcess = IOPRIO_WHO_PROCESS, kIoprioWhoPgrp = IOPRIO_WHO_PGRP,
+                     kIoprioWhoUser = IOPRIO_WHO_USER;
   for (const auto& [nr, process, group, user] :
        {std::tuple{SCMP_SYS(setpriority), uint64_t{PRIO_PROCESS}, uint64_t{PRIO_PGRP},
                    uint64_t{PRIO_USER}},

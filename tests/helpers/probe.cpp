@@ -31,6 +31,7 @@
 #include <linux/capability.h>
 #include <linux/if_ether.h>
 #include <linux/io_uring.h>
+#include <linux/ioprio.h>
 #include <linux/keyctl.h>
 #include <linux/openat2.h>
 #include <linux/perf_event.h>
@@ -576,11 +577,15 @@ std::string probe_init_sched(Args args) {
   }
   const uint64_t high = target == "1-high" ? (uint64_t{1} << 32) : 0;
   const uint64_t pid = (target == "self" ? 0 : 1) | high;
-  constexpr int kIoprioWhoProcess = 1, kIoprioWhoPgrp = 2, kIoprioWhoUser = 3;
+  constexpr uint64_t kIoprioWhoProcess = IOPRIO_WHO_PROCESS, kIoprioWhoPgrp = IOPRIO_WHO_PGRP,
+                     kIoprioWhoUser = IOPRIO_WHO_USER;
   long rc = 0;
   if (call == "prlimit") {
     struct rlimit core = {0, 0};
     rc = syscall(SYS_prlimit64, pid, RLIMIT_CORE, &core, nullptr);
+  } else if (call == "prlimit-read") {
+    struct rlimit old {};
+    rc = syscall(SYS_prlimit64, pid, RLIMIT_CORE, nullptr, &old);
   } else if (call == "setpriority") {
     rc = syscall(SYS_setpriority, uint64_t{PRIO_PROCESS} | high, pid, 0);
   } else if (call == "setpriority-pgrp") {
@@ -1589,7 +1594,8 @@ constexpr Probe kProbes[] = {
     {"mknod-dev", "<path>", 1, 1, probe_mknod_dev},
     {"ptrace-init", "", 0, 0, probe_ptrace_init},
     {"init-sched",
-     "<prlimit|setpriority|setpriority-pgrp|setpriority-user|sched-setscheduler|sched-setparam|"
+     "<prlimit|prlimit-read|setpriority|setpriority-pgrp|setpriority-user|sched-setscheduler|sched-"
+     "setparam|"
      "sched-setattr|sched-setaffinity|ioprio|ioprio-pgrp|ioprio-user> <1|1-high|self>",
      2, 2, probe_init_sched},
     {"proc1-mem", "", 0, 0, probe_proc1_mem},

@@ -452,6 +452,8 @@ BOOST_AUTO_TEST_CASE(inits_limits_and_scheduling_are_refused_by_the_fixed_filter
       BOOST_TEST(probe(s, {"init-sched", call, "1"}, {"seccomp-fixed"}) == "allowed");
     }
   }
+  // Reading init's limits is no change of them (`prlimit --pid 1`).
+  BOOST_TEST(probe(s, {"init-sched", "prlimit-read", "1"}) == "allowed");
   for (const char* call : {"setpriority-user", "ioprio-user"}) {
     BOOST_TEST_CONTEXT(call) {
       BOOST_TEST(probe(s, {"init-sched", call, "self"}) == "errno EPERM");
