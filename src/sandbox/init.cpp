@@ -268,7 +268,8 @@ pid_t start_command(CommandStart* start) {
 }
 
 // A CLONE_VM clone without CLONE_VFORK gives the mm a private futex hash on kernels that have
-// them (6.16 on, for such clones at least from 6.18): 16 buckets, ~1 KiB of kernel memory charged
+// them (PR_FUTEX_HASH, 6.16; measured on 6.18: 0 slots before such a clone, 16 after, where a
+// prctl(PR_FUTEX_HASH_SET_SLOTS, 0) first kept 0): 16 buckets, ~1 KiB of kernel memory charged
 // to the job's cgroup for init's whole life, and an allocation that can fail the clone. Init and
 // its command before the exec use two futex words once: the global hash, as any process without
 // threads (0 slots), made before the filters are loaded. EINVAL: a kernel without private

@@ -373,6 +373,9 @@ scmp_arg_cmp masked(unsigned arg, uint64_t mask, uint64_t value) {
   return {arg, SCMP_CMP_MASKED_EQ, mask, value};
 }
 scmp_arg_cmp has_bits(unsigned arg, uint64_t bits) { return masked(arg, bits, bits); }
+// An int argument equal to `value`: the kernel reads the low 32 bits of the register, so a
+// 64-bit compare would be bypassed by setting bit 32 (CVE-2019-10063, flatpak).
+scmp_arg_cmp int_is(unsigned arg, uint64_t value) { return masked(arg, 0xFFFFFFFFULL, value); }
 
 // Adds rules that give `action` whenever argument `arg` (an int or unsigned int to the kernel)
 // is outside `allowed` (sorted, each <= 0xffffffff), plus `extra` comparisons on other
@@ -436,10 +439,9 @@ Result<SeccompCtx> build_fixed(const SeccompOptions& options) {
   const uint32_t eafnosupport = SCMP_ACT_ERRNO(kErrnoEafnosupport);
   const uint32_t eprotonosupport = SCMP_ACT_ERRNO(kErrnoEprotonosupport);
 
-  // Terminal injection. The kernel truncates ioctl's cmd to 32 bits, so a 64-bit EQ would be
-  // bypassed by setting bit 32 (CVE-2019-10063, flatpak); compare the low 32 bits only.
+  // Terminal injection. The kernel truncates ioctl's cmd to 32 bits: the low 32 bits only.
   for (uint64_t cmd : {kTiocsti, kTioclinux, kTiocsetd}) {
-    CORDON_CHECK(add_rule(c, eperm, SCMP_SYS(ioctl), {masked(1, 0xFFFFFFFFULL, cmd)}, "ioctl"));
+    CORDON_CHECK(add_rule(c, eperm, SCMP_SYS(ioctl), {int_is(1, cmd)}, "ioctl"));
   }
 
   // No setuid/setgid file can be made: a file the sandbox user marks setuid stays setuid
@@ -551,16 +553,15 @@ Result<SeccompCtx> build_fixed(const SeccompOptions& options) {
   // SCHED_IDLE or a nice of 19 slowed its forwarding of a SIGTERM (found by a review, session
   // 33). Refused for pid 1, its process group, and for a whole uid (PRIO_USER, IOPRIO_WHO_USER:
   // init is one of the uid's processes); the command's own processes keep them. pid_t and
-  // `which` are ints: the low 32 bits are compared, as the kernel reads them.
-  constexpr uint64_t kLow = 0xffffffffULL;
+  // `which` are ints (int_is).
   constexpr uint64_t kInit = 1;
   for (int nr : {SCMP_SYS(sched_setscheduler), SCMP_SYS(sched_setparam), SCMP_SYS(sched_setattr),
                  SCMP_SYS(sched_setaffinity)}) {
-    CORDON_CHECK(add_rule(c, eperm, nr, {masked(0, kLow, kInit)}, "a call on init"));
+    CORDON_CHECK(add_rule(c, eperm, nr, {int_is(0, kInit)}, "a call on init"));
   }
   // prlimit64 with a new limit (a read, new_limit NULL, stays: `prlimit --pid 1`).
-  CORDON_CHECK(add_rule(c, eperm, SCMP_SYS(prlimit64),
-                        {masked(0, kLow, kInit), {2, SCMP_CMP_GT, 0, 0}}, "a call on init"));
+  CORDON_CHECK(add_rule(c, eperm, SCMP_SYS(prlimit64), {int_is(0, kInit), {2, SCMP_CMP_GT, 0, 0}},
+                        "a call on init"));
   constexpr uint64_t kIoprioWhoProcess = IOPRIO_WHO_PROCESS, kIoprioWhoPgrp = IOPRIO_WHO_PGRP,
                      kIoprioWhoUser = IOPRIO_WHO_USER;
   for (const auto& [nr, process, group, user] :
@@ -568,10 +569,9 @@ Result<SeccompCtx> build_fixed(const SeccompOptions& options) {
                    uint64_t{PRIO_USER}},
         std::tuple{SCMP_SYS(ioprio_set), kIoprioWhoProcess, kIoprioWhoPgrp, kIoprioWhoUser}}) {
     for (uint64_t which : {process, group}) {
-      CORDON_CHECK(add_rule(c, eperm, nr, {masked(0, kLow, which), masked(1, kLow, kInit)},
-                            "a call on init"));
+      CORDON_CHECK(add_rule(c, eperm, nr, {int_is(0, which), int_is(1, kInit)}, "a call on init"));
     }
-    CORDON_CHECK(add_rule(c, eperm, nr, {masked(0, kLow, user)}, "a call on a whole uid"));
+    CORDON_CHECK(add_rule(c, eperm, nr, {int_is(0, user)}, "a call on a whole uid"));
   }
 
   // personality: the values Docker's default profile allows (moby profiles/seccomp/

@@ -82,7 +82,6 @@ struct __attribute__((packed)) LandlockPathBeneathAttr {
 // 6.16); 0 slots: the global hash.
 inline constexpr int kPrFutexHash = 78;
 inline constexpr unsigned long kPrFutexHashSetSlots = 1;
-inline constexpr unsigned long kPrFutexHashGetSlots = 2;
 
 // PR_SET_SECUREBITS values (linux/securebits.h), spelled out to keep includes small.
 inline constexpr unsigned long kSecbitNoroot = 1UL << 0;
