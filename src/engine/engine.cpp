@@ -757,18 +757,25 @@ class Engine::Impl {
     if (running_total > 0) {
       --running_total;
     }
-    if (running_per_session[j.session] > 0) {
-      --running_per_session[j.session];
+    // A count that reaches 0 leaves its map: a daemon that serves many sessions keeps none of
+    // the ones that ran nothing for a while.
+    auto drop = [](std::map<std::string, uint64_t>& counts, const std::string& key) {
+      auto it = counts.find(key);
+      if (it != counts.end() && --it->second == 0) {
+        counts.erase(it);
+      }
+    };
+    drop(running_per_session, j.session);
+    drop(running_per_owner, j.owner);
+    if (j.git) {
+      drop(running_git_per_owner, j.owner);
+      drop(running_git_per_session, j.session);
     }
-    if (running_per_owner[j.owner] > 0) {
-      --running_per_owner[j.owner];
-    }
-    if (j.git && running_git_per_owner[j.owner] > 0) {
-      --running_git_per_owner[j.owner];
-    }
-    if (j.git && running_git_per_session[j.session] > 0) {
-      --running_git_per_session[j.session];
-    }
+  }
+  static uint64_t running_in(const std::map<std::string, uint64_t>& counts,
+                             const std::string& key) {
+    auto it = counts.find(key);
+    return it == counts.end() ? 0 : it->second;
   }
   std::map<std::string, policy::Policy> session_policies;  // rootPerSession: root per session
   std::unordered_map<uint64_t, Watch> watches;             // epoll watch id → job and kind
@@ -2510,24 +2517,20 @@ class Engine::Impl {
       // uid's slow git calls (a FIFO as blame.ignoreRevsFile, a huge repository) filled `total`
       // and another uid's command waited for them (found by a review, session 29), and without
       // perUid one session's did (a review, session 33).
-      auto s = running_git_per_session.find(j.session);
-      if ((s == running_git_per_session.end() ? 0 : s->second) >= kGitJobsPerSession) {
+      if (running_in(running_git_per_session, j.session) >= kGitJobsPerSession) {
         return false;
       }
       if (pol->concurrency.per_uid == 0) {
         return true;
       }
-      auto g = running_git_per_owner.find(j.owner);
-      return (g == running_git_per_owner.end() ? 0 : g->second) < kGitJobsPerOwner;
+      return running_in(running_git_per_owner, j.owner) < kGitJobsPerOwner;
     }
     if (pol->concurrency.per_uid > 0) {
-      auto o = running_per_owner.find(j.owner);
-      if ((o == running_per_owner.end() ? 0 : o->second) >= pol->concurrency.per_uid) {
+      if (running_in(running_per_owner, j.owner) >= pol->concurrency.per_uid) {
         return false;
       }
     }
-    auto it = running_per_session.find(j.session);
-    return (it == running_per_session.end() ? 0 : it->second) < pol->concurrency.per_session;
+    return running_in(running_per_session, j.session) < pol->concurrency.per_session;
   }
 
   // Launches every queued job that has a slot. launch() can settle a job (a failed start),
