@@ -39,6 +39,7 @@
 #include <random>
 #include <system_error>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -2181,7 +2182,30 @@ class Engine::Impl {
       }
       return;
     }
+    if (!drained) {
+      note_held_open(j, out_done, err_done);
+    }
     settle(j);
+  }
+
+  // The drain deadline passed and a stream has no EOF: every process of the sandbox is gone, so
+  // a process outside holds its write end (the command passed it over a unix socket in its
+  // root). What the pipe holds now is read; what comes later is not, and the job says so
+  // rather than keep a log that only looks whole.
+  void note_held_open(Job& j, bool out_done, bool err_done) {
+    const bool out_pipe = !j.pty;
+    for (auto [s, done, fd, name] : {std::tuple{&j.out, out_done, j.out.pipe.get(), "stdout"},
+                                     std::tuple{&j.err, err_done, j.err.pipe.get(), "stderr"}}) {
+      if (done || fd < 0 || (s == &j.out && !out_pipe)) {
+        continue;
+      }
+      for (int i = 0; i < 8 && read_chunks(j, *s, fd, name) == ReadEnd::kMore; ++i) {
+      }
+      j.error += fmt::format(
+          "{}{} was still open {} ms after the command ended (a process outside the sandbox "
+          "holds it): what was written to it later was not read",
+          j.error.empty() ? "" : "; ", name, kDrainAfterInit.count());
+    }
   }
 
   ArtifactRef bank(Job& j, Stream& s, const std::string& stream) {

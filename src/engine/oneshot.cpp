@@ -253,6 +253,12 @@ Result<OneshotReport> run_oneshot(const OneshotRequest& req) {
   report.stderr_bytes = o.stderr_bytes;
   report.output_limit_stream = o.output_limit_stream;
   report.signalled_by_caller = o.signalled_by_caller;
+  for (const std::string& stream : o.held_open) {
+    report.applied.warnings.push_back(fmt::format(
+        "{} was still open {} ms after the command ended (a process outside the sandbox holds "
+        "it): what was written to it later was not relayed",
+        stream, so.drain_timeout.count()));
+  }
   // The command itself was OOM-killed: SIGKILL and the cgroup counted an OOM kill. A
   // grandchild's OOM kill while the command exits normally stays `exited`, with oomKills.
   if (o.state == RunState::kKilled && o.term_signal == SIGKILL && report.oom_kills > 0) {

@@ -838,7 +838,8 @@ class Supervisor {
   // The drain deadline passed without EOF: some write end lives outside the sandbox. Take
   // what is already in the pipes and stop reading.
   Result<void> final_drain() {
-    for (auto* relay : {&relays_[kStdoutRelay], &relays_[kStderrRelay]}) {
+    for (auto [relay, name] : {std::pair{&relays_[kStdoutRelay], "stdout"},
+                               std::pair{&relays_[kStderrRelay], "stderr"}}) {
       for (int i = 0; i < kFinalDrainReads && !relay->src_eof && endpoint_fd(relay->src) >= 0;
            ++i) {
         if (relay->pending()) {
@@ -850,6 +851,9 @@ class Supervisor {
         }
         accept(*relay, static_cast<size_t>(n));
         CORDON_CHECK(pump(*relay));  // sets src_eof on EOF; writes what it can
+      }
+      if (!relay->src_eof && endpoint_fd(relay->src) >= 0) {
+        held_open_.emplace_back(name);
       }
       relay->src_eof = true;
     }
@@ -896,6 +900,7 @@ class Supervisor {
     o.duration = duration_;
     o.stdout_bytes = relays_[kStdoutRelay].count;
     o.stderr_bytes = relays_[kStderrRelay].count;
+    o.held_open = held_open_;
     o.stdout_write_errno = relays_[kStdoutRelay].dst_errno;
     o.stderr_write_errno = relays_[kStderrRelay].dst_errno;
     o.output_limit_stream = limit_stream_;
@@ -922,6 +927,7 @@ class Supervisor {
 
   std::optional<Clock::time_point> timeout_deadline_, grace_deadline_, drain_deadline_, armed_;
   bool timeout_fired_ = false, term_sent_ = false, killed_ = false, drain_expired_ = false;
+  std::vector<std::string> held_open_;  // streams the final drain gave up on (Outcome)
   bool command_started_ = false;
   int pending_signal_ = 0;  // held until init reports the command started
 

@@ -70,6 +70,9 @@ struct Outcome {
   uint64_t stdout_bytes = 0, stderr_bytes = 0;
   int stdout_write_errno = 0, stderr_write_errno = 0;  // first write error on out_fd / err_fd
   std::string output_limit_stream;                     // "stdout"/"stderr" when the cap was hit
+  // Streams still open when the drain after init's exit gave up: a process outside the sandbox
+  // holds their write end; what it wrote later was not relayed.
+  std::vector<std::string> held_open;
   bool signalled_by_caller = false;  // cordon itself got SIGINT/SIGTERM/SIGHUP and forwarded it
   int caller_signal = 0;             // the last such signal, so a CLI can re-raise it
 };

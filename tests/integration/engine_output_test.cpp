@@ -1,5 +1,7 @@
 #define BOOST_TEST_MODULE engine_output
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 
 #include <boost/test/unit_test.hpp>
 
@@ -337,4 +339,69 @@ BOOST_AUTO_TEST_CASE(a_job_opens_dev_stdout_stderr_and_stdin_by_name_pooled_or_n
       BOOST_TEST(read_all_bytes(*e, "s", s->task_id, "stderr") == "err\n");
     }
   }
+}
+
+// Every process of a sandbox is gone when its job settles, but a write end of its stdout can
+// outlive them: the command hands it over a unix socket in its root to a process outside (here
+// the test). The engine waits 2 s for the stream's EOF, reads what the pipe holds, and settles;
+// found by a review (session 33): the job then read as whole while what came later was not
+// read. Now its error says so. What the outside process wrote inside the 2 s is kept.
+BOOST_AUTO_TEST_CASE(a_stream_held_open_outside_the_sandbox_is_named_at_the_settle) {
+  EngineEnv env;
+  auto e = open_engine(env);
+  const std::string path = env.box.root + "/out.sock";
+  UniqueFd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  BOOST_REQUIRE(listener);
+  struct sockaddr_un addr {};
+  addr.sun_family = AF_UNIX;
+  BOOST_REQUIRE(path.size() < sizeof addr.sun_path);
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  BOOST_REQUIRE(::bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  BOOST_REQUIRE(::chmod(path.c_str(), 0777) == 0);
+  BOOST_REQUIRE(::listen(listener.get(), 1) == 0);
+  const std::string script =
+      "import socket, sys\n"
+      "s = socket.socket(socket.AF_UNIX)\n"
+      "s.connect(sys.argv[1])\n"
+      "socket.send_fds(s, [b'x'], [1])\n"
+      "s.recv(1)\n"
+      "print('handed over', flush=True)\n";
+  auto s = e->start("s", {.argv = {"/usr/bin/python3", "-c", script, path}});
+  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+  UniqueFd conn(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+  BOOST_REQUIRE(conn);
+  char byte = 0;
+  struct iovec iov {
+    &byte, 1
+  };
+  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  struct msghdr msg {};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  BOOST_REQUIRE(::recvmsg(conn.get(), &msg, MSG_CMSG_CLOEXEC) == 1);
+  struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  BOOST_REQUIRE(c != nullptr && c->cmsg_type == SCM_RIGHTS);
+  int held_fd = -1;
+  std::memcpy(&held_fd, CMSG_DATA(c), sizeof held_fd);
+  UniqueFd held(held_fd);
+  BOOST_REQUIRE(::write(conn.get(), "k", 1) == 1);
+  // The command ends; its stdout lives on here. Written inside the 2 s: kept.
+  BOOST_REQUIRE(eventually([&] {
+    auto p = e->output("s", s->task_id, {});
+    return p && p->content == "handed over\n";
+  }));
+  BOOST_REQUIRE(::write(held.get(), "late\n", 5) == 5);
+  auto st = e->status("s", s->task_id, 20s);
+  BOOST_REQUIRE_MESSAGE(st.has_value(), describe(st));
+  BOOST_TEST(st->state == "exited");
+  BOOST_TEST(st->exit_code.value_or(-1) == 0);
+  BOOST_TEST(
+      st->error.find("stdout was still open 2000 ms after the command ended") != std::string::npos,
+      st->error);
+  BOOST_TEST(st->error.find("stderr") == std::string::npos, st->error);
+  auto out = e->output("s", s->task_id, {});
+  BOOST_REQUIRE(out.has_value());
+  BOOST_TEST(out->content == "handed over\nlate\n");
 }
