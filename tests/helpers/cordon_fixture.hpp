@@ -4,10 +4,14 @@
 // and `cordon run` invoked as a user would (a real process, the real kernel).
 
 #include <fcntl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
+#include <stdexcept>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -17,6 +21,54 @@
 #include "helpers/process.hpp"
 
 namespace cordon::test {
+
+// A unix stream socket listening at `path` (mode 0777, so a sandbox's uid may connect); throws
+// when the kernel refuses a step.
+inline int listen_unix(const std::string& path) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_un addr {};
+  addr.sun_family = AF_UNIX;
+  if (fd < 0 || path.size() >= sizeof addr.sun_path) {
+    throw std::runtime_error("socket for " + path);
+  }
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::chmod(path.c_str(), 0777) != 0 || ::listen(fd, 1) != 0) {
+    ::close(fd);
+    throw std::runtime_error("bind/chmod/listen " + path + ": " + std::strerror(errno));
+  }
+  return fd;
+}
+
+// The one descriptor a peer sent on `conn` with one byte (SCM_RIGHTS), or -1.
+inline int receive_fd(int conn) {
+  char byte = 0;
+  struct iovec iov {
+    &byte, 1
+  };
+  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  struct msghdr msg {};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  if (::recvmsg(conn, &msg, MSG_CMSG_CLOEXEC) != 1) return -1;
+  struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  if (c == nullptr || c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) return -1;
+  int fd = -1;
+  std::memcpy(&fd, CMSG_DATA(c), sizeof fd);
+  return fd;
+}
+
+// A python3 script that connects to argv[1], hands over its stdout (SCM_RIGHTS), waits for
+// one byte back and prints "handed over".
+inline const char* kHandOverStdout =
+    "import socket, sys\n"
+    "s = socket.socket(socket.AF_UNIX)\n"
+    "s.connect(sys.argv[1])\n"
+    "socket.send_fds(s, [b'x'], [1])\n"
+    "s.recv(1)\n"
+    "print('handed over', flush=True)\n";
 
 inline std::string env_or(const char* name, const char* fallback) {
   const char* v = std::getenv(name);

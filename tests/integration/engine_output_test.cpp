@@ -350,42 +350,13 @@ BOOST_AUTO_TEST_CASE(a_stream_held_open_outside_the_sandbox_is_named_at_the_sett
   EngineEnv env;
   auto e = open_engine(env);
   const std::string path = env.box.root + "/out.sock";
-  UniqueFd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  BOOST_REQUIRE(listener);
-  struct sockaddr_un addr {};
-  addr.sun_family = AF_UNIX;
-  BOOST_REQUIRE(path.size() < sizeof addr.sun_path);
-  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  BOOST_REQUIRE(::bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-  BOOST_REQUIRE(::chmod(path.c_str(), 0777) == 0);
-  BOOST_REQUIRE(::listen(listener.get(), 1) == 0);
-  const std::string script =
-      "import socket, sys\n"
-      "s = socket.socket(socket.AF_UNIX)\n"
-      "s.connect(sys.argv[1])\n"
-      "socket.send_fds(s, [b'x'], [1])\n"
-      "s.recv(1)\n"
-      "print('handed over', flush=True)\n";
-  auto s = e->start("s", {.argv = {"/usr/bin/python3", "-c", script, path}});
+  UniqueFd listener(listen_unix(path));
+  auto s = e->start("s", {.argv = {"/usr/bin/python3", "-c", kHandOverStdout, path}});
   BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
   UniqueFd conn(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
   BOOST_REQUIRE(conn);
-  char byte = 0;
-  struct iovec iov {
-    &byte, 1
-  };
-  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  struct msghdr msg {};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  BOOST_REQUIRE(::recvmsg(conn.get(), &msg, MSG_CMSG_CLOEXEC) == 1);
-  struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  BOOST_REQUIRE(c != nullptr && c->cmsg_type == SCM_RIGHTS);
-  int held_fd = -1;
-  std::memcpy(&held_fd, CMSG_DATA(c), sizeof held_fd);
-  UniqueFd held(held_fd);
+  UniqueFd held(receive_fd(conn.get()));
+  BOOST_REQUIRE(held);
   BOOST_REQUIRE(::write(conn.get(), "k", 1) == 1);
   // The command ends; its stdout lives on here. Written inside the 2 s: kept.
   BOOST_REQUIRE(eventually([&] {

@@ -733,47 +733,19 @@ BOOST_AUTO_TEST_CASE(compiled_filters_are_cached_and_a_corrupt_cache_is_recompil
 BOOST_AUTO_TEST_CASE(a_stream_held_open_outside_the_sandbox_is_named_when_the_run_ends) {
   Sandbox s;
   const std::string path = s.root + "/out.sock";
-  int listener = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  BOOST_REQUIRE(listener >= 0);
-  struct sockaddr_un addr {};
-  addr.sun_family = AF_UNIX;
-  BOOST_REQUIRE(path.size() < sizeof addr.sun_path);
-  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  BOOST_REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-  BOOST_REQUIRE(::chmod(path.c_str(), 0777) == 0);
-  BOOST_REQUIRE(::listen(listener, 1) == 0);
+  int listener = listen_unix(path);
   std::atomic<bool> got_fd{false};
   std::thread holder([&] {
     int conn = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
     if (conn < 0) return;
-    char byte = 0;
-    struct iovec iov {
-      &byte, 1
-    };
-    alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-    struct msghdr msg {};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    int held = -1;
-    if (::recvmsg(conn, &msg, MSG_CMSG_CLOEXEC) == 1 && CMSG_FIRSTHDR(&msg) != nullptr) {
-      std::memcpy(&held, CMSG_DATA(CMSG_FIRSTHDR(&msg)), sizeof held);
-      got_fd = true;
-    }
+    int held = receive_fd(conn);
+    got_fd = held >= 0;
     (void)!::write(conn, "k", 1);
     ::close(conn);
     std::this_thread::sleep_for(std::chrono::seconds(3));
     if (held >= 0) ::close(held);
   });
-  const std::string script =
-      "import socket, sys\n"
-      "s = socket.socket(socket.AF_UNIX)\n"
-      "s.connect(sys.argv[1])\n"
-      "socket.send_fds(s, [b'x'], [1])\n"
-      "s.recv(1)\n"
-      "print('handed over', flush=True)\n";
-  auto [r, status] = s.run_status({}, {"/usr/bin/python3", "-c", script, path});
+  auto [r, status] = s.run_status({}, {"/usr/bin/python3", "-c", kHandOverStdout, path});
   holder.join();
   ::close(listener);
   BOOST_TEST(got_fd.load());
