@@ -2193,10 +2193,9 @@ class Engine::Impl {
   // root). What the pipe holds now is read; what comes later is not, and the job says so
   // rather than keep a log that only looks whole.
   void note_held_open(Job& j, bool out_done, bool err_done) {
-    const bool out_pipe = !j.pty;
     for (auto [s, done, fd, name] : {std::tuple{&j.out, out_done, j.out.pipe.get(), "stdout"},
                                      std::tuple{&j.err, err_done, j.err.pipe.get(), "stderr"}}) {
-      if (done || fd < 0 || (s == &j.out && !out_pipe)) {
+      if (done || fd < 0 || (s == &j.out && j.pty)) {  // a pty's output has no pipe
         continue;
       }
       for (int i = 0; i < 8 && read_chunks(j, *s, fd, name) == ReadEnd::kMore; ++i) {

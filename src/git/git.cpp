@@ -161,12 +161,16 @@ std::string trim(std::string s) {
   return s.substr(i);
 }
 
-// `target` (absolute, or relative to `base`, an absolute directory) normalised; empty when it
-// leaves `root`.
+// `target` as git takes a path a file of the git directory names: absolute, or relative to
+// `base` (an absolute directory). Not normalised.
+std::string joined(const std::string& base, const std::string& target) {
+  return !target.empty() && target[0] == '/' ? target : base + "/" + target;
+}
+
+// joined(base, target) normalised; empty when it leaves `root`.
 std::string inside_root(const std::string& root, const std::string& base,
                         const std::string& target) {
-  std::string abs =
-      normalize_path(target.empty() || target[0] != '/' ? base + "/" + target : target);
+  std::string abs = normalize_path(joined(base, target));
   return path_within(abs, root) ? abs : std::string();
 }
 
@@ -193,7 +197,7 @@ std::unexpected<Error> leads_outside(const GitSettings& s, const std::string& pa
 // repoRoot, is the boundary (a link changed after the check leads nowhere).
 Result<std::optional<std::string>> resolve_inside(const GitSettings& s, const std::string& base,
                                                   const std::string& target, const char* what) {
-  const std::string path = !target.empty() && target[0] == '/' ? target : base + "/" + target;
+  const std::string path = joined(base, target);
   auto fd = sys::openat2_fd(AT_FDCWD, path, O_PATH | O_CLOEXEC, RESOLVE_NO_MAGICLINKS);
   if (!fd) {
     int err = fd.error().sys_errno();
@@ -476,7 +480,7 @@ Result<std::string> git_dir_for(const GitSettings& s) {
       return refusal("`{}/.git` is a file but not a gitdir link", s.repo_root);
     }
     std::string target = without_line_end(text.substr(8));
-    git_dir = !target.empty() && target[0] == '/' ? target : s.resolved_root + "/" + target;
+    git_dir = joined(s.resolved_root, target);
     if (inside_root(s.resolved_root, s.resolved_root, target).empty()) {
       return refusal(
           "`{}/.git` is a file pointing to {}, outside the repository root; only repoRoot is "

@@ -562,12 +562,11 @@ Result<SeccompCtx> build_fixed(const SeccompOptions& options) {
   // prlimit64 with a new limit (a read, new_limit NULL, stays: `prlimit --pid 1`).
   CORDON_CHECK(add_rule(c, eperm, SCMP_SYS(prlimit64), {int_is(0, kInit), {2, SCMP_CMP_GT, 0, 0}},
                         "a call on init"));
-  constexpr uint64_t kIoprioWhoProcess = IOPRIO_WHO_PROCESS, kIoprioWhoPgrp = IOPRIO_WHO_PGRP,
-                     kIoprioWhoUser = IOPRIO_WHO_USER;
   for (const auto& [nr, process, group, user] :
        {std::tuple{SCMP_SYS(setpriority), uint64_t{PRIO_PROCESS}, uint64_t{PRIO_PGRP},
                    uint64_t{PRIO_USER}},
-        std::tuple{SCMP_SYS(ioprio_set), kIoprioWhoProcess, kIoprioWhoPgrp, kIoprioWhoUser}}) {
+        std::tuple{SCMP_SYS(ioprio_set), uint64_t{IOPRIO_WHO_PROCESS}, uint64_t{IOPRIO_WHO_PGRP},
+                   uint64_t{IOPRIO_WHO_USER}}}) {
     for (uint64_t which : {process, group}) {
       CORDON_CHECK(add_rule(c, eperm, nr, {int_is(0, which), int_is(1, kInit)}, "a call on init"));
     }
