@@ -44,6 +44,11 @@ export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/lsan.supp}
 for s in llvm-symbolizer-19 /usr/lib/llvm-19/bin/llvm-symbolizer llvm-symbolizer; do
   command -v "$s" >/dev/null && { export ASAN_SYMBOLIZER_PATH=$(command -v "$s"); break; }
 done
+# The harnesses make their working roots and engine state under $TMPDIR: one dir per run,
+# removed when it ends, so runs leave nothing in /tmp.
+run_tmp=$(mktemp -d /tmp/cordon-fuzz.XXXXXX) || { echo "fuzz: mktemp -d failed"; exit 1; }
+trap 'rm -rf "$run_tmp"' EXIT
+export TMPDIR=$run_tmp
 mkdir -p $dir/findings
 failed=0
 cases=""

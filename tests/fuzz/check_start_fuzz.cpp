@@ -61,9 +61,12 @@ std::string realpath_of(const std::string& p) {
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  char dir[] = "/tmp/cordon-start-fuzz.XXXXXX";
-  FUZZ_CHECK(::mkdtemp(dir) != nullptr, "mkdtemp");
-  g_root = std::string(dir) + "/root";
+  // Under $TMPDIR: tools/fuzz.sh gives each run its own and removes it afterwards.
+  const char* tmp = ::getenv("TMPDIR");
+  std::string dir =
+      std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/cordon-start-fuzz.XXXXXX";
+  FUZZ_CHECK(::mkdtemp(dir.data()) != nullptr, "mkdtemp under {}", dir);
+  g_root = dir + "/root";
   mkdir_or_die(g_root);
   mkdir_or_die(g_root + "/a");
   mkdir_or_die(g_root + "/a/b");

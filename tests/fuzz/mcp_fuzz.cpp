@@ -87,10 +87,13 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
     std::fprintf(stderr, "mcp_fuzz: set CORDON_SPAWNER, CORDON_INIT, CORDON_SECCOMP_DIR\n");
     std::exit(2);
   }
-  char dir[] = "/tmp/cordon-mcp-fuzz.XXXXXX";
-  FUZZ_CHECK(::mkdtemp(dir) != nullptr, "mkdtemp");
+  // Under $TMPDIR: tools/fuzz.sh gives each run its own and removes it afterwards.
+  const char* tmp = ::getenv("TMPDIR");
+  std::string dir =
+      std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/cordon-mcp-fuzz.XXXXXX";
+  FUZZ_CHECK(::mkdtemp(dir.data()) != nullptr, "mkdtemp under {}", dir);
   cordon::EngineOptions o;
-  o.state_dir = std::string(dir) + "/state";
+  o.state_dir = dir + "/state";
   o.spawner_path = spawner;
   o.init_path = init;
   o.default_seccomp_profile = std::string(seccomp) + "/default.json";
