@@ -664,7 +664,7 @@ class Engine::Impl {
   // thread woken while mu is still held wakes only to block on it, and on a host whose
   // scheduler keeps a woken thread on its waker's CPU it first preempts the holder there (a
   // settle's caller, woken before the loop let go, waited for mu in 1 start of 3, ~0.6 ms;
-  // docs/performance.md, session 24). Elsewhere they are sent at once.
+  // docs/performance-history.md, session 24). Elsewhere they are sent at once.
   struct Wakes {
     bool settled = false;   // cv: a job settled
     size_t starters = 0;    // starter_cv: jobs handed to the starters
@@ -2439,7 +2439,7 @@ class Engine::Impl {
     // A caller already waiting for this end (status() or wait() with a wait) reads it as it
     // wakes, and a read marks the record read: marked now, in the settle's own write, rather
     // than by a second write of meta.json on that caller's path (0.7 ms off start → settle
-    // here: on ext4 a rename over a record allocates its blocks; docs/performance.md,
+    // here: on ext4 a rename over a record allocates its blocks; docs/performance-history.md,
     // session 24).
     if (!j.read && awaited.contains(j.id)) {
       j.read = true;

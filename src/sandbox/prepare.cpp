@@ -770,7 +770,7 @@ Result<void> PreparedSandbox::prepare_plan_file(const SandboxSpec& spec,
   // The plan reaches its memfd in one writev of its pieces where they are: the filters (~7 KiB)
   // are not copied into a buffer first. The spawner's heap is write-protected by every park's
   // clone3 until that child execs, so each page a copy wrote took a fault (~20 µs in a PVM
-  // guest) on the job's path (docs/performance.md, "Spawn run of session 22").
+  // guest) on the job's path (docs/performance-history.md, "Spawn run of session 22").
   if (seccomp.init.size() > kMaxInitFilterInsns) {
     return invalid("init's seccomp filter has {} instructions, more than the {} init can hold",
                    seccomp.init.size(), kMaxInitFilterInsns);
