@@ -7,8 +7,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <optional>
+#include <tuple>
 
 #include "base/sha256.hpp"
 #include "base/strings.hpp"
@@ -223,6 +225,7 @@ Result<OneshotReport> run_oneshot(const OneshotRequest& req) {
     (void)cgroup.kill();
     (void)sys::pidfd_send_signal(init_pidfd, SIGKILL, nullptr, 0);
   };
+  auto supervised = std::chrono::steady_clock::now();
   auto outcome = supervise(handles, so, hooks);
   // Whatever happened, nothing of the sandbox outlives this function.
   hooks.kill_all();
@@ -231,6 +234,10 @@ Result<OneshotReport> run_oneshot(const OneshotRequest& req) {
   report.duration = std::chrono::steady_clock::now() - start;
   if (!outcome) {
     return std::unexpected(std::move(outcome.error()).wrap("supervise the sandbox"));
+  }
+  if (outcome->duration.count() > 0) {
+    // Until the sandbox ended, not until a slow reader of cordon's stdout took the last byte.
+    report.duration = (supervised - start) + outcome->duration;
   }
   auto usage = cgroup.usage();
   if (usage) {
@@ -253,6 +260,16 @@ Result<OneshotReport> run_oneshot(const OneshotRequest& req) {
   report.stderr_bytes = o.stderr_bytes;
   report.output_limit_stream = o.output_limit_stream;
   report.signalled_by_caller = o.signalled_by_caller;
+  for (auto [stream, err, bytes] : {std::tuple{"stdout", o.stdout_write_errno, o.stdout_bytes},
+                                    std::tuple{"stderr", o.stderr_write_errno, o.stderr_bytes}}) {
+    // EPIPE is a reader that went away (`cordon run … | head`), as a pipeline means it to.
+    if (err != 0 && err != EPIPE) {
+      report.applied.warnings.push_back(fmt::format(
+          "writing the command's {} to cordon's own {} failed ({}): of the {} bytes it printed, "
+          "what came after the failure was not delivered",
+          stream, stream, errno_name(err), bytes));
+    }
+  }
   for (const std::string& stream : o.held_open) {
     report.applied.warnings.push_back(fmt::format(
         "{} was still open {} ms after the command ended (a process outside the sandbox holds "

@@ -6,6 +6,7 @@
 #include <sys/ioctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/timerfd.h>
 #include <sys/wait.h>
 #include <termios.h>
@@ -15,8 +16,11 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "sandbox/prepare.hpp"
 #include "sandbox/status.hpp"
@@ -62,6 +66,7 @@ struct Endpoint {
   bool pollable = true;  // false for regular files: epoll refuses them (EPERM), always ready
   bool in_epoll = false;
   uint32_t events = 0;
+  bool socket = false;  // a caller's socket: recv/send with MSG_DONTWAIT (CallerEnd)
 };
 
 // One direction of data: src endpoint → buffer → dst endpoint.
@@ -80,6 +85,7 @@ struct Relay {
   uint64_t count = 0;
   bool capped = false;
   bool is_pty_src = false;  // a pty master reads EIO once every slave is closed: that is EOF
+  int final_reads = 0;      // reads left after the drain deadline (final_drain)
 
   bool pending() const { return off < len; }
   bool done() const { return src_eof && (!pending() || dst_dead); }
@@ -152,29 +158,65 @@ class RawTerminal {
   termios saved_{};
 };
 
-// The caller's descriptors are dup'ed (so out_fd == err_fd can sit in epoll twice) and set
-// O_NONBLOCK; that flag lives on the shared open file description, so it is put back.
+// The caller's descriptor as the relay uses it: never blocking, without touching the flags of
+// a description the caller shares with other processes.
+struct CallerEnd {
+  int fd = -1;
+  bool socket = false;  // read and written with MSG_DONTWAIT (recv/send)
+};
+
+// The caller's descriptors, each as a description of cordon's own where one can be had, so
+// out_fd == err_fd can sit in epoll twice and O_NONBLOCK stays ours. O_NONBLOCK on the
+// caller's own description would be seen by every process sharing it (a sibling writing to
+// the same pipe got EAGAIN and lost its output) and would outlive a SIGKILLed cordon (a
+// review, session 34). So: a pipe, FIFO or terminal is opened again through /proc/self/fd (a
+// new description of the same pipe or tty); a socket is read and written with MSG_DONTWAIT; a
+// regular file or another device is never waited on (epoll refuses files; /dev/null and the
+// like never block) and is only dup'ed. Only when the reopen fails (a FIFO whose reader is
+// gone: ENXIO) is the caller's description made non-blocking, and its flags put back after.
 class CallerFds {
  public:
-  Result<int> add(int fd) {
+  // `access` is O_RDONLY or O_WRONLY: how the relay uses the descriptor.
+  Result<CallerEnd> add(int fd, int access) {
     if (fd < 0) {
-      return -1;
+      return CallerEnd{};
     }
-    int flags = fcntl(fd, F_GETFL);
-    if (flags < 0) {
-      return sys_error("fcntl F_GETFL fd {}", fd);
+    struct stat st {};
+    if (fstat(fd, &st) != 0) {
+      return sys_error("fstat fd {}", fd);
+    }
+    if (S_ISFIFO(st.st_mode) || (S_ISCHR(st.st_mode) && isatty(fd) != 0)) {
+      std::string path = fmt::format("/proc/self/fd/{}", fd);
+      int own = ::open(path.c_str(), access | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+      if (own >= 0) {
+        fds_.push_back({UniqueFd(own), 0, false});
+        return CallerEnd{own, false};
+      }
     }
     int copy = fcntl(fd, F_DUPFD_CLOEXEC, 0);
     if (copy < 0) {
       return sys_error("fcntl F_DUPFD_CLOEXEC fd {}", fd);
     }
-    fds_.push_back({UniqueFd(copy), flags});
-    return copy;
+    bool socket = S_ISSOCK(st.st_mode);
+    bool shared_flag = S_ISFIFO(st.st_mode) || (S_ISCHR(st.st_mode) && isatty(fd) != 0);
+    int flags = 0;
+    if (shared_flag) {
+      flags = fcntl(fd, F_GETFL);
+      if (flags < 0) {
+        ::close(copy);
+        return sys_error("fcntl F_GETFL fd {}", fd);
+      }
+    }
+    fds_.push_back({UniqueFd(copy), flags, shared_flag});
+    return CallerEnd{copy, socket};
   }
   // Separate from add(): flags of every fd are read before any is changed, since two of them
   // may share one description (stdout and stderr on the same terminal).
   Result<void> set_nonblocking() {
     for (auto& entry : fds_) {
+      if (!entry.needs_flag) {
+        continue;
+      }
       if (fcntl(entry.fd.get(), F_SETFL, entry.flags | O_NONBLOCK) != 0) {
         return sys_error("fcntl F_SETFL O_NONBLOCK");
       }
@@ -194,6 +236,7 @@ class CallerFds {
   struct Entry {
     UniqueFd fd;
     int flags;
+    bool needs_flag;  // the caller's own description, made non-blocking for the run
     bool changed = false;
   };
   std::vector<Entry> fds_;
@@ -302,22 +345,24 @@ class Supervisor {
     CORDON_CHECK(epoll_add(timer_.get(), kTagTimer, EPOLLIN));
 
     // Caller fds: dup'ed, flags read for all before any is changed.
-    CORDON_TRY(out_dst, callers_.add(options_.out_fd));
-    CORDON_TRY(err_dst, callers_.add(options_.err_fd));
+    CORDON_TRY(out_dst, callers_.add(options_.out_fd, O_WRONLY));
+    CORDON_TRY(err_dst, callers_.add(options_.err_fd, O_WRONLY));
     int input = options_.stdin_fd;
     if (input < 0 && options_.tty) {
       input = options_.terminal_fd;
     }
     bool have_input_dst = options_.tty || handles_.stdin_write.valid();
-    CORDON_TRY(in_src, callers_.add(have_input_dst ? input : -1));
+    CORDON_TRY(in_src, callers_.add(have_input_dst ? input : -1, O_RDONLY));
     CORDON_CHECK(callers_.set_nonblocking());
     if (options_.tty && options_.terminal_fd >= 0) {
       CORDON_CHECK(terminal_.enter(options_.terminal_fd));
     }
 
-    endpoints_[kOutDst].fd = out_dst;
-    endpoints_[kErrDst].fd = err_dst;
-    endpoints_[kInSrc].fd = in_src;
+    for (auto [id, end] :
+         {std::pair{kOutDst, out_dst}, std::pair{kErrDst, err_dst}, std::pair{kInSrc, in_src}}) {
+      endpoints_[id].fd = end.fd;
+      endpoints_[id].socket = end.socket;
+    }
     if (handles_.stdout_read) {
       CORDON_CHECK(set_nonblocking(handles_.stdout_read.get(), "stdout pipe"));
       endpoints_[kOutSrc].fd = handles_.stdout_read.get();
@@ -326,7 +371,7 @@ class Supervisor {
       CORDON_CHECK(set_nonblocking(handles_.stderr_read.get(), "stderr pipe"));
       endpoints_[kErrSrc].fd = handles_.stderr_read.get();
     }
-    if (in_src < 0 && !options_.tty) {
+    if (in_src.fd < 0 && !options_.tty) {
       handles_.stdin_write.reset();  // nothing to feed: the command sees EOF at once
     }
     if (handles_.stdin_write && !options_.tty) {
@@ -352,7 +397,7 @@ class Supervisor {
     in.name = "stdin";
     in.src = kInSrc;
     in.dst = options_.tty ? kOutSrc : kInDst;
-    in.src_eof = in_src < 0;
+    in.src_eof = in_src.fd < 0;
     for (Relay* relay : {&out, &err}) {
       relay->buf_size = kOutputBufferSize;
       relay->dst_dead = endpoints_[relay->dst].fd < 0;  // no destination: count and discard
@@ -388,6 +433,14 @@ class Supervisor {
   }
 
   int endpoint_fd(int id) const { return id < 0 ? -1 : endpoints_[static_cast<size_t>(id)].fd; }
+  ssize_t read_endpoint(int id, char* buf, size_t n) {
+    const Endpoint& ep = endpoints_[static_cast<size_t>(id)];
+    return ep.socket ? ::recv(ep.fd, buf, n, MSG_DONTWAIT) : ::read(ep.fd, buf, n);
+  }
+  ssize_t write_endpoint(int id, const char* buf, size_t n) {
+    const Endpoint& ep = endpoints_[static_cast<size_t>(id)];
+    return ep.socket ? ::send(ep.fd, buf, n, MSG_DONTWAIT | MSG_NOSIGNAL) : ::write(ep.fd, buf, n);
+  }
 
   bool wants_read(const Relay& relay) const {
     if (relay.src_eof || relay.pending() || endpoint_fd(relay.src) < 0) {
@@ -514,7 +567,7 @@ class Supervisor {
     for (int i = 0; i < kPumpBudget; ++i) {
       if (r.pending()) {
         if (!r.dst_dead) {
-          ssize_t w = ::write(endpoint_fd(r.dst), r.buf.get() + r.off, r.len - r.off);
+          ssize_t w = write_endpoint(r.dst, r.buf.get() + r.off, r.len - r.off);
           if (w >= 0) {
             r.off += static_cast<size_t>(w);
           } else if (errno == EINTR) {
@@ -533,18 +586,24 @@ class Supervisor {
       if (r.src_eof || !wants_read(r)) {
         break;
       }
-      ssize_t n = ::read(endpoint_fd(r.src), r.buf.get(), r.buf_size);
+      ssize_t n = read_endpoint(r.src, r.buf.get(), r.buf_size);
       if (n > 0) {
         if (r.output && !r.is_pty_src) {
           sandbox::grow_output_pipe(endpoint_fd(r.src), static_cast<size_t>(n), r.pipe_grown);
         }
         accept(r, static_cast<size_t>(n));
+        if (r.output && drain_expired_ && --r.final_reads <= 0) {
+          abandon(r);  // a writer outside that never stops: this read was the last
+        }
         continue;
       }
       if (n < 0 && errno == EINTR) {
         continue;
       }
       if (n < 0 && errno == EAGAIN) {
+        if (r.output && drain_expired_) {
+          abandon(r);  // empty, and not at EOF: a write end lives outside the sandbox
+        }
         return {};
       }
       if (n == 0 || (errno == EIO && r.is_pty_src) || !r.output) {
@@ -590,7 +649,11 @@ class Supervisor {
       r.capped = true;
     }
     r.count += take;
-    r.len = static_cast<size_t>(take);
+    // No destination (it failed: `| head` went away): counted, never pending. Pending bytes no
+    // write will take would stop the reads for good (neither wants_read nor wants_write), and
+    // the command would block on its full pipe: a run hung for ever when a read filled the
+    // buffer on the pump's last turn (found in session 34).
+    r.len = r.dst_dead ? 0 : static_cast<size_t>(take);
     if (r.capped) {
       if (!forced_state_) {
         forced_state_ = RunState::kOutputLimit;
@@ -835,29 +898,24 @@ class Supervisor {
     return {};
   }
 
-  // The drain deadline passed without EOF: some write end lives outside the sandbox. Take
-  // what is already in the pipes and stop reading.
+  // The drain deadline passed without EOF on some stream. From now on an output stream whose
+  // pipe is empty but not at EOF has a write end outside the sandbox (every process of the
+  // sandbox is gone) and is abandoned, and so is one still giving data after
+  // kFinalDrainReads more reads. A slow destination is no reason: what the pipes hold is
+  // the command's, and it is passed on as fast as the caller's reader takes it (a reader
+  // that slept was given 200 KB of 1 MB before, and the stream was said to be held open; a
+  // review, session 34).
   Result<void> final_drain() {
-    for (auto [relay, name] : {std::pair{&relays_[kStdoutRelay], "stdout"},
-                               std::pair{&relays_[kStderrRelay], "stderr"}}) {
-      for (int i = 0; i < kFinalDrainReads && !relay->src_eof && endpoint_fd(relay->src) >= 0;
-           ++i) {
-        if (relay->pending()) {
-          break;  // a slow destination; its source is abandoned after this
-        }
-        ssize_t n = ::read(endpoint_fd(relay->src), relay->buf.get(), relay->buf_size);
-        if (n <= 0) {
-          break;
-        }
-        accept(*relay, static_cast<size_t>(n));
-        CORDON_CHECK(pump(*relay));  // sets src_eof on EOF; writes what it can
-      }
-      if (!relay->src_eof && endpoint_fd(relay->src) >= 0) {
-        held_open_.emplace_back(name);
-      }
-      relay->src_eof = true;
+    for (Relay* relay : {&relays_[kStdoutRelay], &relays_[kStderrRelay]}) {
+      relay->final_reads = kFinalDrainReads;
+      CORDON_CHECK(pump(*relay));
     }
     return {};
+  }
+
+  void abandon(Relay& r) {
+    held_open_.emplace_back(r.name);
+    r.src_eof = true;
   }
 
   bool finished() const {

@@ -31,7 +31,8 @@ struct SuperviseOptions {
   std::chrono::milliseconds timeout{0};  // 0 = none; counted from the call to supervise()
   std::chrono::milliseconds kill_grace{5000};
   // Once init is gone every writer of the pipes is dead, so EOF follows at once; this only
-  // bounds the wait for EOF should a write end have leaked outside the sandbox.
+  // bounds the wait for EOF should a write end have leaked outside the sandbox (a caller's
+  // slow reader is not bounded: what the pipes hold is delivered).
   std::chrono::milliseconds drain_timeout{1000};
   uint64_t max_output_bytes = 0;  // per stream; 0 = unlimited
   int out_fd = STDOUT_FILENO, err_fd = STDERR_FILENO;
@@ -77,10 +78,12 @@ struct Outcome {
   int caller_signal = 0;             // the last such signal, so a CLI can re-raise it
 };
 
-/// Supervises the sandbox until init has exited and its output is drained. Takes no
-/// ownership of the caller's fds (their O_NONBLOCK flags and the terminal's termios are
-/// restored); closes handles.stdin_write when stdin ends. On Error, kill_all has been called
-/// (if init was still running) and init is not reaped.
+/// Supervises the sandbox until init has exited and its output is delivered (a slow caller's
+/// reader is waited for, as any writer waits). Takes no ownership of the caller's fds and
+/// leaves their descriptions' flags alone where it can have descriptions of its own (pipes,
+/// FIFOs, terminals are reopened, sockets use MSG_DONTWAIT; see CallerFds); the terminal's
+/// termios is restored; closes handles.stdin_write when stdin ends. On Error, kill_all has been
+/// called (if init was still running) and init is not reaped.
 [[nodiscard]] Result<Outcome> supervise(SandboxHandles& handles, const SuperviseOptions& options,
                                         const KillHooks& hooks);
 

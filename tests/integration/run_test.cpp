@@ -756,3 +756,101 @@ BOOST_AUTO_TEST_CASE(a_stream_held_open_outside_the_sandbox_is_named_when_the_ru
   BOOST_TEST(status.dump().find(warning) != std::string::npos, status.dump());
   BOOST_TEST(r.err.find("stderr was still open") == std::string::npos, r.err);
 }
+
+namespace {
+
+// `words` as one shell word each, for the pipelines below (bash on the host, not in a sandbox).
+std::string shell_words(const std::vector<std::string>& words) {
+  std::string s;
+  for (const auto& w : words) {
+    std::string q = "'";
+    for (char c : w) {
+      q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    }
+    s += q + "' ";
+  }
+  return s;
+}
+
+}  // namespace
+
+// `cordon run … | slow-reader`: the command ends with most of its output still in the pipes,
+// and the reader starts reading seconds later. Every byte reaches it, and the outcome's
+// duration is the sandbox's, not the reader's. Failure fixed (a review, session 34): the run
+// gave the rest up 1 s after the command ended (200000 of 1000000 bytes arrived, exit 0), with
+// a warning that blamed a process outside the sandbox.
+BOOST_AUTO_TEST_CASE(a_slow_reader_of_cordons_stdout_gets_every_byte) {
+  Sandbox s;
+  std::string status = s.base + "/status.json";
+  std::string run = shell_words(
+      s.args({"--json-status", status}, {"/bin/sh", "-c",
+                                         "head -c 200000 /dev/zero; sleep 0.3; "
+                                         "head -c 800000 /dev/zero; echo wrote-all >&2"}));
+  auto r = run_process({"/bin/bash", "-c", run + "| (sleep 2.5; wc -c)"});
+  BOOST_TEST(r.exit_code() == 0, r.err);
+  BOOST_TEST(r.out == "1000000\n");
+  BOOST_TEST(r.err == "wrote-all\n");
+  std::ifstream in(status);
+  json j = json::parse(in, nullptr, false);
+  BOOST_TEST(j.value("stdoutBytes", 0) == 1000000);
+  BOOST_TEST(j["warnings"].empty(), j.dump());
+  BOOST_TEST(j.value("durationMs", 1e9) < 2000.0, j.dump());
+}
+
+// A sibling in the caller's pipeline writes to the same pipe while `cordon run` runs: it must
+// not meet a non-blocking pipe (O_NONBLOCK on the shared description gave it EAGAIN; `head`
+// failed after 65536 of 3000000 bytes).
+BOOST_AUTO_TEST_CASE(a_sibling_writing_to_the_same_pipe_meets_a_blocking_pipe) {
+  Sandbox s;
+  std::string run = shell_words(s.args({}, {"/bin/sleep", "2"}));
+  auto r =
+      run_process({"/bin/bash", "-c",
+                   "( " + run +
+                       "& sleep 0.5; head -c 3000000 /dev/zero; echo \"head rc=$?\" >&2; wait ) | "
+                       "(sleep 3; wc -c)"});
+  BOOST_TEST(r.exit_code() == 0, r.err);
+  BOOST_TEST(r.out == "3000000\n");
+  BOOST_TEST(r.err == "head rc=0\n");
+}
+
+// cordon's own stdout and stderr fail (a full disk under `> file`; /dev/full here): the run
+// says so, on stderr and in `--json-status`, and keeps the command's exit code. Before, nothing
+// said the output was lost (a review, session 34).
+BOOST_AUTO_TEST_CASE(a_failed_write_to_cordons_own_stdout_is_a_warning) {
+  Sandbox s;
+  int full = ::open("/dev/full", O_WRONLY | O_CLOEXEC);
+  BOOST_REQUIRE(full >= 0);
+  ProcessOptions popt;
+  popt.stdout_fd = full;
+  auto [r, status] = s.run_status({}, {"/bin/sh", "-c", "echo out; echo err >&2; exit 3"}, popt);
+  ::close(full);
+  BOOST_TEST(r.exit_code() == 3);
+  BOOST_TEST(status.value("state", "") == "exited", status.dump());
+  BOOST_TEST(status.value("stdoutBytes", 0) == 4);
+  std::string warnings = status["warnings"].dump();
+  BOOST_TEST(warnings.find("writing the command's stdout to cordon's own stdout failed (ENOSPC)") !=
+                 std::string::npos,
+             warnings);
+  BOOST_TEST(warnings.find("writing the command's stderr to cordon's own stderr failed (ENOSPC)") !=
+                 std::string::npos,
+             warnings);
+}
+
+// `cordon run … | head`: the reader went away, as a pipeline means it to; no warning.
+BOOST_AUTO_TEST_CASE(a_reader_that_went_away_is_no_warning) {
+  Sandbox s;
+  std::string status = s.base + "/status.json";
+  std::string run = shell_words(
+      s.args({"--json-status", status}, {"/bin/sh", "-c", "head -c 3000000 /dev/zero"}));
+  auto r = run_process(
+      {"/bin/bash", "-c", run + "| head -c 10 | wc -c; echo \"cordon: ${PIPESTATUS[0]}\" >&2"});
+  BOOST_TEST(r.out == "10\n");
+  BOOST_TEST(r.err == "cordon: 0\n",
+             "bash: " << r.wait_status << " timed out " << r.timed_out << " out " << r.out);
+  std::ifstream in(status);
+  json j = json::parse(in, nullptr, false);
+  BOOST_TEST_REQUIRE(!j.is_discarded(), r.err);
+  BOOST_TEST(j.value("state", "") == "exited", j.dump());
+  BOOST_TEST(j.value("stdoutBytes", 0) == 3000000);
+  BOOST_TEST(j["warnings"].empty(), j.dump());
+}

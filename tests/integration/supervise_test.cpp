@@ -756,3 +756,175 @@ BOOST_AUTO_TEST_CASE(pty_master_over_scm_rights_is_relayed) {
   BOOST_TEST(now.c_oflag == saved.c_oflag);
   BOOST_TEST(count_open_fds() == fds_before + 1);  // + the memfd opened after counting
 }
+
+// A reader of cordon's stdout that is slower than the drain after init's exit (`cordon run … |
+// less`): what the pipes still hold is the command's and waits for the reader, however long it
+// takes. Failure fixed (a review, session 34): the drain gave the source up at its deadline
+// because the destination was full, and the reader got 200 KB of 1 MB, the stream said to be
+// held open outside the sandbox.
+BOOST_AUTO_TEST_CASE(a_reader_slower_than_the_drain_deadline_gets_every_byte) {
+  // More than the caller's pipe and cordon's buffer hold, less than those and the 1 MiB
+  // source pipe: the command exits with part of its output still in the source pipe.
+  const std::string out = pattern(kMiB + kMiB / 2, 11);
+  auto fake = spawn_fake([&](const InitCtx& c) {
+    return run_and_report(c, [&] { return write_all(1, out.data(), out.size()) ? 0 : 1; });
+  });
+  int p[2];
+  BOOST_REQUIRE(pipe2(p, O_CLOEXEC) == 0);
+  UniqueFd out_r(p[0]), out_w(p[1]);
+  std::string got;
+  std::thread reader([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(800));  // 8 drain deadlines
+    char buf[65536];
+    ssize_t n;
+    while ((n = read(out_r.get(), buf, sizeof(buf))) > 0) {
+      got.append(buf, static_cast<size_t>(n));
+    }
+  });
+  auto err_file = make_memfd("err");
+  HookLog log;
+  SuperviseOptions opts;
+  opts.drain_timeout = std::chrono::milliseconds(100);
+  opts.out_fd = out_w.get();
+  opts.err_fd = err_file.get();
+  auto r = supervise(fake.handles, opts, real_hooks(fake.handles.pidfd.get(), log));
+  out_w.reset();
+  reader.join();
+  BOOST_REQUIRE_MESSAGE(r.has_value(), describe(r));
+  BOOST_TEST(r->state == RunState::kExited);
+  BOOST_TEST(r->stdout_bytes == out.size());
+  BOOST_TEST(got.size() == out.size());
+  BOOST_TEST((got == out));
+  BOOST_TEST(r->held_open.empty());
+  BOOST_TEST(r->stdout_write_errno == 0);
+}
+
+// The caller's stdout, stderr and stdin are shared with other processes (the shell, a sibling
+// in a pipeline). O_NONBLOCK lives on the shared description: set there, a sibling writing to
+// the same pipe got EAGAIN and lost its output, and a SIGKILLed cordon left the caller's
+// terminal non-blocking (a review, session 34). The relay uses descriptions of its own, so the
+// caller's stay as they were while the command runs: a pipe, a socket and a terminal.
+BOOST_AUTO_TEST_CASE(the_callers_descriptors_stay_blocking_while_the_command_runs) {
+  auto fake = spawn_fake(
+      [](const InitCtx& c) {
+        return run_and_report(c, [] {
+          if (write(1, "x", 1) != 1) {
+            return 1;
+          }
+          std::string line;
+          char ch;
+          while (line.empty() || line.back() != '\n') {
+            if (read(0, &ch, 1) != 1) {
+              return 2;
+            }
+            line += ch;
+          }
+          return write_all(2, line.data(), line.size()) ? 0 : 3;
+        });
+      },
+      FakeOptions{.pipes = true, .stdin_pipe = true});
+  int p[2], sp[2];
+  BOOST_REQUIRE(pipe2(p, O_CLOEXEC) == 0);
+  BOOST_REQUIRE(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) == 0);
+  UniqueFd out_r(p[0]), out_w(p[1]), err_mine(sp[0]), err_callers(sp[1]);
+  int tm = -1, ts = -1;
+  BOOST_REQUIRE(openpty(&tm, &ts, nullptr, nullptr, nullptr) == 0);
+  UniqueFd term_master(tm), term_slave(ts);
+
+  int flags_out = -1, flags_err = -1, flags_in = -1;
+  std::string got_out, got_err;
+  std::thread peer([&] {
+    char ch = 0;
+    if (read(out_r.get(), &ch, 1) != 1) {
+      return;  // checked below: got_out stays empty
+    }
+    got_out += ch;
+    // The command runs (its first byte went through the relay): every caller fd is set up.
+    flags_out = fcntl(out_w.get(), F_GETFL);
+    flags_err = fcntl(err_callers.get(), F_GETFL);
+    flags_in = fcntl(term_slave.get(), F_GETFL);
+    (void)!write(term_master.get(), "hi\n", 3);  // a line typed on the caller's terminal
+    char buf[64];
+    ssize_t n;
+    while (got_err.size() < 3 && (n = read(err_mine.get(), buf, sizeof(buf))) > 0) {
+      got_err.append(buf, static_cast<size_t>(n));
+    }
+  });
+  HookLog log;
+  SuperviseOptions opts;
+  opts.out_fd = out_w.get();
+  opts.err_fd = err_callers.get();
+  opts.stdin_fd = term_slave.get();
+  auto r = supervise(fake.handles, opts, real_hooks(fake.handles.pidfd.get(), log));
+  peer.join();
+  BOOST_REQUIRE_MESSAGE(r.has_value(), describe(r));
+  BOOST_TEST(r->exit_code == 0);
+  BOOST_TEST(got_out == "x");
+  BOOST_TEST(got_err == "hi\n");
+  BOOST_TEST(flags_out >= 0);
+  BOOST_TEST(flags_err >= 0);
+  BOOST_TEST(flags_in >= 0);
+  BOOST_TEST((flags_out & O_NONBLOCK) == 0);
+  BOOST_TEST((flags_err & O_NONBLOCK) == 0);
+  BOOST_TEST((flags_in & O_NONBLOCK) == 0);
+}
+
+// A destination that fails for another reason than a reader gone (a full disk under `cordon
+// run … > file`, /dev/full here) is recorded with its errno, for the caller to say; the
+// command's outcome stands and its output is still counted.
+BOOST_AUTO_TEST_CASE(a_destination_that_fails_is_reported_with_its_errno) {
+  auto fake = spawn_fake([](const InitCtx& c) {
+    return run_and_report(c, [] { return write_all(1, "lost\n", 5) ? 4 : 1; });
+  });
+  UniqueFd full(open("/dev/full", O_WRONLY | O_CLOEXEC));
+  BOOST_REQUIRE(full.valid());
+  auto err_file = make_memfd("err");
+  HookLog log;
+  SuperviseOptions opts;
+  opts.out_fd = full.get();
+  opts.err_fd = err_file.get();
+  auto r = supervise(fake.handles, opts, real_hooks(fake.handles.pidfd.get(), log));
+  BOOST_REQUIRE_MESSAGE(r.has_value(), describe(r));
+  BOOST_TEST(r->exit_code == 4);
+  BOOST_TEST(r->stdout_bytes == 5u);
+  BOOST_TEST(r->stdout_write_errno == ENOSPC);
+  BOOST_TEST(r->stderr_write_errno == 0);
+}
+
+// `cordon run … | head`: the reader goes away while the command still writes a lot. The rest
+// is read and counted, never held for a destination that is gone. Failure fixed (session 34):
+// a read that filled the buffer on the pump's last turn left bytes pending that no write would
+// take; neither a read nor a write was waited for again, and the command blocked on its full
+// pipe for ever (here until the timeout).
+BOOST_AUTO_TEST_CASE(a_destination_gone_while_the_command_writes_on_never_stops_the_reads) {
+  const size_t total = 64 * kMiB;
+  auto fake = spawn_fake([&](const InitCtx& c) {
+    return run_and_report(c, [&] {
+      const std::string chunk(kMiB, 'y');
+      for (size_t done = 0; done < total; done += chunk.size()) {
+        if (!write_all(1, chunk.data(), chunk.size())) {
+          return 1;
+        }
+      }
+      return 0;
+    });
+  });
+  int p[2];
+  BOOST_REQUIRE(pipe2(p, O_CLOEXEC) == 0);
+  close(p[0]);  // the reader is gone before the first byte
+  UniqueFd dead_w(p[1]);
+  auto err_file = make_memfd("err");
+  HookLog log;
+  SuperviseOptions opts;
+  opts.timeout = std::chrono::seconds(20);
+  opts.kill_grace = std::chrono::milliseconds(100);
+  opts.out_fd = dead_w.get();
+  opts.err_fd = err_file.get();
+  auto r = supervise(fake.handles, opts, real_hooks(fake.handles.pidfd.get(), log));
+  BOOST_REQUIRE_MESSAGE(r.has_value(), describe(r));
+  BOOST_TEST(r->state == RunState::kExited);
+  BOOST_TEST(r->exit_code == 0);
+  BOOST_TEST(r->stdout_bytes == total);
+  BOOST_TEST(r->stdout_write_errno == EPIPE);
+  BOOST_TEST(log.signals.empty());
+}
