@@ -720,31 +720,38 @@ class Server {
     if (!call) {
       return;
     }
-    run_on_worker(call, reply, [this, call, tool, args, token, reply, as_task] {
+    run_on_worker(call, reply, [this, call, tool, args, token, as_task](const rpc::Reply& answer) {
       if (as_task) {
-        run_task_call(*call, *tool, args, reply);
+        run_task_call(*call, *tool, args, answer);
       } else {
-        run_call(*call, *tool, args, token, reply);
+        run_call(*call, *tool, args, token, answer);
       }
     });
   }
 
-  // Runs a registered call's body on a worker thread (CallWorkers), then marks it done. A
+  // Runs a registered call's body on a worker thread (CallWorkers). The body answers through
+  // `answer`, which marks the call done before the response goes out: a client may reuse the
+  // id as soon as it has the response (JSON-RPC), and a reuse that came before the worker got
+  // to mark it was refused as "in use" (16 of 300 in a review, session 34). A
   // thread the system refuses (EAGAIN: RLIMIT_NPROC, the pids limit of the daemon's cgroup)
   // ends the call with a busy error and frees its slot; std::thread's exception would end the
   // process. An exception out of the body (nothing cordon calls throws; bad_alloc could) ends
   // the call with an internal error rather than the daemon.
   void run_on_worker(const std::shared_ptr<Call>& call, const rpc::Reply& reply,
-                     std::function<void()> body) {
+                     std::function<void(const rpc::Reply& answer)> body) {
+    rpc::Reply answer = [call, reply](json response) {
+      call->finish();
+      reply(std::move(response));
+    };
     try {
-      workers_.run([call, reply, body = std::move(body)] {
+      workers_.run([call, answer, body = std::move(body)] {
         try {
-          body();
+          body(answer);
         } catch (const std::exception& e) {
-          reply(rpc::make_error(call->id, rpc::kInternalError,
-                                fmt::format("internal error: {}", e.what())));
+          answer(rpc::make_error(call->id, rpc::kInternalError,
+                                 fmt::format("internal error: {}", e.what())));
         }
-        call->finish();
+        call->finish();  // a body that did not answer
       });
     } catch (const std::system_error& e) {
       call->finish();
@@ -978,6 +985,22 @@ class Server {
     return status_json(*st);
   }
 
+  // tasks/* belong to the sessions that negotiated them (2025-11-25 and later). Elsewhere a
+  // tasks/result blocked a batch until its job ended, up to maxTimeoutMs (a review, session
+  // 34); the other methods answered a capability the session never saw.
+  bool tasks_negotiated(const rpc::Request& r, const rpc::Reply& reply) {
+    std::string v = version();
+    if (has_tasks(v)) {
+      return true;
+    }
+    reply(rpc::make_error(
+        r.id, rpc::kMethodNotFound,
+        fmt::format("Method not found: {} is part of MCP tasks ({} and later), and this session "
+                    "negotiated {}; use command_wait, command_status and command_kill instead",
+                    r.method, kTasksVersion, v.empty() ? std::string("no version yet") : v)));
+    return false;
+  }
+
   std::optional<std::string> task_id_param(const rpc::Request& r, const rpc::Reply& reply) {
     if (!r.params.is_object() || !r.params.contains("taskId") || !r.params["taskId"].is_string()) {
       invalid_params(r, reply, "`/taskId` must be a string");
@@ -998,6 +1021,9 @@ class Server {
 
   void register_task_methods() {
     rpc_.on("tasks/get", [this](const rpc::Request& r, rpc::Reply reply) {
+      if (!tasks_negotiated(r, reply)) {
+        return;
+      }
       auto id = task_id_param(r, reply);
       if (!id) {
         return;
@@ -1012,6 +1038,9 @@ class Server {
       reply(rpc::make_result(r.id, task_of(*st)));
     });
     rpc_.on("tasks/list", [this](const rpc::Request& r, rpc::Reply reply) {
+      if (!tasks_negotiated(r, reply)) {
+        return;
+      }
       size_t from = 0;
       if (r.params.is_object() && r.params.contains("cursor")) {
         const json& c = r.params["cursor"];
@@ -1054,6 +1083,9 @@ class Server {
       reply(rpc::make_result(r.id, std::move(result)));
     });
     rpc_.on("tasks/cancel", [this](const rpc::Request& r, rpc::Reply reply) {
+      if (!tasks_negotiated(r, reply)) {
+        return;
+      }
       auto id = task_id_param(r, reply);
       if (!id) {
         return;
@@ -1088,6 +1120,9 @@ class Server {
       reply(rpc::make_result(r.id, task));
     });
     rpc_.on("tasks/result", [this](const rpc::Request& r, rpc::Reply reply) {
+      if (!tasks_negotiated(r, reply)) {
+        return;
+      }
       auto id = task_id_param(r, reply);
       if (!id) {
         return;
@@ -1104,7 +1139,7 @@ class Server {
       if (!call) {
         return;
       }
-      run_on_worker(call, reply, [this, call, id = *id, reply] {
+      run_on_worker(call, reply, [this, call, id = *id](const rpc::Reply& reply) {
         std::string tool = "run_command";  // a job not started as a task: the fuller answer
         {
           std::lock_guard<std::mutex> lock(mu_);

@@ -79,7 +79,10 @@ json status_properties() {
   return {
       {"taskId", str("The job's id; pass it to the other command_* tools.")},
       {"label", str("The label given at start, or empty.")},
-      {"argv", strings("The command as it was run (argv[0] resolved by the policy).")},
+      {"argv", strings("The command as it was run (argv[0] resolved by the policy); a long one "
+                       "only as far as 4096 bytes, see argvOmitted.")},
+      {"argvOmitted", integer("How many of argv's last elements are not shown (only when some "
+                              "are: the elements shown stay within 4096 bytes).")},
       {"cwd", str("Its working directory.")},
       {"state", enumeration("queued and running are live; every other state is final "
                             "(settled).",
@@ -486,6 +489,18 @@ json command_status(Engine& engine, const std::string& session, const json& args
 json command_wait(Engine& engine, const std::string& session, const json& args,
                   const CallContext& ctx) {
   auto ids = args["taskIds"].get<std::vector<std::string>>();
+  // Each job's status is in the answer once per id: 64 copies of one job with a 2 MiB argv
+  // were an 832 MB reply (a review, session 34).
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (std::find(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(i), ids[i]) !=
+        ids.begin() + static_cast<std::ptrdiff_t>(i)) {
+      return error_with_ids(
+          engine, session,
+          Error(ErrorCode::kInvalid, 0,
+                fmt::format("taskIds lists `{}` more than once: list each command once",
+                            ids[i].substr(0, 64))));
+    }
+  }
   bool all = json_fields::str(args, "mode", "any") == "all";
   milliseconds timeout(get_u64(args, "timeoutMs", kDefaultWaitMs));
   std::vector<JobStatus> jobs;
@@ -904,9 +919,21 @@ json status_json(const JobStatus& s) {
             {"sizeBytes", a->size_bytes},       {"sha256", a->sha256},  {"preview", a->preview},
             {"readBackHint", a->read_back_hint}};
   };
+  // The argv as far as kStatusArgvBytes: a status is in every answer about its job and in
+  // lists of 500, and an argv may be 2 MiB (of control bytes, 6 characters each in JSON).
+  json argv = json::array();
+  size_t argv_bytes = 0, omitted = 0;
+  for (const auto& a : s.argv) {
+    if (omitted > 0 || argv_bytes + a.size() > kStatusArgvBytes) {
+      ++omitted;
+      continue;
+    }
+    argv_bytes += a.size();
+    argv.push_back(a);
+  }
   json out = {{"taskId", s.task_id},
               {"label", s.label},
-              {"argv", s.argv},
+              {"argv", std::move(argv)},
               {"cwd", s.cwd},
               {"state", s.state},
               {"settled", s.settled()},
@@ -927,6 +954,9 @@ json status_json(const JobStatus& s) {
                 {"cpuTimeUs", s.usage.cpu_usec},
                 {"oomKills", s.usage.oom_kills},
                 {"pidsLimitHits", s.usage.pids_max_hits}}}};
+  if (omitted > 0) {
+    out["argvOmitted"] = omitted;
+  }
   if (s.pty) {
     out["cols"] = s.cols;
     out["rows"] = s.rows;

@@ -84,6 +84,8 @@ inline constexpr uint64_t kMaxWaitMs = 300000;
 inline constexpr uint64_t kInlineOutputChars = 10000;  // run_command's inline stdout/pty
 inline constexpr uint64_t kInlineStderrChars = 4000;
 inline constexpr uint64_t kMaxPageLimit = 200000;
+// A status shows argv's elements as far as this many bytes (argvOmitted counts the rest).
+inline constexpr size_t kStatusArgvBytes = 4096;
 // A wait is done in slices of this length, so a cancel ends it within one slice.
 inline constexpr std::chrono::milliseconds kWaitSlice{200};
 
