@@ -22,12 +22,15 @@
 #include <unistd.h>
 
 #include <endian.h>
+#include <fnmatch.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <climits>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <initializer_list>
 #include <map>
 #include <set>
@@ -37,6 +40,7 @@
 #include <vector>
 
 #include "helpers/cordon_fixture.hpp"
+#include "sandbox/prepare.hpp"
 
 using namespace cordon::test;
 using nlohmann::json;
@@ -382,6 +386,127 @@ BOOST_AUTO_TEST_CASE(etc_mask_alone_hides_readable_secrets_and_ssh_host_keys) {
   struct stat st {};
   BOOST_TEST_REQUIRE(::stat("/etc/shadow", &st) == 0);
   BOOST_TEST((st.st_mode & 0004) == 0u);
+}
+
+// Every path of the masked list (etc_secret_paths(), the list prepare() masks from), each a
+// world-readable fake, so only the mask stands between the command and it: cordon runs in a
+// private mount namespace whose /etc is an overlay of the host's with the fakes written into
+// its upper layer (the host's /etc is never changed). A masked file reads empty; a masked
+// directory is an empty one of mode 000, so the file put in it (`/etc/sudoers.d/x`,
+// `/etc/cordon/policy.json`) cannot be looked up: EACCES. A host key of a name the list does
+// not spell (`ssh_host_xmss_key`) is masked by the glob. Control without the etc-mask wall:
+// every fake is read.
+BOOST_AUTO_TEST_CASE(every_path_of_the_masked_etc_list_hides_a_world_readable_secret) {
+  Sandbox s;
+  auto listed = cordon::sandbox::etc_secret_paths(cordon::sandbox::SandboxSpec{}, false);
+  BOOST_TEST_REQUIRE(listed.has_value(), (listed ? "" : listed.error().message()));
+  // The secrets that are directories on a standard host: the fake goes inside.
+  const std::set<std::string> dirs = {"/etc/sudoers.d", "/etc/ssl/private", "/etc/cordon"};
+  const std::map<std::string, std::string> inside = {
+      {"/etc/sudoers.d", "x"}, {"/etc/ssl/private", "key.pem"}, {"/etc/cordon", "policy.json"}};
+  struct Fake {
+    std::string secret, read_at, content;
+  };
+  std::vector<Fake> fakes;
+  std::vector<std::string> secrets = *listed;
+  secrets.push_back("/etc/ssh/ssh_host_xmss_key");
+  for (const auto& secret : secrets) {
+    auto d = inside.find(secret);
+    std::string at = d == inside.end() ? secret : secret + "/" + d->second;
+    fakes.push_back({secret, at, "FAKE SECRET " + at + "\n"});
+  }
+  BOOST_TEST_REQUIRE(fakes.size() >= 17u);
+  const std::string layers = s.base + "/etc-layers";
+  BOOST_TEST_REQUIRE(::mkdir(layers.c_str(), 0755) == 0);
+  auto setup = [&] {
+    const std::string opts =
+        "lowerdir=/etc,upperdir=" + layers + "/upper,workdir=" + layers + "/work";
+    if (::mount("tmpfs", layers.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755") != 0 ||
+        ::mkdir((layers + "/upper").c_str(), 0755) != 0 ||
+        ::mkdir((layers + "/work").c_str(), 0755) != 0 ||
+        ::mount("overlay", "/etc", "overlay", 0, opts.c_str()) != 0) {
+      return false;
+    }
+    for (const auto& f : fakes) {
+      std::error_code ec;
+      std::filesystem::create_directories(dir_of(f.read_at), ec);
+      if (dirs.count(f.secret) != 0 && ::chmod(f.secret.c_str(), 0755) != 0) {
+        return false;
+      }
+      if (!write_file(f.read_at, f.content, 0644)) {
+        return false;
+      }
+    }
+    return true;
+  };
+  // One sandbox reads them all, the probe (static) copied into the root so the loop can run it.
+  const std::string probe_copy = s.root + "/probe";
+  std::filesystem::copy_file(probe_bin(), probe_copy);
+  BOOST_TEST_REQUIRE(::chmod(probe_copy.c_str(), 0755) == 0);
+  std::string script;
+  for (const auto& f : fakes) {
+    script += "printf '%s ' " + f.read_at + "; " + probe_copy + " read-file " + f.read_at + "; ";
+  }
+  auto masked = run_in_private_mount_ns(s.args({}, {"/bin/sh", "-c", script}), setup);
+  auto ctl = run_in_private_mount_ns(
+      s.args({"--test-disable-wall", "etc-mask"}, {"/bin/sh", "-c", script}, true), setup);
+  BOOST_TEST(masked.exit_code() == 0, masked.out);
+  BOOST_TEST(ctl.exit_code() == 0, ctl.out);
+  std::string want_masked, want_ctl;
+  for (const auto& f : fakes) {
+    const bool dir = dirs.count(f.secret) != 0;
+    want_masked += f.read_at + " probe read-file: " + (dir ? "errno EACCES" : "value -") + "\n";
+    want_ctl += f.read_at + " probe read-file: value " + hex(f.content) + "\n";
+  }
+  BOOST_TEST(masked.out == want_masked);
+  BOOST_TEST(ctl.out == want_ctl);
+  // The overlay went with the namespace: nothing of it reached the host's /etc.
+  BOOST_TEST(!std::filesystem::exists("/etc/cordon/policy.json"));
+  BOOST_TEST(!std::filesystem::exists("/etc/ssh/ssh_host_xmss_key"));
+}
+
+// The /etc row of docs/security.md names the masked list; it must be the list prepare() masks
+// (every literal path in it, nothing else but host keys the documented glob matches).
+BOOST_AUTO_TEST_CASE(the_documented_etc_secrets_are_the_masked_list) {
+  std::ifstream in(std::string(CORDON_SOURCE_DIR) + "/docs/security.md");
+  std::string line, row;
+  while (std::getline(in, line)) {
+    if (line.rfind("| `/etc` secrets", 0) == 0) {
+      row = line;
+    }
+  }
+  const std::string marker = "the masked list: ";
+  auto from = row.find(marker);
+  BOOST_TEST_REQUIRE(from != std::string::npos, "no `" << marker << "` in the /etc row");
+  auto to = row.find(')', from);
+  BOOST_TEST_REQUIRE(to != std::string::npos);
+  std::set<std::string> documented;
+  std::vector<std::string> globs;
+  const std::string text = row.substr(from, to - from);
+  for (size_t a = text.find('`'); a != std::string::npos; a = text.find('`', a + 1)) {
+    size_t b = text.find('`', a + 1);
+    BOOST_TEST_REQUIRE(b != std::string::npos);
+    std::string item = text.substr(a + 1, b - a - 1);
+    if (item.find('*') != std::string::npos) {
+      globs.push_back(item);
+    } else {
+      documented.insert(item);
+    }
+    a = b;
+  }
+  BOOST_TEST(globs == std::vector<std::string>{"/etc/ssh/ssh_host_*key"});
+  auto listed = cordon::sandbox::etc_secret_paths(cordon::sandbox::SandboxSpec{}, false);
+  BOOST_TEST_REQUIRE(listed.has_value(), (listed ? "" : listed.error().message()));
+  const std::set<std::string> masked(listed->begin(), listed->end());
+  for (const auto& d : documented) {
+    BOOST_TEST(masked.count(d) == 1u, d << " is documented but not masked");
+  }
+  for (const auto& m : masked) {
+    bool by_glob = std::any_of(globs.begin(), globs.end(), [&](const std::string& g) {
+      return ::fnmatch(g.c_str(), m.c_str(), FNM_PATHNAME) == 0;
+    });
+    BOOST_TEST((documented.count(m) == 1u || by_glob), m << " is masked but not documented");
+  }
 }
 
 // A masked secret that is a symlink into a system tree: /etc/ssl/private pointing into /usr.
