@@ -207,6 +207,8 @@ std::optional<sandbox::Wall> wall_by_name(const std::string& n) {
       {"dumpable", Wall::kDumpable},
       {"close-fds", Wall::kCloseFds},
       {"ro-paths", Wall::kReadOnlyPaths},
+      {"ipc-namespace", Wall::kIpcNamespace},
+      {"uts-namespace", Wall::kUtsNamespace},
   };
   for (const auto& [name, w] : kWalls) {
     if (n == name) {

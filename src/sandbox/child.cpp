@@ -694,7 +694,10 @@ void child_main(const ChildPlan& plan) {
   if (plan.loopback_up) {
     loopback_up();
   }
-  if (::sethostname(plan.hostname, std::strlen(plan.hostname)) != 0) {
+  // In the host's uts namespace (test-walls control only) the name is the host's: setting it
+  // there would be refused (EPERM) or, worse, rename the host.
+  if (wall_on(plan, Wall::kUtsNamespace) &&
+      ::sethostname(plan.hostname, std::strlen(plan.hostname)) != 0) {
     fail(SetupStep::kHostname);
   }
   for (size_t i = 0; i < plan.n_rlimits; ++i) {

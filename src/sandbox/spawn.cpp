@@ -35,6 +35,12 @@ Result<SpawnedSandbox> spawn_sandbox(PreparedSandbox& prepared, const SpawnOptio
     flags &= ~static_cast<uint64_t>(CLONE_NEWNET);
     plan.loopback_up = false;
   }
+  if (plan.disabled_walls & static_cast<uint32_t>(Wall::kIpcNamespace)) {
+    flags &= ~static_cast<uint64_t>(CLONE_NEWIPC);
+  }
+  if (plan.disabled_walls & static_cast<uint32_t>(Wall::kUtsNamespace)) {
+    flags &= ~static_cast<uint64_t>(CLONE_NEWUTS);
+  }
 #endif
   if (options.cgroup_fd >= 0) {
     flags |= CLONE_INTO_CGROUP;

@@ -31,6 +31,8 @@ enum class Wall : uint32_t {
   kDumpable = 1 << 10,
   kCloseFds = 1 << 11,
   kReadOnlyPaths = 1 << 12,  // --ro trees (and a read-only root) bound read-write (Landlock stays)
+  kIpcNamespace = 1 << 13,   // the host's SysV IPC and POSIX message queue namespace
+  kUtsNamespace = 1 << 14,   // the host's hostname (the child then sets none)
 };
 
 struct Rlimit {

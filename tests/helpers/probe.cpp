@@ -43,11 +43,14 @@
 #include <signal.h>
 #include <sys/inotify.h>
 #include <sys/ioctl.h>
+#include <sys/ipc.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
+#include <sys/msg.h>
 #include <sys/prctl.h>
 #include <sys/ptrace.h>
 #include <sys/resource.h>
+#include <sys/shm.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -1443,6 +1446,28 @@ std::string probe_hostname(Args) {
   return value(u.nodename);
 }
 
+// Sets the hostname, then reads it back: `allowed <name>` is the name the probe's uts
+// namespace has afterwards.
+std::string probe_sethostname(Args args) {
+  if (sethostname(args[0], std::strlen(args[0])) < 0) {
+    return denied(errno);
+  }
+  return allowed(probe_hostname({}).substr(std::strlen("value ")));
+}
+
+// SysV IPC objects belong to an ipc namespace, not to the filesystem: the host's segment or
+// queue of `key` is reachable only from the host's namespace. `allowed` when the lookup finds
+// it (a mode 0666 object needs no capability).
+std::string probe_sysv_shm(Args args) {
+  auto key = static_cast<key_t>(parse_long(args[0], "key"));
+  return outcome_of(shmget(key, 0, 0));
+}
+
+std::string probe_sysv_msg(Args args) {
+  auto key = static_cast<key_t>(parse_long(args[0], "key"));
+  return outcome_of(msgget(key, 0));
+}
+
 std::string probe_netdevs(Args) {
   ReadResult r = read_file("/proc/net/dev");
   if (r.err != 0) {
@@ -1660,6 +1685,9 @@ constexpr Probe kProbes[] = {
     {"memory-hog", "<MiB>", 1, 1, probe_memory_hog},
     {"tcp-fill", "<conns>", 1, 1, probe_tcp_fill},
     {"hostname", "", 0, 0, probe_hostname},
+    {"sethostname", "<name>", 1, 1, probe_sethostname},
+    {"sysv-shm", "<key>", 1, 1, probe_sysv_shm},
+    {"sysv-msg", "<key>", 1, 1, probe_sysv_msg},
     {"netdevs", "", 0, 0, probe_netdevs},
     {"uid-map", "", 0, 0, probe_uid_map},
     {"gid-map", "", 0, 0, probe_gid_map},

@@ -18,10 +18,14 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/inotify.h>
+#include <sys/ipc.h>
+#include <sys/msg.h>
 #include <sys/prctl.h>
+#include <sys/shm.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -426,6 +430,98 @@ BOOST_AUTO_TEST_CASE(host_abstract_unix_socket_is_unreachable_even_with_network_
              line("abstract-connect", "allowed"));
   BOOST_TEST(probe_off(s, {}, p, {"net-namespace", "landlock"}) ==
              line("abstract-connect", "allowed"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The ipc and uts namespaces: the host's SysV objects and its hostname
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+
+// A SysV shared memory segment and message queue the host makes with one key, mode 0666
+// (anyone may use them: only the namespace keeps a sandbox away); removed (IPC_RMID) when it
+// goes, whatever the case did.
+struct HostSysvObjects {
+  key_t key = static_cast<key_t>(0x63640000 | (::getpid() & 0xffff));
+  int shm = -1, msg = -1, shm_err = 0, msg_err = 0;
+  HostSysvObjects() {
+    shm = ::shmget(key, 4096, IPC_CREAT | IPC_EXCL | 0666);
+    shm_err = shm < 0 ? errno : 0;
+    msg = ::msgget(key, IPC_CREAT | IPC_EXCL | 0666);
+    msg_err = msg < 0 ? errno : 0;
+  }
+  ~HostSysvObjects() {
+    if (shm >= 0) {
+      ::shmctl(shm, IPC_RMID, nullptr);
+    }
+    if (msg >= 0) {
+      ::msgctl(msg, IPC_RMID, nullptr);
+    }
+  }
+  HostSysvObjects(const HostSysvObjects&) = delete;
+  HostSysvObjects& operator=(const HostSysvObjects&) = delete;
+};
+
+std::string host_nodename() {
+  struct utsname u {};
+  BOOST_REQUIRE(::uname(&u) == 0);
+  return u.nodename;
+}
+
+}  // namespace
+
+// The host's SysV segment and queue are found by key in its ipc namespace; the sandbox has one
+// of its own, where the key names nothing (ENOENT). No other wall stands there (the profile
+// allows shmget/msgget, Landlock has no right for SysV IPC, the objects' mode lets anyone in),
+// so the control, the same sandbox in the host's ipc namespace, finds both.
+BOOST_AUTO_TEST_CASE(host_sysv_shm_and_message_queue_are_unreachable) {
+  Sandbox s;
+  HostSysvObjects host;
+  BOOST_TEST_REQUIRE(host.shm >= 0, "shmget: " << std::strerror(host.shm_err));
+  BOOST_TEST_REQUIRE(host.msg >= 0, "msgget: " << std::strerror(host.msg_err));
+  const std::string key = std::to_string(host.key);
+  BOOST_TEST(probe(s, {}, {"sysv-shm", key}) == line("sysv-shm", "errno ENOENT"));
+  BOOST_TEST(probe(s, {}, {"sysv-msg", key}) == line("sysv-msg", "errno ENOENT"));
+  // Controls: without the ipc namespace the host's objects answer.
+  BOOST_TEST(probe_off(s, {}, {"sysv-shm", key}, {"ipc-namespace"}) == line("sysv-shm", "allowed"));
+  BOOST_TEST(probe_off(s, {}, {"sysv-msg", key}, {"ipc-namespace"}) == line("sysv-msg", "allowed"));
+}
+
+// The sandbox's hostname is cordon's, in a uts namespace of its own. Setting it is refused by
+// the profile and then by the empty capability sets (EPERM); a command that held
+// CAP_SYS_ADMIN in the sandbox (both removed, as uid 0) renames only its own namespace: the
+// host keeps its name. Control: without the uts namespace the sandbox sees the host's name
+// (and there the kernel refuses the rename: the host's namespace is not the sandbox user
+// namespace's, so no configuration renames the host; if one ever did, the name is restored).
+BOOST_AUTO_TEST_CASE(the_hostname_is_the_sandboxs_own_and_setting_it_leaves_the_hosts) {
+  Sandbox s;
+  const std::string host_name = host_nodename();
+  BOOST_TEST_REQUIRE(host_name != "cordon");
+  struct Restore {
+    std::string name;
+    ~Restore() {
+      struct utsname u {};
+      if (::uname(&u) == 0 && name != u.nodename) {
+        (void)::sethostname(name.data(), name.size());
+      }
+    }
+  } restore{host_name};
+  const std::vector<std::string> as_root = {"--user", "0"};
+  const std::vector<std::string> rename = {"sethostname", "cordon-renamed"};
+  BOOST_TEST(probe(s, {}, {"hostname"}) == line("hostname", "value cordon"));
+  BOOST_TEST(probe(s, {}, rename) == line("sethostname", "errno EPERM"));
+  BOOST_TEST(probe(s, as_root, rename) == line("sethostname", "errno EPERM"));
+  BOOST_TEST(probe_off(s, as_root, rename, {"seccomp-profile"}) ==
+             line("sethostname", "errno EPERM"));
+  BOOST_TEST(probe_off(s, as_root, rename, {"seccomp-profile", "cap-drop"}) ==
+             line("sethostname", "allowed cordon-renamed"));
+  BOOST_TEST(host_nodename() == host_name);
+  // Controls: the host's namespace, its name.
+  BOOST_TEST(probe_off(s, {}, {"hostname"}, {"uts-namespace"}) ==
+             line("hostname", "value " + host_name));
+  BOOST_TEST(probe_off(s, as_root, rename, {"seccomp-profile", "cap-drop", "uts-namespace"}) ==
+             line("sethostname", "errno EPERM"));
+  BOOST_TEST(host_nodename() == host_name);
 }
 
 // ---------------------------------------------------------------------------------------------
