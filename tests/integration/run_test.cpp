@@ -247,6 +247,90 @@ BOOST_AUTO_TEST_CASE(refuses_system_directories_and_home_roots_as_root) {
   }
 }
 
+// A --ro path inside a host system tree is refused before anything runs: bound read-only over
+// the sandbox's /etc it would uncover the masks under it (`--ro /etc/security` showed the
+// host's opasswd over its mask before session 11). cordon's runtime directory, where every
+// cordon keeps its host-id leases, is refused as a root and as a --ro path. Control: a --ro
+// path in a source place inside a system tree (/usr/src) runs, and the command reads it.
+BOOST_AUTO_TEST_CASE(refuses_a_read_only_path_in_a_system_tree_or_cordons_runtime_dir) {
+  Sandbox s;
+  auto r = s.run({"--ro", "/etc/security"}, {"/bin/cat", "/etc/security/opasswd"});
+  BOOST_TEST(r.exit_code() == 125, r.err);
+  BOOST_TEST(r.out.empty(), r.out);
+  BOOST_TEST(r.err.find("--ro `/etc/security` lies inside the host's system tree `/etc`; the "
+                        "sandbox already sees what it needs of it read-only (the secrets of /etc "
+                        "masked), and a path there would become writable or uncover a masked "
+                        "file") != std::string::npos,
+             r.err);
+  auto lib = s.run({"--ro", "/usr/lib"}, {"/bin/true"});
+  BOOST_TEST(lib.exit_code() == 125, lib.err);
+  BOOST_TEST(lib.err.find("--ro `/usr/lib` is a system directory") != std::string::npos, lib.err);
+  // The leases' directory exists once a sandbox ran.
+  auto ran = s.run({}, {"/bin/true"});
+  BOOST_TEST_REQUIRE(ran.exit_code() == 0, ran.err);
+  BOOST_TEST_REQUIRE(std::filesystem::is_directory("/run/cordon/uids"));
+  auto ro_run = s.run({"--ro", "/run/cordon"}, {"/bin/true"});
+  BOOST_TEST(ro_run.exit_code() == 125, ro_run.err);
+  BOOST_TEST(ro_run.err.find("--ro `/run/cordon` contains cordon's own `/run/cordon`") !=
+                 std::string::npos,
+             ro_run.err);
+  auto root_run = run_process({cordon_bin(), "run", "--root", "/run/cordon/uids", "--state-dir",
+                               s.state, "--", "/bin/true"});
+  BOOST_TEST(root_run.exit_code() == 125, root_run.err);
+  BOOST_TEST(
+      root_run.err.find("--root `/run/cordon/uids` lies inside cordon's own `/run/cordon`") !=
+          std::string::npos,
+      root_run.err);
+  // Control.
+  BOOST_TEST_REQUIRE(std::filesystem::is_directory("/usr/src"));
+  auto ok = s.run({"--ro", "/usr/src"}, {"/bin/ls", "-d", "/usr/src"});
+  BOOST_TEST(ok.exit_code() == 0, ok.err);
+  BOOST_TEST(ok.out == "/usr/src\n");
+}
+
+// The same guard when a policy is loaded: a server (`cordon mcp`) whose policy has a
+// readOnlyPaths entry or a git.repoRoot inside a system tree does not start, and says why.
+// Control: the same policy with /usr/src and a repository directory of its own starts (and
+// ends at the end of its input).
+BOOST_AUTO_TEST_CASE(a_policy_with_a_read_only_path_or_repo_root_in_a_system_tree_never_starts) {
+  Sandbox s;
+  const std::string policy = s.base + "/policy.json", repo = s.base + "/repo";
+  BOOST_TEST_REQUIRE(std::filesystem::create_directories(repo));
+  auto start = [&](const json& extra) {
+    json p = {{"allowedExecutables", {"/bin/true"}}, {"cwdRoot", s.root}};
+    for (auto& [k, v] : extra.items()) p[k] = v;
+    std::ofstream(policy, std::ios::trunc) << p.dump(2);
+    ProcessOptions bounded;
+    bounded.deadline = std::chrono::seconds(30);
+    return run_process({cordon_bin(), "mcp", "--policy", policy, "--state-dir", s.state}, bounded);
+  };
+  struct Case {
+    json extra;
+    std::string refusal;
+  };
+  const std::vector<Case> cases = {
+      {{{"readOnlyPaths", {"/etc/security"}}},
+       "readOnlyPaths entry `/etc/security` lies inside the host's system tree `/etc`"},
+      {{{"readOnlyPaths", {"/usr/src", "/usr/lib"}}},
+       "readOnlyPaths entry `/usr/lib` is a system directory"},
+      {{{"git", {{"repoRoot", "/etc"}}}}, "git.repoRoot `/etc` is a system directory"},
+      {{{"git", {{"repoRoot", "/etc/security"}}}},
+       "git.repoRoot `/etc/security` lies inside the host's system tree `/etc`"},
+  };
+  for (const auto& c : cases) {
+    BOOST_TEST_CONTEXT(c.extra.dump()) {
+      auto r = start(c.extra);
+      BOOST_TEST(!r.timed_out);
+      BOOST_TEST(r.exit_code() == 1, r.err);
+      BOOST_TEST(r.err.find(c.refusal) != std::string::npos, r.err);
+    }
+  }
+  auto ok = start({{"readOnlyPaths", {"/usr/src"}}, {"git", {{"repoRoot", repo}}}});
+  BOOST_TEST(!ok.timed_out);
+  BOOST_TEST(ok.exit_code() == 0, ok.err);
+  BOOST_TEST(ok.err.find("cannot start") == std::string::npos, ok.err);
+}
+
 BOOST_AUTO_TEST_CASE(refuses_a_root_containing_cordons_own_state) {
   Sandbox s;
   auto r = run_process(
