@@ -1420,8 +1420,14 @@ int client_command(const std::string& cmd, int argc, char** argv) {
       if (const json* s = jf::find(j, "signal"); s != nullptr && s->is_string()) {
         out += " (" + s->get<std::string>() + ")";
       }
+      // The agent's argv on the operator's terminal: escaped, newlines and tabs too, so an
+      // argv cannot set the title, clear the screen or forge lines of the listing (a review,
+      // session 34: it was printed raw, while the tail below was escaped).
       for (const auto& a : jf::array(j, "argv")) {
-        out += " " + (a.is_string() ? a.get<std::string>() : a.dump());
+        out += " " + escape_controls(a.is_string() ? a.get<std::string>() : a.dump(), "");
+      }
+      if (const json* n = jf::find(j, "argvOmitted"); n != nullptr && n->is_number_integer()) {
+        out += fmt::format(" … ({} more)", n->get<int64_t>());
       }
       return out;
     };

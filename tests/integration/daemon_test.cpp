@@ -1344,3 +1344,32 @@ BOOST_AUTO_TEST_CASE(a_policy_that_is_no_regular_file_is_refused_at_once) {
   BOOST_TEST(r.exit_code() != 0, r.err);
   BOOST_TEST(r.err.find("not a regular file") != std::string::npos, r.err);
 }
+
+// An agent's argv reaches the operator's terminal through `cordon list` and `cordon status`:
+// escaped, newlines and tabs too, so it cannot set the title, clear the screen or forge a line
+// of the listing. Failure fixed (a review, session 34): argv was printed raw.
+BOOST_AUTO_TEST_CASE(cli_list_and_status_print_argv_with_its_controls_escaped) {
+  DaemonProcess d;
+  auto cli = [&](std::vector<std::string> args) {
+    std::vector<std::string> a = {cordon_bin(), args[0], "--socket", d.sock(), "--session", "esc"};
+    a.insert(a.end(), args.begin() + 1, args.end());
+    return run_process(a);
+  };
+  auto started = cli({"start", "--json", "--", "/bin/echo", "\x1b]0;PWNED\x07\x1b[2J",
+                      "x\ntforged  exited (exit 0) /bin/true\tz"});
+  BOOST_REQUIRE_MESSAGE(started.exit_code() == 0, started.err);
+  std::string id = nlohmann::json::parse(started.out, nullptr, false).value("taskId", "");
+  BOOST_REQUIRE(!id.empty());
+  BOOST_REQUIRE(cli({"wait", id, "--timeout-ms", "20000"}).exit_code() == 0);
+  auto list = cli({"list"});
+  // (status then prints the tail, the command's output, whose newlines are its lines.)
+  BOOST_TEST(list.out.find("\ntforged") == std::string::npos, list.out);
+  for (const auto& r : {list, cli({"status", id})}) {
+    BOOST_TEST(r.exit_code() == 0, r.err);
+    std::string first = r.out.substr(0, r.out.find('\n'));
+    BOOST_TEST(first == id + "  exited (exit 0) /bin/echo \\x1b]0;PWNED\\x07\\x1b[2J "
+                             "x\\x0atforged  exited (exit 0) /bin/true\\x09z",
+               r.out);
+    BOOST_TEST(r.out.find("\x1b") == std::string::npos, r.out);
+  }
+}
