@@ -12,8 +12,11 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <initializer_list>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
+#include <string_view>
 #include <utility>
 
 #include "base/json_fields.hpp"
@@ -329,7 +332,7 @@ Result<Limits> parse_limits(const json& j, const std::string& ptr) {
 }
 
 Result<EnvPolicy> parse_env(const json& j, const std::string& ptr) {
-  CORDON_CHECK(expect_object(j, ptr, {"set", "pass"}));
+  CORDON_CHECK(expect_object(j, ptr, {"set", "pass", "request"}));
   EnvPolicy e;
   if (j.contains("set")) {
     std::string p = ptr + "/set";
@@ -361,6 +364,26 @@ Result<EnvPolicy> parse_env(const json& j, const std::string& ptr) {
       }
       e.pass.push_back(name);
     }
+  }
+  if (j.contains("request")) {
+    std::string p = ptr + "/request";
+    CORDON_CHECK(expect_array(j["request"], p));
+    std::vector<std::string> names;
+    for (size_t i = 0; i < j["request"].size(); ++i) {
+      CORDON_TRY(name, get_string(j["request"][i], pointer_index(p, i)));
+      std::string_view stem(name);
+      if (stem.ends_with('*')) {
+        stem.remove_suffix(1);
+      }
+      if (!valid_env_name(stem)) {
+        return bad(pointer_index(p, i),
+                   "\"{}\" is not a variable name or a name's beginning followed by * (e.g. "
+                   "\"CARGO_*\")",
+                   name);
+      }
+      names.push_back(name);
+    }
+    e.request = std::move(names);
   }
   return e;
 }
@@ -698,6 +721,56 @@ Result<uint64_t> check_timeout(const Policy& p, std::optional<uint64_t> asked) {
   return *asked;
 }
 
+// Variables that make a program load code from a path, or run code, that the request names
+// without the program's argv asking for it: the dynamic loader's and glibc's (into every
+// program), OpenSSL's (into everything linked with libcrypto: curl, git, python), the shells'
+// startup and trace hooks (into every script a program runs), and the interpreters' module
+// paths and option variables (into every allowlisted script). Program-specific variables
+// (GIT_*, PAGER, EDITOR) are like the program's options: an operator refuses those with
+// env.request. Before session 34 only LD_* and GCONV_PATH were refused, and OPENSSL_CONF made
+// an allowlisted curl run a shared object from the root (a review).
+std::optional<std::string> code_loading_variable(std::string_view name) {
+  struct Group {
+    const char* why;
+    std::initializer_list<std::string_view> names;
+  };
+  static const Group kGroups[] = {
+      {"glibc loads shared objects or parses files from what it names into every program",
+       {"GCONV_PATH", "GLIBC_TUNABLES", "LOCPATH", "NLSPATH"}},
+      {"OpenSSL loads its configuration and engines or providers (shared objects) from it into "
+       "every program linked with libcrypto",
+       {"OPENSSL_CONF", "OPENSSL_CONF_INCLUDE", "OPENSSL_ENGINES", "OPENSSL_MODULES"}},
+      {"a shell runs it (a startup file, or code in a trace prompt) in every script a program "
+       "starts",
+       {"BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PS4"}},
+      {"the interpreter loads modules or takes options from it in every script it runs",
+       {"PYTHONPATH",      "PYTHONHOME", "PYTHONSTARTUP",    "PYTHONUSERBASE",    "PERL5LIB",
+        "PERLLIB",         "PERL5OPT",   "PERL5DB",          "RUBYLIB",           "RUBYOPT",
+        "NODE_OPTIONS",    "NODE_PATH",  "LUA_INIT",         "LUA_PATH",          "LUA_CPATH",
+        "TCLLIBPATH",      "PHPRC",      "PHP_INI_SCAN_DIR", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS",
+        "JDK_JAVA_OPTIONS"}},
+  };
+  if (name.starts_with("LD_")) {
+    return "LD_* variables make the dynamic loader run code (LD_PRELOAD, LD_AUDIT, "
+           "LD_LIBRARY_PATH) in every program";
+  }
+  for (const auto& g : kGroups) {
+    for (std::string_view n : g.names) {
+      if (n == name) {
+        return std::string(g.why);
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+// `name` matches an env.request entry: exactly, or by its beginning before a trailing `*`.
+bool request_may_set(const std::vector<std::string>& allowed, std::string_view name) {
+  return std::any_of(allowed.begin(), allowed.end(), [name](std::string_view a) {
+    return a.ends_with('*') ? name.starts_with(a.substr(0, a.size() - 1)) : a == name;
+  });
+}
+
 Result<std::vector<std::string>> build_env(const Policy& p,
                                            const std::map<std::string, std::string>& asked) {
   for (const auto& [name, value] : asked) {
@@ -716,21 +789,17 @@ Result<std::vector<std::string>> build_env(const Policy& p,
           "the value to a file in the working root and pass its path",
           name, name.size() + 1 + value.size(), kMaxArgBytes - 1);
     }
-    // LD_PRELOAD, LD_AUDIT, LD_LIBRARY_PATH: the dynamic loader would run code into an
-    // allowlisted program that the allowlist never approved.
-    if (name.rfind("LD_", 0) == 0) {
+    if (auto why = code_loading_variable(name)) {
       return refusal(
-          "env {} is refused: LD_* variables make the dynamic loader run code the "
-          "allowlist never approved; leave it out",
-          name);
+          "env {} is refused: {}, code the allowlist never approved; leave it out (an operator "
+          "can fix a value with env.set)",
+          name, *why);
     }
-    // The same through glibc's iconv, which loads gconv modules (shared objects) from the
-    // directories GCONV_PATH names into any program that converts a charset (a review,
-    // session 11).
-    if (name == "GCONV_PATH") {
+    if (p.env.request && !request_may_set(*p.env.request, name)) {
       return refusal(
-          "env GCONV_PATH is refused: glibc loads charset converters (shared objects) from it "
-          "into the program, code the allowlist never approved; leave it out");
+          "env {} is not among the names this policy lets a request set ({}); leave it out, "
+          "or ask the operator to add it to env.request",
+          name, fmt::join(*p.env.request, ", "));
     }
     if (p.env.set.count(name) != 0) {
       return refusal("env {} is fixed by the policy (env.set); leave it out of the request", name);

@@ -47,6 +47,9 @@ struct Limits {
 struct EnvPolicy {
   std::map<std::string, std::string> set;  // fixed values; a request may not change them
   std::vector<std::string> pass;           // copied from the engine's environment when set
+  // The names a request may set, exactly or by a trailing `*` (`CARGO_*`); unset: any name
+  // but the refused ones (build_env). The refused ones stay refused either way.
+  std::optional<std::vector<std::string>> request;
 };
 
 struct Concurrency {

@@ -287,3 +287,54 @@ BOOST_AUTO_TEST_CASE(netlink_route_only_where_the_policy_allows_it) {
     }
   }
 }
+
+// OPENSSL_CONF names a configuration that loads an "engine", a shared object, into every
+// program linked with libcrypto: an allowlisted /usr/bin/openssl (or curl, git, python) ran
+// a shared object from the working root, code the allowlist never approved (a review, session
+// 34). A request's OPENSSL_CONF is refused; the control fixes the same value with env.set (an
+// operator's choice) and shows the object's constructor runs in the sandbox.
+BOOST_AUTO_TEST_CASE(a_request_cannot_make_an_allowlisted_program_load_a_shared_object) {
+  const std::string marker = "loaded-from-the-root";
+  auto setup = [&](EngineEnv& env) {
+    env.box.write("evil.c",
+                  "#include <unistd.h>\n"
+                  "__attribute__((constructor)) static void f(void) {\n"
+                  "  write(2, \"" +
+                      marker + "\\n\", " + std::to_string(marker.size() + 1) + ");\n}\n");
+    auto cc = run_process({"/usr/bin/cc", "-shared", "-fPIC", "-o", env.box.root + "/evil.so",
+                           env.box.root + "/evil.c"});
+    BOOST_REQUIRE_MESSAGE(cc.exit_code() == 0, cc.err);
+    ::chmod((env.box.root + "/evil.so").c_str(), 0755);
+    env.box.write("evil.cnf",
+                  "openssl_conf = init\n[init]\nengines = engines\n"
+                  "[engines]\nevil = evil\n[evil]\ndynamic_path = " +
+                      env.box.root + "/evil.so\n");
+  };
+  const std::string conf_path = "OPENSSL_CONF";
+  {
+    EngineEnv env;
+    env.policy["allowedExecutables"].push_back("/usr/bin/openssl");
+    env.write_policy();
+    setup(env);
+    auto e = open_engine(env);
+    expect_refusal(
+        *e, env,
+        {.argv = {"/usr/bin/openssl", "version"}, .env = {{conf_path, env.box.root + "/evil.cnf"}}},
+        {"env OPENSSL_CONF is refused: OpenSSL loads", "leave it out"});
+  }
+  // Control: the same value through env.set reaches the program, which loads the object.
+  EngineEnv env;
+  env.policy["allowedExecutables"].push_back("/usr/bin/openssl");
+  env.policy["env"] = {{"set", {{conf_path, env.box.root + "/evil.cnf"}}}};
+  env.write_policy();
+  setup(env);
+  auto e = open_engine(env);
+  auto s = e->start("s", {.argv = {"/usr/bin/openssl", "version"}});
+  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+  auto st = e->status("s", s->task_id, 20s);
+  BOOST_REQUIRE(st.has_value());
+  BOOST_REQUIRE(st->settled());
+  BOOST_REQUIRE(st->stderr_artifact.has_value());
+  std::string err = read_file(env.artifact_path(st->stderr_artifact->artifact_id));
+  BOOST_TEST(err.find(marker) != std::string::npos, err);
+}

@@ -423,6 +423,78 @@ BOOST_AUTO_TEST_CASE(env_is_checked_before_the_executable) {
   BOOST_TEST(starts_with(refused(&p, r), "env GCONV_PATH is refused: glibc loads"));
 }
 
+// Variables that make a program load or run code the request names, whatever the program's
+// argv says, are refused like LD_*. Failure fixed (a review, session 34): OPENSSL_CONF made an
+// allowlisted curl load a shared object from the working root.
+BOOST_AUTO_TEST_CASE(env_that_makes_a_program_load_code_is_refused) {
+  Tree tr;
+  auto p = bound(tr.base());
+  auto r = req({tr.tool});
+  const std::pair<const char*, const char*> kRefused[] = {
+      {"OPENSSL_CONF", "OpenSSL loads"},
+      {"OPENSSL_MODULES", "OpenSSL loads"},
+      {"OPENSSL_ENGINES", "OpenSSL loads"},
+      {"GLIBC_TUNABLES", "glibc loads"},
+      {"LOCPATH", "glibc loads"},
+      {"BASH_ENV", "a shell runs it"},
+      {"ENV", "a shell runs it"},
+      {"SHELLOPTS", "a shell runs it"},
+      {"PS4", "a shell runs it"},
+      {"PYTHONPATH", "the interpreter loads"},
+      {"PYTHONSTARTUP", "the interpreter loads"},
+      {"PERL5OPT", "the interpreter loads"},
+      {"PERL5LIB", "the interpreter loads"},
+      {"RUBYOPT", "the interpreter loads"},
+      {"NODE_OPTIONS", "the interpreter loads"},
+      {"JAVA_TOOL_OPTIONS", "the interpreter loads"},
+      {"LD_LIBRARY_PATH", "LD_* variables"},
+  };
+  for (const auto& [name, why] : kRefused) {
+    r.env = {{name, "/tmp/x"}};
+    BOOST_TEST(starts_with(refused(&p, r), std::string("env ") + name + " is refused: " + why),
+               name << ": " << refused(&p, r));
+  }
+  // Names that only look alike, and everyday ones, pass.
+  for (const char* name : {"CI", "RUST_BACKTRACE", "PAGER", "GIT_PAGER", "PYTHONUNBUFFERED",
+                           "OPENSSL_X", "ENVIRONMENT", "NODE_ENV", "PATH", "HOME"}) {
+    r.env = {{name, "1"}};
+    auto c = policy::check_start(&p, r);
+    BOOST_TEST(c.has_value(), name << ": " << (c ? "" : c.error().message()));
+  }
+}
+
+// env.request: the exact names (or `PREFIX*`) a request may set; the refused ones stay refused.
+BOOST_AUTO_TEST_CASE(env_request_lists_the_names_a_request_may_set) {
+  Tree tr;
+  json j = tr.base();
+  j["env"] = {{"request", {"CI", "CARGO_*", "PYTHONPATH"}}};
+  auto p = bound(j);
+  auto r = req({tr.tool});
+  for (const char* name : {"CI", "CARGO_HOME", "CARGO_"}) {
+    r.env = {{name, "1"}};
+    auto c = policy::check_start(&p, r);
+    BOOST_TEST(c.has_value(), name << ": " << (c ? "" : c.error().message()));
+  }
+  r.env = {{"CIX", "1"}};
+  BOOST_TEST(refused(&p, r) ==
+             "env CIX is not among the names this policy lets a request set (CI, CARGO_*, "
+             "PYTHONPATH); leave it out, or ask the operator to add it to env.request");
+  r.env = {{"PYTHONPATH", "/tmp"}};
+  BOOST_TEST(starts_with(refused(&p, r), "env PYTHONPATH is refused: the interpreter loads"));
+  // An empty list: a request sets nothing.
+  j["env"] = {{"request", json::array()}};
+  auto none = bound(j);
+  r.env = {{"CI", "1"}};
+  BOOST_TEST(starts_with(refused(&none, r), "env CI is not among the names"));
+  r.env.clear();
+  BOOST_TEST(policy::check_start(&none, r).has_value());
+  for (const char* bad : {"A B", "*", "1X*", "X**", ""}) {
+    json b = tr.base();
+    b["env"] = {{"request", {bad}}};
+    BOOST_TEST(parse_error(b.dump()).find("/env/request/0") != std::string::npos, bad);
+  }
+}
+
 // ---- parsing -----------------------------------------------------------------------------
 
 BOOST_AUTO_TEST_CASE(defaults_are_filled) {
@@ -719,7 +791,7 @@ BOOST_AUTO_TEST_CASE(schema_lists_the_same_keys_and_defaults_as_the_parser) {
   // proven in unknown_keys_and_wrong_types_name_the_json_pointer).
   const std::map<std::string, std::set<std::string>> nested = {
       {"limits", {"memoryBytes", "pids", "cpus"}},
-      {"env", {"set", "pass"}},
+      {"env", {"set", "pass", "request"}},
       {"concurrency", {"perSession", "total", "perUid"}},
       {"quotas", {"maxJobs", "maxDiskBytes", "maxJobsPerUid", "maxDiskBytesPerUid"}},
       {"retention", {"maxJobs", "maxAgeSeconds", "maxDiskBytes"}},
