@@ -284,6 +284,14 @@ Result<std::vector<AllowedExecutable>> parse_allowed(const json& j, const std::s
     if (!seen.insert(e.path).second) {
       return bad(p, "\"{}\" is listed twice", e.path);
     }
+    // check_start refuses such an argv[0] at every start (no shell): an entry no start can use
+    // (a review, session 34: it loaded, and each start was told to split the path).
+    if (e.path.find_first_of(kShellChars) != std::string::npos) {
+      return bad(p,
+                 "\"{}\" contains whitespace or a shell metacharacter, which argv[0] never may "
+                 "(commands run with no shell): link it from a path without them and allow that",
+                 e.path);
+    }
     out.push_back(std::move(e));
   }
   return out;
@@ -1190,6 +1198,24 @@ Result<void> bind_policy(Policy& p, const HostPathGuard& guard) {
     CORDON_CHECK_CTX(guard.check(groot, "git.repoRoot"), "policy");
     p.git->root_fd = std::make_shared<const UniqueFd>(std::move(gfd));
     p.git->root = groot;
+  }
+  // A pin is checked when a start is checked, and an executable in the working root is exec'd
+  // by its path, which any job can replace in between: a pin there cannot hold (a review,
+  // session 34: 17 of 150 starts ran another program's content under the pin).
+  for (const auto& e : p.allowed_executables) {
+    if (!e.sha256) {
+      continue;
+    }
+    auto resolved = resolve_host_path(e.path, 0);
+    for (const std::string& where : {e.path, resolved ? *resolved : e.path}) {
+      if (path_within(where, root) || path_within(where, p.cwd_root)) {
+        return invalid(
+            "policy: allowedExecutables `{}` has a sha256 pin but lies in the working root "
+            "`{}`, where any job can replace it between the check and the exec; keep pinned "
+            "executables outside the root (and bind their directory with readOnlyPaths)",
+            e.path, root);
+      }
+    }
   }
   p.root_fd = std::make_shared<const UniqueFd>(std::move(fd));
   p.root = root;

@@ -495,6 +495,46 @@ BOOST_AUTO_TEST_CASE(env_request_lists_the_names_a_request_may_set) {
   }
 }
 
+// A sha256 pin is checked when a start is checked; an executable in the working root is
+// exec'd by its path, which any job can replace in between. Failure fixed (a review, session
+// 34): such a pin loaded, and a job swapping the file ran another program's content under it
+// (17 of 150 starts). The policy is refused where it binds, as written and as resolved.
+BOOST_AUTO_TEST_CASE(a_sha256_pin_on_an_executable_in_the_working_root_is_refused) {
+  Tree tr;
+  const std::string pin(64, 'a');
+  Tree::write_exe(tr.root + "/sub/tool", "#!/bin/false\n");
+  BOOST_REQUIRE(::symlink((tr.root + "/sub/tool").c_str(), (tr.bin + "/to-root").c_str()) == 0);
+  for (const std::string& path : {tr.root + "/sub/tool", tr.bin + "/to-root"}) {
+    json j = tr.base();
+    j["allowedExecutables"] = {{{"path", path}, {"sha256", pin}}};
+    auto p = policy::parse_policy(j.dump());
+    BOOST_REQUIRE(p.has_value());
+    auto b = policy::bind_policy(*p, policy::HostPathGuard{});
+    BOOST_REQUIRE_MESSAGE(!b.has_value(), path);
+    BOOST_TEST(b.error().message().find("allowedExecutables `" + path +
+                                        "` has a sha256 pin but lies in the working root") !=
+                   std::string::npos,
+               b.error().message());
+  }
+  // Without the pin it binds (exec'd by its path, as docs/security.md says); outside the root a
+  // pin binds.
+  json j = tr.base();
+  j["allowedExecutables"] = {tr.root + "/sub/tool", {{"path", tr.tool}, {"sha256", pin}}};
+  bound(j);
+}
+
+// An allowlisted path that check_start's no-shell rule would refuse at every start is refused
+// when the policy is read. Failure fixed (a review, session 34): it loaded, and each start was
+// told to split it into words that were not allowlisted.
+BOOST_AUTO_TEST_CASE(an_allowlisted_path_no_argv0_may_have_is_refused_at_load) {
+  for (const char* path : {"/x/my tool", "/x/t[1]", "/x/a$b", "/x/tab\tname"}) {
+    json j = {{"allowedExecutables", {path}}, {"cwdRoot", "/w"}};
+    std::string e = parse_error(j.dump());
+    BOOST_TEST(e.find("/allowedExecutables/0") != std::string::npos, e);
+    BOOST_TEST(e.find("contains whitespace or a shell metacharacter") != std::string::npos, e);
+  }
+}
+
 // ---- parsing -----------------------------------------------------------------------------
 
 BOOST_AUTO_TEST_CASE(defaults_are_filled) {
