@@ -1,8 +1,11 @@
 #include "api/jsonrpc.hpp"
 
 #include <algorithm>
+#include <set>
 
 #include <fmt/format.h>
+
+#include "base/strings.hpp"
 
 namespace cordon::api::jsonrpc {
 
@@ -222,10 +225,37 @@ void Dispatcher::handle_line(std::string_view line) {
                                  kMaxValues)));
     return;
   }
-  json msg = json::parse(line, nullptr, false);
+  // nlohmann keeps the last of duplicate keys silently: a filter in front of cordon could read
+  // `{"argv": [echo], "argv": [sleep]}` as echo while cordon ran sleep (a review, session 34).
+  // A key twice in one object is refused, as the policy file's parser refuses it.
+  std::vector<std::set<std::string>> objects;
+  std::string duplicate;
+  json::parser_callback_t track = [&](int, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) {
+      objects.emplace_back();
+    } else if (event == json::parse_event_t::object_end && !objects.empty()) {
+      objects.pop_back();
+    } else if (event == json::parse_event_t::key && !objects.empty() && parsed.is_string() &&
+               !objects.back().insert(parsed.get<std::string>()).second && duplicate.empty()) {
+      duplicate = parsed.get<std::string>();
+    }
+    return true;
+  };
+  json msg = json::parse(line, track, false);
   if (msg.is_discarded()) {
     send_(make_error(nullptr, kParseError,
                      "Parse error: the line is not valid JSON (one JSON-RPC message per line)"));
+    return;
+  }
+  if (!duplicate.empty()) {
+    json id = msg.is_object() && msg.contains("id") &&
+                      (msg["id"].is_string() || msg["id"].is_number_integer())
+                  ? msg["id"]
+                  : json(nullptr);
+    send_(make_error(id, kInvalidRequest,
+                     fmt::format("Invalid Request: the key `{}` appears twice in one object; "
+                                 "write each key once (nothing of this message was run)",
+                                 escape_controls(duplicate.substr(0, 64), ""))));
     return;
   }
   if (!msg.is_array()) {

@@ -252,3 +252,34 @@ BOOST_AUTO_TEST_CASE(a_throwing_handler_gets_an_internal_error_and_the_next_mess
   BOOST_TEST(msg.find("typed") != std::string::npos, msg);
   BOOST_TEST(h.sent[1]["result"] == 42);
 }
+
+// A key twice in one object is refused with the request's id, nothing of it run: JSON parsers
+// disagree on which one wins, so a filter in front of cordon could read another argv than the
+// one cordon ran (a review, session 34: the last one won, silently).
+BOOST_AUTO_TEST_CASE(a_key_twice_in_one_object_is_refused_and_nothing_runs) {
+  Harness h;
+  int ran = 0;
+  h.d.on("count", [&ran](const Request& r, Reply reply) {
+    ++ran;
+    reply(make_result(r.id, r.params));
+  });
+  h.d.handle_line(R"({"jsonrpc": "2.0", "id": 7, "method": "count", "method": "echo"})");
+  h.d.handle_line(R"({"jsonrpc": "2.0", "id": "s", "method": "count", "params": {"arguments": )"
+                  R"({"argv": ["/bin/echo"], "argv": ["/bin/sleep", "9"]}}})");
+  BOOST_REQUIRE_EQUAL(h.sent.size(), 2u);
+  BOOST_TEST(error_code(h.sent[0]) == kInvalidRequest);
+  BOOST_TEST(h.sent[0]["id"] == 7);
+  BOOST_TEST(h.sent[0]["error"]["message"].get<std::string>().find("the key `method` appears "
+                                                                   "twice") != std::string::npos);
+  BOOST_TEST(h.sent[1]["id"] == "s");
+  BOOST_TEST(h.sent[1]["error"]["message"].get<std::string>().find("`argv` appears twice") !=
+             std::string::npos);
+  BOOST_TEST(ran == 0);
+  // The same key in two objects, and in an array's objects, is fine.
+  h.d.handle_line(
+      R"({"jsonrpc": "2.0", "id": 8, "method": "count", "params": {"a": {"x": 1}, "b": {"x": 2}, )"
+      R"("c": [{"x": 1}, {"x": 2}]}})");
+  BOOST_REQUIRE_EQUAL(h.sent.size(), 3u);
+  BOOST_TEST(h.sent[2].contains("result"), h.sent[2].dump());
+  BOOST_TEST(ran == 1);
+}
