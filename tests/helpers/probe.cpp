@@ -60,6 +60,7 @@
 #include <sys/utsname.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -1376,6 +1377,27 @@ std::string probe_fork_bomb(Args) {
   return value(std::to_string(children.size()) + " " + (err != 0 ? errno_name(err) : "capped"));
 }
 
+// Spins for <ms> of wall-clock time and reports the CPU time it got meanwhile, both in
+// microseconds: a CPU limit shows as CPU time well below the wall-clock time.
+std::string probe_cpu_burn(Args args) {
+  long ms = parse_long(args[0], "ms");
+  auto usec = [](clockid_t clock) {
+    struct timespec ts {};
+    clock_gettime(clock, &ts);
+    return static_cast<long long>(ts.tv_sec) * 1000000 + ts.tv_nsec / 1000;
+  };
+  long long start = usec(CLOCK_MONOTONIC);
+  long long cpu_start = usec(CLOCK_PROCESS_CPUTIME_ID);
+  long long now = start;
+  while (now - start < ms * 1000LL) {
+    for (volatile int i = 0; i < 10000; ++i) {
+    }
+    now = usec(CLOCK_MONOTONIC);
+  }
+  long long cpu = usec(CLOCK_PROCESS_CPUTIME_ID) - cpu_start;
+  return value("cpu_us=" + std::to_string(cpu) + " wall_us=" + std::to_string(now - start));
+}
+
 std::string probe_memory_hog(Args args) {
   long mib = parse_long(args[0], "MiB");
   if (mib < 0) {
@@ -1683,6 +1705,7 @@ constexpr Probe kProbes[] = {
     {"inotify-one", "", 0, 0, probe_inotify_one},
     {"fork-bomb", "", 0, 0, probe_fork_bomb},
     {"memory-hog", "<MiB>", 1, 1, probe_memory_hog},
+    {"cpu-burn", "<ms>", 1, 1, probe_cpu_burn},
     {"tcp-fill", "<conns>", 1, 1, probe_tcp_fill},
     {"hostname", "", 0, 0, probe_hostname},
     {"sethostname", "<name>", 1, 1, probe_sethostname},

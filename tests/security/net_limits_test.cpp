@@ -23,6 +23,7 @@
 #include <sys/prctl.h>
 #include <sys/shm.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/utsname.h>
@@ -30,9 +31,11 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <thread>
 #include <optional>
 #include <sstream>
@@ -386,6 +389,15 @@ std::string probe_off(const Sandbox& s, const std::vector<std::string>& opts,
   return r.out;
 }
 
+// The probe copied into the working root, for a shell inside to run by its path (cordon
+// pins the program it is given, but a path the command names must exist in the sandbox).
+std::string probe_in_root(const Sandbox& s) {
+  std::string dst = s.root + "/probe";
+  std::filesystem::copy_file(probe_bin(), dst, std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::permissions(dst, std::filesystem::perms(0755));
+  return dst;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -671,6 +683,64 @@ long forks_of(const std::string& out) {
 
 }  // namespace
 
+// One hierarchy's line of /proc/<pid>/cgroup: its controllers (`memory`, `cpu,cpuacct`; empty
+// for the unified `0::` line) and the path there, as the host reads it.
+using CgroupLines = std::map<std::string, std::string>;
+
+CgroupLines cgroup_lines_of(pid_t pid) {
+  CgroupLines out;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/cgroup");
+  for (std::string l; std::getline(in, l);) {
+    size_t a = l.find(':');
+    size_t b = a == std::string::npos ? a : l.find(':', a + 1);
+    if (b != std::string::npos) {
+      out[l.substr(a + 1, b - a - 1)] = l.substr(b + 1);
+    }
+  }
+  return out;
+}
+
+// The job's cgroups as the one record in the state dir names them (`cgroups/<job>.cgroups`,
+// one directory per line), keyed as /proc/<pid>/cgroup keys them: a directory under a v1
+// mount `/sys/fs/cgroup/<controllers>` by those controllers, else the unified hierarchy (its
+// mount `/sys/fs/cgroup/unified` on a hybrid host, `/sys/fs/cgroup` itself on pure v2) by "".
+// Each value is the directory's path within its hierarchy; `dirs` keeps the host paths.
+struct JobCgroups {
+  CgroupLines paths;
+  std::map<std::string, std::string> dirs;
+};
+
+JobCgroups job_cgroups(const Sandbox& s) {
+  std::vector<std::string> records;
+  for (const auto& e : std::filesystem::directory_iterator(s.state + "/cgroups")) {
+    if (e.path().extension() == ".cgroups") {
+      records.push_back(e.path());
+    }
+  }
+  BOOST_REQUIRE_MESSAGE(records.size() == 1u, records.size() << " cgroup records in " << s.state);
+  const std::string root = "/sys/fs/cgroup";
+  struct stat top {};
+  BOOST_REQUIRE(::stat(root.c_str(), &top) == 0);
+  JobCgroups out;
+  std::ifstream in(records[0]);
+  for (std::string dir; std::getline(in, dir);) {
+    if (dir.empty()) continue;
+    BOOST_REQUIRE_MESSAGE(dir.rfind(root + "/", 0) == 0, dir);
+    std::string rel = dir.substr(root.size() + 1);
+    std::string first = rel.substr(0, rel.find('/'));
+    struct stat st {};
+    std::string key;
+    std::string path = "/" + rel;
+    if (::stat((root + "/" + first).c_str(), &st) == 0 && st.st_dev != top.st_dev) {
+      key = first == "unified" ? "" : first;  // a mount of its own: a hierarchy
+      path = rel.find('/') == std::string::npos ? "/" : rel.substr(rel.find('/'));
+    }
+    out.paths[key] = path;
+    out.dirs[key] = dir;
+  }
+  return out;
+}
+
 // The sandbox's cgroup namespace is rooted at its job's cgroups in every hierarchy: each
 // /proc/self/cgroup line reads `/`, so no host cgroup path shows, and the memory and pids
 // lines are the job's own (the limits above are enforced there). On this hybrid host the v1
@@ -747,6 +817,70 @@ BOOST_AUTO_TEST_CASE(memory_hog_is_oom_killed_under_memory_and_reported) {
   BOOST_TEST(rc.out == line("memory-hog", "allowed 96 MiB"));
   BOOST_TEST(stc["state"] == "exited");
   BOOST_TEST(stc["usage"]["oomKills"] == 0);
+}
+
+namespace {
+
+// One `probe cpu-burn` under --cpus: the CPU time the probe got against the wall-clock time it
+// spun (its own clocks), and nr_throttled of the job's cpu cgroup (v1 `cpu`, or the unified
+// one), read from the host after the burn while the sandbox's shell waits on its stdin.
+struct CpuBurn {
+  double ratio = -1;
+  long long cpu_us = -1, wall_us = -1;
+  long long nr_throttled = -1;
+  std::string line;
+};
+
+CpuBurn burn_under(const std::string& cpus, int ms) {
+  Sandbox s;
+  BackgroundRun run(
+      s.args({"--cpus", cpus},
+             {"/bin/sh", "-c", "\"$0\" cpu-burn " + std::to_string(ms) + " && exec /bin/cat",
+              probe_in_root(s)}));
+  CpuBurn b;
+  b.line = run.read_line();
+  BOOST_REQUIRE_MESSAGE(
+      std::sscanf(b.line.c_str(), "probe cpu-burn: value cpu_us=%lld wall_us=%lld", &b.cpu_us,
+                  &b.wall_us) == 2 &&
+          b.wall_us >= ms * 1000LL,
+      "got `" << b.line << "`; stderr: " << run.stderr_text());
+  b.ratio = static_cast<double>(b.cpu_us) / static_cast<double>(b.wall_us);
+  JobCgroups job = job_cgroups(s);
+  std::string dir = job.dirs.count("cpu") ? job.dirs["cpu"] : job.dirs["cpu,cpuacct"];
+  if (dir.empty() && !std::filesystem::exists("/sys/fs/cgroup/memory/cgroup.procs")) {
+    dir = job.dirs[""];  // pure v2: the unified cgroup holds cpu.stat
+  }
+  std::ifstream stat(dir + "/cpu.stat");
+  for (std::string key; stat >> key;) {
+    long long v = -1;
+    stat >> v;
+    if (key == "nr_throttled") {
+      b.nr_throttled = v;
+    }
+  }
+  run.close_stdin();
+  BOOST_REQUIRE(run.wait());
+  BOOST_TEST(run.exit_code() == 0);
+  return b;
+}
+
+}  // namespace
+
+// --cpus is a limit the kernel enforces, not only a value written: a command that spins for
+// 2.5 s of wall-clock time under --cpus 0.2 gets about a fifth of it in CPU time (at most
+// 0.35: the quota is 20 ms per 100 ms period), and its cpu cgroup counts the periods it was
+// throttled in. Control: under --cpus 2 the same spin runs flat out (at least 0.8 of the
+// wall-clock time; a busy host's other load shows here, not in the limited run), and is
+// never throttled.
+BOOST_AUTO_TEST_CASE(a_busy_loop_under_cpus_gets_that_share_of_the_cpu_and_is_throttled) {
+  CpuBurn limited = burn_under("0.2", 2500);
+  BOOST_TEST(limited.ratio <= 0.35, limited.line);
+  BOOST_TEST(limited.ratio >= 0.05, limited.line);  // it did run
+  BOOST_TEST(limited.nr_throttled > 0, "nr_throttled " << limited.nr_throttled);
+
+  CpuBurn control = burn_under("2", 1500);
+  BOOST_TEST(control.ratio >= 0.8, control.line);
+  BOOST_TEST(control.nr_throttled == 0, "nr_throttled " << control.nr_throttled);
 }
 
 // The OOM killer may choose the sandbox's init (memory no process maps, such as socket buffers,

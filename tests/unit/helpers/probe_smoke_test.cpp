@@ -245,6 +245,7 @@ BOOST_AUTO_TEST_CASE(list_names_every_probe_the_security_tests_use) {
   BOOST_TEST(exited_with(r, 0));
   for (const char* name : {"tiocsti",
                            "tiocsti-bit32",
+                           "cpu-burn",
                            "tioclinux",
                            "tiocsetd",
                            "userns",
