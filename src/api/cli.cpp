@@ -209,6 +209,7 @@ std::optional<sandbox::Wall> wall_by_name(const std::string& n) {
       {"ro-paths", Wall::kReadOnlyPaths},
       {"ipc-namespace", Wall::kIpcNamespace},
       {"uts-namespace", Wall::kUtsNamespace},
+      {"cgroup-placement", Wall::kCgroupPlacement},
   };
   for (const auto& [name, w] : kWalls) {
     if (n == name) {

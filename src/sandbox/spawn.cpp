@@ -41,8 +41,13 @@ Result<SpawnedSandbox> spawn_sandbox(PreparedSandbox& prepared, const SpawnOptio
   if (plan.disabled_walls & static_cast<uint32_t>(Wall::kUtsNamespace)) {
     flags &= ~static_cast<uint64_t>(CLONE_NEWUTS);
   }
+  // Test control only: the sandbox is left in cordon's own cgroups (neither CLONE_INTO_CGROUP
+  // nor the v1 `tasks` writes), so a test can show its host-side placement check fails.
+  const bool place = (plan.disabled_walls & static_cast<uint32_t>(Wall::kCgroupPlacement)) == 0;
+#else
+  const bool place = true;
 #endif
-  if (options.cgroup_fd >= 0) {
+  if (options.cgroup_fd >= 0 && place) {
     flags |= CLONE_INTO_CGROUP;
   }
   if (options.cgroupns_at_clone) {
@@ -52,7 +57,8 @@ Result<SpawnedSandbox> spawn_sandbox(PreparedSandbox& prepared, const SpawnOptio
   // Hybrid hosts: the child moves itself into the v1 job cgroups (ChildPlan::v1_tasks_fds).
   std::vector<UniqueFd> tasks;
   std::vector<int> tasks_raw;
-  for (int dir : options.v1_cgroup_dirs) {
+  const std::vector<int> unplaced;
+  for (int dir : place ? options.v1_cgroup_dirs : unplaced) {
     UniqueFd fd(::openat(dir, "tasks", O_WRONLY | O_CLOEXEC));
     if (!fd) {
       prepared.close_child_ends();
@@ -75,7 +81,7 @@ Result<SpawnedSandbox> spawn_sandbox(PreparedSandbox& prepared, const SpawnOptio
   args.flags = flags;
   args.pidfd = reinterpret_cast<uint64_t>(&pidfd);
   args.exit_signal = SIGCHLD;
-  if (options.cgroup_fd >= 0) {
+  if (options.cgroup_fd >= 0 && place) {
     args.cgroup = static_cast<uint64_t>(options.cgroup_fd);
   }
   long pid;

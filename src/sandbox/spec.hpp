@@ -33,6 +33,7 @@ enum class Wall : uint32_t {
   kReadOnlyPaths = 1 << 12,  // --ro trees (and a read-only root) bound read-write (Landlock stays)
   kIpcNamespace = 1 << 13,   // the host's SysV IPC and POSIX message queue namespace
   kUtsNamespace = 1 << 14,   // the host's hostname (the child then sets none)
+  kCgroupPlacement = 1 << 15,  // the sandbox stays in cordon's own cgroups (no job placement)
 };
 
 struct Rlimit {

@@ -62,6 +62,8 @@ constexpr uid_t kUidInotifyControlB = kUidBase + 4;
 constexpr uid_t kUidKillCordon = kUidBase + 5;
 constexpr uid_t kUidKillCordonControl = kUidBase + 6;
 constexpr uid_t kUidSharedLease = kUidBase + 7;
+constexpr uid_t kUidPlacement = kUidBase + 8;
+constexpr uid_t kUidPlacementControl = kUidBase + 9;
 
 std::string host_ids(uid_t uid) { return std::to_string(uid) + ":1"; }
 
@@ -776,6 +778,84 @@ BOOST_AUTO_TEST_CASE(the_sandbox_sees_its_job_cgroup_as_the_root_of_every_hierar
   if (std::filesystem::exists("/sys/fs/cgroup/memory/cgroup.procs")) {
     BOOST_TEST(memory, r.out);
     BOOST_TEST(pids, r.out);
+  }
+}
+
+// The check above reads `/` in any process that has a cgroup namespace of its own, wherever
+// that namespace was rooted: it cannot tell the job's cgroups from cordon's. This one looks
+// from the host. While the sandbox runs (as a host uid of its own, so its processes are found
+// without asking any cgroup), init's and the command's /proc/<pid>/cgroup name the job's
+// cgroups that cordon recorded in its state dir, in the memory, pids and cpu hierarchies and
+// the unified one: the limits written there hold the command. Control: with the placement
+// removed (cordon-testwalls `cgroup-placement`: no CLONE_INTO_CGROUP, no v1 `tasks` writes)
+// the host sees the sandbox in cordon's own cgroups, while inside every line still reads `/`.
+BOOST_AUTO_TEST_CASE(the_host_sees_the_sandbox_in_its_job_cgroups_of_every_hierarchy) {
+  struct Seen {
+    JobCgroups job;
+    std::vector<CgroupLines> procs;  // init's and the command's
+    std::string inside;
+  };
+  auto run_and_look = [](uid_t uid, const std::vector<std::string>& walls_off) {
+    BOOST_REQUIRE_MESSAGE(processes_of_uid(uid).empty(), "uid " << uid << " is in use");
+    Sandbox s;
+    std::vector<std::string> opts = {"--host-ids", host_ids(uid)};
+    for (const auto& w : walls_off) {
+      opts.insert(opts.end(), {"--test-disable-wall", w});
+    }
+    // One process that shows its own view and then waits on stdin: no transient process of
+    // the sandbox's uid is about while the host looks.
+    BackgroundRun run(s.args(opts,
+                             {"/usr/bin/python3", "-c",
+                              "import sys\n"
+                              "print(open('/proc/self/cgroup').read().replace('\\n', ' '), "
+                              "flush=True)\n"
+                              "sys.stdin.read()\n"},
+                             /*testwalls=*/!walls_off.empty()));
+    Seen seen;
+    seen.inside = run.read_line();
+    BOOST_REQUIRE_MESSAGE(
+        seen.inside.find(":memory:") != std::string::npos || seen.inside.rfind("0::", 0) == 0,
+        "got `" << seen.inside << "`; stderr: " << run.stderr_text());
+    seen.job = job_cgroups(s);
+    for (pid_t pid : processes_of_uid(uid)) {  // init and python
+      seen.procs.push_back(cgroup_lines_of(pid));
+    }
+    run.close_stdin();
+    BOOST_REQUIRE(run.wait());
+    BOOST_TEST(run.exit_code() == 0);
+    return seen;
+  };
+  const bool hybrid = std::filesystem::exists("/sys/fs/cgroup/memory/cgroup.procs");
+  std::vector<std::string> hierarchies = {""};
+  if (hybrid) {
+    hierarchies.insert(hierarchies.end(), {"memory", "pids", "cpu"});
+  }
+
+  Seen placed = run_and_look(kUidPlacement, {});
+  BOOST_TEST(placed.procs.size() == 2u);
+  // Inside, the namespace shows `/` in every hierarchy: it cannot tell where it was rooted.
+  std::istringstream inside(placed.inside);
+  for (std::string entry; inside >> entry;) {
+    BOOST_TEST(entry.substr(entry.size() - 2) == ":/", entry);
+  }
+  for (const auto& h : hierarchies) {
+    BOOST_REQUIRE_MESSAGE(placed.job.paths.count(h) == 1u,
+                          "no job cgroup recorded for `" << h << "`");
+    BOOST_TEST(placed.job.paths[h].find("/cordon/") != std::string::npos, placed.job.paths[h]);
+    for (auto& lines : placed.procs) {
+      BOOST_TEST(lines[h] == placed.job.paths[h], "hierarchy `" << h << "`");
+    }
+  }
+
+  Seen control = run_and_look(kUidPlacementControl, {"cgroup-placement"});
+  BOOST_TEST(control.procs.size() == 2u);
+  BOOST_TEST(control.inside == placed.inside);  // `/` everywhere, as with the placement
+  const CgroupLines mine = cgroup_lines_of(::getpid());
+  for (const auto& h : hierarchies) {
+    for (auto& lines : control.procs) {
+      BOOST_TEST(lines[h] != control.job.paths[h], "hierarchy `" << h << "`");
+      BOOST_TEST(lines[h] == mine.at(h), "hierarchy `" << h << "`: cordon's, as the test's");
+    }
   }
 }
 
