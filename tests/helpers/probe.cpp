@@ -1039,12 +1039,14 @@ std::string probe_cwd_ident(Args) {
                std::to_string(static_cast<unsigned long long>(st.st_ino)));
 }
 
+// Writes `x`, or the text given (a number for a sysctl, which refuses `x` with EINVAL).
 std::string probe_write_file(Args args) {
+  std::string_view text = args.size() > 1 ? std::string_view(args[1]) : "x";
   int fd = open(args[0], O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
     return denied(errno);
   }
-  long n = write(fd, "x", 1);
+  long n = write(fd, text.data(), text.size());
   int err = errno;
   close(fd);
   return n < 0 ? denied(err) : allowed();
@@ -1680,7 +1682,7 @@ constexpr Probe kProbes[] = {
     {"stat", "<path>", 1, 1, probe_stat},
     {"cwd-ident", "", 0, 0, probe_cwd_ident},
     {"read-fd", "<fd>", 1, 1, probe_read_fd},
-    {"write-file", "<path>", 1, 1, probe_write_file},
+    {"write-file", "<path> [text]", 1, 2, probe_write_file},
     {"mkdir", "<path>", 1, 1, probe_mkdir},
     {"link", "<old> <new>", 2, 2, probe_link},
     {"rename", "<old> <new>", 2, 2, probe_rename},

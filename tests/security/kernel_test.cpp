@@ -23,6 +23,7 @@
 #include <boost/test/unit_test.hpp>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -317,6 +318,47 @@ BOOST_AUTO_TEST_CASE(nested_user_namespace_by_clone_is_refused_by_the_fixed_filt
   BOOST_TEST(probe(s, {"clone-newuser"}, {"seccomp-profile"}) == "errno EPERM");
   BOOST_TEST(probe(s, {"clone-newuser"}, {"seccomp-fixed"}) == "errno ENOSPC");
   BOOST_TEST(probe(s, {"clone-newuser"}, {"seccomp-fixed", "user-quotas"}) == "allowed");
+}
+
+// The quota that answers last above (and user.max_inotify_instances beside it) lives in the
+// sandbox's own user namespace's /proc/sys/user, where a command that could write it would
+// raise it again. Walls, outermost first: /proc/sys is bound read-only (proc-readonly, EROFS);
+// then the file's mode, which the kernel gives writers only for a holder of CAP_SYS_RESOURCE
+// in that namespace (the empty capability sets: EACCES, uid 0 included). With both removed,
+// uid 0 with its namespace's capabilities writes it, and only its namespace's value changes:
+// the host's stays.
+BOOST_AUTO_TEST_CASE(the_sandboxs_user_quotas_cannot_be_raised_by_the_proc_mount_then_caps) {
+  const std::string path = "/proc/sys/user/max_user_namespaces";
+  auto host_value = [&] {
+    std::ifstream in(path);
+    std::string v;
+    in >> v;
+    return v;
+  };
+  const std::string host_before = host_value();
+  BOOST_REQUIRE(!host_before.empty() && host_before != "7");
+  const Strings write = {"write-file", path, "7"};
+  const Strings as_root = {"--user", "0"};
+  BOOST_TEST(probe(s, write) == "errno EROFS");
+  BOOST_TEST(probe(s, write, {}, as_root) == "errno EROFS");
+  BOOST_TEST(probe(s, write, {"cap-drop"}, as_root) == "errno EROFS");  // the mount alone
+  BOOST_TEST(probe(s, write, {"proc-readonly"}) == "errno EACCES");     // the caps alone
+  BOOST_TEST(probe(s, write, {"proc-readonly"}, as_root) == "errno EACCES");
+  // Control: both removed, the write lands in the sandbox's namespace (read back there: 0 as
+  // cordon set it, then 7), and the host's value is what it was.
+  Strings argv = {"/bin/sh", "-c",
+                  "\"$0\" read-file \"$1\"; \"$0\" write-file \"$1\" 7; "
+                  "\"$0\" read-file \"$1\"",
+                  s.root + "/probe", path};
+  ProcessResult r = cordon::test::run_process(s.args(
+      {"--user", "0", "--test-disable-wall", "proc-readonly", "--test-disable-wall", "cap-drop"},
+      argv, /*testwalls=*/true));
+  BOOST_TEST(r.exit_code() == 0, r.err);
+  BOOST_TEST(r.out ==
+             "probe read-file: value 300a\n"  // "0\n"
+             "probe write-file: allowed\n"
+             "probe read-file: value 370a\n");  // "7\n"
+  BOOST_TEST(host_value() == host_before);
 }
 
 // clone3's flags live in memory seccomp cannot read, so clone3 as a whole is ENOSYS (glibc
