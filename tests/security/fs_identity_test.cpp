@@ -10,6 +10,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <fcntl.h>
+#include <grp.h>
 #include <linux/capability.h>
 #include <sched.h>
 #include <stdio.h>
@@ -321,6 +322,66 @@ BOOST_AUTO_TEST_CASE(ids_are_the_user_value_with_no_supplementary_groups) {
   // Control: without the drop the real ids stay the (unmapped) ones of the spawner.
   auto ctl = probe(s, {"groups"}, {"cap-drop"}, {"--user", "4242"});
   BOOST_TEST(ctl.line.rfind("value uid=4242,4242,4242 ", 0) != 0u, ctl.line);
+}
+
+namespace {
+
+// `cordon run` started by a process holding the supplementary groups `groups` (a child of the
+// test that sets them just before its exec): stdout, and the exit code; -1 when the child
+// could not take the groups.
+std::pair<std::string, int> run_holding_groups(const std::vector<std::string>& args,
+                                               const std::vector<gid_t>& groups) {
+  int out[2];
+  BOOST_REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
+  pid_t pid = ::fork();
+  BOOST_REQUIRE(pid >= 0);
+  if (pid == 0) {
+    std::vector<gid_t> held(groups.size() + 1);
+    if (::setgroups(groups.size(), groups.data()) != 0 ||
+        ::getgroups(static_cast<int>(held.size()), held.data()) !=
+            static_cast<int>(groups.size()) ||
+        ::dup2(out[1], 1) != 1) {
+      ::_exit(97);
+    }
+    std::vector<char*> av;
+    for (const auto& a : args) av.push_back(const_cast<char*>(a.c_str()));
+    av.push_back(nullptr);
+    ::execv(av[0], av.data());
+    ::_exit(98);
+  }
+  ::close(out[1]);
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(out[0], buf, sizeof buf)) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    text.append(buf, static_cast<size_t>(n));
+  }
+  ::close(out[0]);
+  int status = 0;
+  BOOST_REQUIRE(::waitpid(pid, &status, 0) == pid);
+  int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  BOOST_REQUIRE_MESSAGE(code != 97, "the child could not take the supplementary groups");
+  return {text, code};
+}
+
+}  // namespace
+
+// The groups above are those of a test holding none. A caller holding supplementary groups
+// (adm 4, sudo 27: groups that open host files) passes them through clone and exec; the
+// child's setgroups(0) drops them, so the command holds none. Control: without the drop the
+// command holds both (shown as the overflow gid, since neither is mapped into the sandbox,
+// but the kernel still grants their access on host files).
+BOOST_AUTO_TEST_CASE(a_callers_supplementary_groups_never_reach_the_command) {
+  Sandbox s;
+  const std::vector<gid_t> groups = {4, 27};
+  auto [out, code] = run_holding_groups(s.args({}, {probe_bin(), "groups"}), groups);
+  BOOST_TEST(code == 0);
+  BOOST_TEST(out == "probe groups: value uid=1000,1000,1000 gid=1000,1000,1000 groups=\n");
+  auto [ctl, ctl_code] = run_holding_groups(
+      s.args({"--test-disable-wall", "cap-drop"}, {probe_bin(), "groups"}, true), groups);
+  BOOST_TEST(ctl_code == 0);
+  BOOST_TEST(ctl.find(" groups=65534,65534\n") != std::string::npos, ctl);
 }
 
 // Landlock and seccomp need no_new_privs from an unprivileged process, so removing that wall
