@@ -369,10 +369,13 @@ std::string mode_detail(const char* path) {
 
 // Pushes a byte into the controlling terminal's input queue: a sandboxed command sharing the
 // user's pty could type commands into the shell that runs after it (CVE-2017-5226 in bwrap).
-std::string probe_tiocsti(Args) {
-  return in_child([] {
+// On stdin, or on the descriptor given (1 and 2 are the same terminal when a caller's is
+// handed in whole).
+std::string probe_tiocsti(Args args) {
+  int fd = args.empty() ? STDIN_FILENO : static_cast<int>(parse_long(args[0], "fd"));
+  return in_child([fd] {
     char c = 'x';
-    return outcome_of(ioctl(STDIN_FILENO, TIOCSTI, &c));
+    return outcome_of(ioctl(fd, TIOCSTI, &c));
   });
 }
 
@@ -1626,7 +1629,7 @@ struct Probe {
 };
 
 constexpr Probe kProbes[] = {
-    {"tiocsti", "", 0, 0, probe_tiocsti},
+    {"tiocsti", "[fd]", 0, 1, probe_tiocsti},
     {"tiocsti-bit32", "", 0, 0, probe_tiocsti_bit32},
     {"tioclinux", "", 0, 0, probe_tioclinux},
     {"tiocsetd", "[ldisc]", 0, 1, probe_tiocsetd},

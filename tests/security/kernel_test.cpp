@@ -245,6 +245,37 @@ BOOST_AUTO_TEST_CASE(tiocsti_without_tty_finds_no_terminal_behind_the_filter) {
   BOOST_TEST(control.calibration == 1);
 }
 
+// The same on every standard descriptor, and by name: cordon started with a pty (its
+// controlling terminal) as its stdin, stdout and stderr hands the command none of them, so
+// with the fixed filter removed TIOCSTI on 0, 1 and 2 finds no terminal (ENOTTY) and
+// /dev/tty, the caller's controlling terminal for a process in its session, is no terminal
+// of the command's (ENXIO: it has none); nothing reaches the pty's input queue. The filter
+// refuses the ioctl on each first (EPERM). Control: with --tty the command's descriptors and
+// /dev/tty are a terminal (its own), where the same calls land.
+BOOST_AUTO_TEST_CASE(without_tty_no_descriptor_and_no_dev_tty_is_a_terminal) {
+  for (const char* fd : {"0", "1", "2"}) {
+    PtyRun denied = run_on_pty(probe_args(s, {"tiocsti", fd}, {}, {}));
+    BOOST_TEST(pty_outcome("tiocsti", denied).outcome == "errno EPERM", "fd " << fd);
+    BOOST_TEST(denied.caller_queue == 0, "fd " << fd);
+    PtyRun open = run_on_pty(probe_args(s, {"tiocsti", fd}, {"seccomp-fixed"}, {}));
+    BOOST_TEST(pty_outcome("tiocsti", open).outcome == "errno ENOTTY", "fd " << fd);
+    BOOST_TEST(open.caller_queue == 0, "fd " << fd);
+    BOOST_TEST(open.calibration == 1);
+    PtyRun own = run_on_pty(probe_args(s, {"tiocsti", fd}, {"seccomp-fixed"}, {"--tty"}));
+    BOOST_TEST(pty_outcome("tiocsti", own).outcome == "allowed", "fd " << fd);
+    BOOST_TEST(own.caller_queue == 0, "fd " << fd);
+  }
+  const Strings dev_tty = {"write-file", "/dev/tty"};
+  PtyRun none = run_on_pty(probe_args(s, dev_tty, {}, {}));
+  BOOST_TEST(pty_outcome("write-file", none).outcome == "errno ENXIO");
+  PtyRun unfiltered = run_on_pty(probe_args(s, dev_tty, {"seccomp-fixed"}, {}));
+  BOOST_TEST(pty_outcome("write-file", unfiltered).outcome == "errno ENXIO");
+  BOOST_TEST(unfiltered.caller_queue == 0);
+  PtyRun own = run_on_pty(probe_args(s, dev_tty, {"seccomp-fixed"}, {"--tty"}));
+  BOOST_TEST(pty_outcome("write-file", own).outcome == "allowed");
+  BOOST_TEST(own.caller_queue == 0);
+}
+
 // Failure fixed (a review, session 13): the sandbox's init stayed in the session of the
 // terminal cordon was started from, with that terminal as its controlling terminal (tty_nr of
 // /proc/1/stat was the caller's pts), and a Ctrl-C there signalled init directly. Now the
