@@ -949,9 +949,10 @@ CpuBurn burn_under(const std::string& cpus, int ms) {
 // --cpus is a limit the kernel enforces, not only a value written: a command that spins for
 // 2.5 s of wall-clock time under --cpus 0.2 gets about a fifth of it in CPU time (at most
 // 0.35: the quota is 20 ms per 100 ms period), and its cpu cgroup counts the periods it was
-// throttled in. Control: under --cpus 2 the same spin runs flat out (at least 0.8 of the
-// wall-clock time; a busy host's other load shows here, not in the limited run), and is
-// never throttled.
+// throttled in. Control: under --cpus 2 the same spin is never throttled and gets more than
+// the limit could give (at least 0.4 of the wall-clock time: flat out on an idle host; the
+// suite runs three tests on two cores beside it, whose load shows here, not in the limited
+// run).
 BOOST_AUTO_TEST_CASE(a_busy_loop_under_cpus_gets_that_share_of_the_cpu_and_is_throttled) {
   CpuBurn limited = burn_under("0.2", 2500);
   BOOST_TEST(limited.ratio <= 0.35, limited.line);
@@ -959,7 +960,7 @@ BOOST_AUTO_TEST_CASE(a_busy_loop_under_cpus_gets_that_share_of_the_cpu_and_is_th
   BOOST_TEST(limited.nr_throttled > 0, "nr_throttled " << limited.nr_throttled);
 
   CpuBurn control = burn_under("2", 1500);
-  BOOST_TEST(control.ratio >= 0.8, control.line);
+  BOOST_TEST(control.ratio >= 0.4, control.line);
   BOOST_TEST(control.nr_throttled == 0, "nr_throttled " << control.nr_throttled);
 }
 
