@@ -230,14 +230,18 @@ void Dispatcher::handle_line(std::string_view line) {
   // A key twice in one object is refused, as the policy file's parser refuses it.
   std::vector<std::set<std::string>> objects;
   std::string duplicate;
+  bool id_twice = false;  // the message's own id is the duplicate: which one is meant is unknown
   json::parser_callback_t track = [&](int, json::parse_event_t event, json& parsed) {
     if (event == json::parse_event_t::object_start) {
       objects.emplace_back();
     } else if (event == json::parse_event_t::object_end && !objects.empty()) {
       objects.pop_back();
     } else if (event == json::parse_event_t::key && !objects.empty() && parsed.is_string() &&
-               !objects.back().insert(parsed.get<std::string>()).second && duplicate.empty()) {
-      duplicate = parsed.get<std::string>();
+               !objects.back().insert(parsed.get<std::string>()).second) {
+      id_twice = id_twice || (objects.size() == 1 && parsed == "id");
+      if (duplicate.empty()) {
+        duplicate = parsed.get<std::string>();
+      }
     }
     return true;
   };
@@ -248,7 +252,7 @@ void Dispatcher::handle_line(std::string_view line) {
     return;
   }
   if (!duplicate.empty()) {
-    json id = msg.is_object() && msg.contains("id") &&
+    json id = !id_twice && msg.is_object() && msg.contains("id") &&
                       (msg["id"].is_string() || msg["id"].is_number_integer())
                   ? msg["id"]
                   : json(nullptr);

@@ -352,6 +352,9 @@ class Server {
     std::string tool;  // the tool's name, or the method (tasks/result)
     std::atomic<bool> cancelled{false};
     std::atomic<bool> done{false};
+    // Its response is going out: the id is the client's to reuse (run_on_worker), though the
+    // call still counts as in flight until the response is written.
+    std::atomic<bool> id_released{false};
     std::shared_ptr<CallBudget> budget;  // the uid's slot this call holds, given back at done
     // Marks the call done and gives its uid's slot back (once).
     void finish() {
@@ -591,7 +594,7 @@ class Server {
                                : std::string("no reason given");
       std::lock_guard<std::mutex> lock(mu_);
       for (auto& c : calls_) {
-        if (c->id == target && !c->done) {
+        if (c->id == target && !c->done && !c->id_released) {
           c->cancelled = true;
           log_->info("request {} ({}) cancelled by the client: {}", dump(target), c->tool, reason);
         }
@@ -640,7 +643,7 @@ class Server {
     for (const auto& c : calls_) {
       if (!c->done) {
         ++live;
-        if (c->id == r.id) {
+        if (c->id == r.id && !c->id_released) {
           reply(rpc::make_error(r.id, rpc::kInvalidRequest,
                                 "Invalid Request: this id is already in use by a request in "
                                 "flight"));
@@ -730,9 +733,11 @@ class Server {
   }
 
   // Runs a registered call's body on a worker thread (CallWorkers). The body answers through
-  // `answer`, which marks the call done before the response goes out: a client may reuse the
-  // id as soon as it has the response (JSON-RPC), and a reuse that came before the worker got
-  // to mark it was refused as "in use" (16 of 300 in a review, session 34). A
+  // `answer`, which releases the id before the response goes out: a client may reuse it as
+  // soon as it has the response (JSON-RPC), and a reuse that came before the worker marked the
+  // call done was refused as "in use" (16 of 300 in a review, session 34). The call stays in
+  // flight, holding its uid's slot, until the response is written: a slow reader's replies
+  // count against daemon.maxCallsPerUid (docs/reliability.md). A
   // thread the system refuses (EAGAIN: RLIMIT_NPROC, the pids limit of the daemon's cgroup)
   // ends the call with a busy error and frees its slot; std::thread's exception would end the
   // process. An exception out of the body (nothing cordon calls throws; bad_alloc could) ends
@@ -740,8 +745,9 @@ class Server {
   void run_on_worker(const std::shared_ptr<Call>& call, const rpc::Reply& reply,
                      std::function<void(const rpc::Reply& answer)> body) {
     rpc::Reply answer = [call, reply](json response) {
-      call->finish();
+      call->id_released = true;
       reply(std::move(response));
+      call->finish();
     };
     try {
       workers_.run([call, answer, body = std::move(body)] {
@@ -997,7 +1003,7 @@ class Server {
         r.id, rpc::kMethodNotFound,
         fmt::format("Method not found: {} is part of MCP tasks ({} and later), and this session "
                     "negotiated {}; use command_wait, command_status and command_kill instead",
-                    r.method, kTasksVersion, v.empty() ? std::string("no version yet") : v)));
+                    r.method, kTasksVersion, v)));
     return false;
   }
 

@@ -262,8 +262,9 @@ Result<OneshotReport> run_oneshot(const OneshotRequest& req) {
   report.signalled_by_caller = o.signalled_by_caller;
   for (auto [stream, err, bytes] : {std::tuple{"stdout", o.stdout_write_errno, o.stdout_bytes},
                                     std::tuple{"stderr", o.stderr_write_errno, o.stderr_bytes}}) {
-    // EPIPE is a reader that went away (`cordon run … | head`), as a pipeline means it to.
-    if (err != 0 && err != EPIPE) {
+    // EPIPE (ECONNRESET on a socket) is a reader that went away (`cordon run … | head`), as
+    // a pipeline means it to.
+    if (err != 0 && err != EPIPE && err != ECONNRESET) {
       report.applied.warnings.push_back(fmt::format(
           "writing the command's {} to cordon's own {} failed ({}): of the {} bytes it printed, "
           "what came after the failure was not delivered",

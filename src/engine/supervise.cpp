@@ -7,6 +7,7 @@
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/timerfd.h>
 #include <sys/wait.h>
 #include <termios.h>
@@ -169,11 +170,16 @@ struct CallerEnd {
 // out_fd == err_fd can sit in epoll twice and O_NONBLOCK stays ours. O_NONBLOCK on the
 // caller's own description would be seen by every process sharing it (a sibling writing to
 // the same pipe got EAGAIN and lost its output) and would outlive a SIGKILLed cordon (a
-// review, session 34). So: a pipe, FIFO or terminal is opened again through /proc/self/fd (a
-// new description of the same pipe or tty); a socket is read and written with MSG_DONTWAIT; a
-// regular file or another device is never waited on (epoll refuses files; /dev/null and the
-// like never block) and is only dup'ed. Only when the reopen fails (a FIFO whose reader is
-// gone: ENXIO) is the caller's description made non-blocking, and its flags put back after.
+// review, session 34). So:
+// - a terminal (not a pty master, not /dev/tty or /dev/ptmx, which open another terminal) and
+//   the write side of a pipe or FIFO are opened again through /proc/self/fd: a new
+//   description of the same tty or pipe, kept only if fstat shows the same file;
+// - a socket is read and written with MSG_DONTWAIT;
+// - a regular file, directory or block device is never waited on (epoll refuses it) and is
+//   only dup'ed;
+// - anything else (the read side of a pipe or FIFO: a reader opened O_NONBLOCK is not told of
+//   a hang-up by writers it never saw, so its EOF would never be polled; other devices, event
+//   fds; a reopen that failed) gets O_NONBLOCK on the caller's description, put back after.
 class CallerFds {
  public:
   // `access` is O_RDONLY or O_WRONLY: how the relay uses the descriptor.
@@ -185,29 +191,25 @@ class CallerFds {
     if (fstat(fd, &st) != 0) {
       return sys_error("fstat fd {}", fd);
     }
-    if (S_ISFIFO(st.st_mode) || (S_ISCHR(st.st_mode) && isatty(fd) != 0)) {
-      std::string path = fmt::format("/proc/self/fd/{}", fd);
-      int own = ::open(path.c_str(), access | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
-      if (own >= 0) {
-        fds_.push_back({UniqueFd(own), 0, false});
-        return CallerEnd{own, false};
-      }
+    if (auto own = reopen(fd, access, st)) {
+      fds_.push_back({UniqueFd(*own), 0, false});
+      return CallerEnd{*own, false};
     }
     int copy = fcntl(fd, F_DUPFD_CLOEXEC, 0);
     if (copy < 0) {
       return sys_error("fcntl F_DUPFD_CLOEXEC fd {}", fd);
     }
     bool socket = S_ISSOCK(st.st_mode);
-    bool shared_flag = S_ISFIFO(st.st_mode) || (S_ISCHR(st.st_mode) && isatty(fd) != 0);
+    bool never_waits = S_ISREG(st.st_mode) || S_ISDIR(st.st_mode) || S_ISBLK(st.st_mode);
     int flags = 0;
-    if (shared_flag) {
+    if (!socket && !never_waits) {
       flags = fcntl(fd, F_GETFL);
       if (flags < 0) {
         ::close(copy);
         return sys_error("fcntl F_GETFL fd {}", fd);
       }
     }
-    fds_.push_back({UniqueFd(copy), flags, shared_flag});
+    fds_.push_back({UniqueFd(copy), flags, !socket && !never_waits});
     return CallerEnd{copy, socket};
   }
   // Separate from add(): flags of every fd are read before any is changed, since two of them
@@ -233,6 +235,33 @@ class CallerFds {
   }
 
  private:
+  // A new non-blocking description of the same terminal or pipe, or nullopt (see the class).
+  static std::optional<int> reopen(int fd, int access, const struct stat& st) {
+    bool tty = S_ISCHR(st.st_mode) && isatty(fd) != 0;
+    if (tty) {
+      unsigned int pty_number = 0;
+      bool master = ioctl(fd, TIOCGPTN, &pty_number) == 0;
+      bool alias = st.st_rdev == makedev(5, 0) || st.st_rdev == makedev(5, 2);
+      if (master || alias) {
+        return std::nullopt;  // opening it again would open another terminal
+      }
+    } else if (!(S_ISFIFO(st.st_mode) && access == O_WRONLY)) {
+      return std::nullopt;
+    }
+    std::string path = fmt::format("/proc/self/fd/{}", fd);
+    int own = ::open(path.c_str(), access | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (own < 0) {
+      return std::nullopt;  // ENXIO: a FIFO whose reader is gone; EACCES; no /proc
+    }
+    struct stat now {};
+    if (fstat(own, &now) != 0 || now.st_dev != st.st_dev || now.st_ino != st.st_ino ||
+        now.st_rdev != st.st_rdev) {
+      ::close(own);
+      return std::nullopt;
+    }
+    return own;
+  }
+
   struct Entry {
     UniqueFd fd;
     int flags;

@@ -10,6 +10,7 @@
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -100,6 +101,40 @@ size_t depth(std::string_view s) {
   }
   return most;
 }
+
+// A key twice in one object, found by a SAX pass (the dispatcher uses a parse callback): the
+// message is refused whole, with its id unless the id itself is the repeated key.
+struct Duplicates : nlohmann::json_sax<json> {
+  std::vector<std::set<std::string>> objects;
+  bool any = false, top_id = false;
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override {
+    objects.emplace_back();
+    return true;
+  }
+  bool key(string_t& k) override {
+    if (!objects.back().insert(k).second) {
+      any = true;
+      top_id = top_id || (objects.size() == 1 && k == "id");
+    }
+    return true;
+  }
+  bool end_object() override {
+    objects.pop_back();
+    return true;
+  }
+  bool start_array(std::size_t) override { return true; }
+  bool end_array() override { return true; }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+    return false;
+  }
+};
 
 const char* kMethods[] = {"echo", "fail"};
 
@@ -231,6 +266,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (msg.is_discarded()) {
       FUZZ_CHECK(sent.size() == 1, "bad JSON `{}` got {} replies", show(l.text), sent.size());
       check_response(sent[0], {true, nullptr, rpc::kParseError}, l.text);
+      continue;
+    }
+    Duplicates dups;
+    json::sax_parse(l.text, &dups);
+    if (dups.any) {
+      FUZZ_CHECK(sent.size() == 1, "`{}` (a key twice) got {} replies", show(l.text), sent.size());
+      json id = !dups.top_id && msg.is_object() && msg.contains("id") &&
+                        (msg["id"].is_string() || msg["id"].is_number_integer())
+                    ? msg["id"]
+                    : json(nullptr);
+      check_response(sent[0], {true, id, rpc::kInvalidRequest}, l.text);
       continue;
     }
     if (!msg.is_array()) {

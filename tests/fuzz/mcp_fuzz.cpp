@@ -132,7 +132,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           cancels = true;
         }
       }
-      if (valid_request(m)) {
+      // A message whose id is a key twice is refused without an id (which one was meant is
+      // unknown): nothing to require for it.
+      int top_ids = 0, open_objects = 0;
+      json::parser_callback_t count_ids = [&](int, json::parse_event_t event, json& k) {
+        if (event == json::parse_event_t::object_start) {
+          ++open_objects;
+        } else if (event == json::parse_event_t::object_end) {
+          --open_objects;
+        } else if (event == json::parse_event_t::key && open_objects == 1 && k == "id") {
+          ++top_ids;
+        }
+        return true;
+      };
+      (void)json::parse(line, count_ids, false);
+      if (valid_request(m) && top_ids <= 1) {
         ++must[id_key(m["id"])];
       }
     }

@@ -3,11 +3,13 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pty.h>
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <termios.h>
 #include <unistd.h>
@@ -927,4 +929,79 @@ BOOST_AUTO_TEST_CASE(a_destination_gone_while_the_command_writes_on_never_stops_
   BOOST_TEST(r->stdout_bytes == total);
   BOOST_TEST(r->stdout_write_errno == EPIPE);
   BOOST_TEST(log.signals.empty());
+}
+
+// A pty master given as cordon's stdout (a terminal emulator, `script`) is not opened again:
+// /proc/self/fd of a master opens /dev/ptmx, a new pty, and the output went there (the run
+// then hung on the new pty's full buffer). Found by a review of session 34's change.
+BOOST_AUTO_TEST_CASE(a_pty_master_as_the_callers_stdout_gets_the_output) {
+  int m = -1, sl = -1;
+  BOOST_REQUIRE(openpty(&m, &sl, nullptr, nullptr, nullptr) == 0);
+  UniqueFd master(m), slave(sl);
+  termios raw{};
+  BOOST_REQUIRE(tcgetattr(slave.get(), &raw) == 0);
+  cfmakeraw(&raw);
+  BOOST_REQUIRE(tcsetattr(slave.get(), TCSANOW, &raw) == 0);
+  auto fake = spawn_fake([](const InitCtx& c) {
+    return run_and_report(c, [] { return write_all(1, "through-the-master", 18) ? 0 : 1; });
+  });
+  auto err_file = make_memfd("err");
+  HookLog log;
+  SuperviseOptions opts;
+  opts.timeout = std::chrono::seconds(10);
+  opts.out_fd = master.get();
+  opts.err_fd = err_file.get();
+  auto r = supervise(fake.handles, opts, real_hooks(fake.handles.pidfd.get(), log));
+  BOOST_REQUIRE_MESSAGE(r.has_value(), describe(r));
+  BOOST_TEST(r->state == RunState::kExited);
+  std::string got;
+  char buf[64];
+  pollfd p{slave.get(), POLLIN, 0};
+  while (got.size() < 18 && ::poll(&p, 1, 2000) > 0) {
+    ssize_t n = read(slave.get(), buf, sizeof(buf));
+    if (n <= 0) break;
+    got.append(buf, static_cast<size_t>(n));
+  }
+  BOOST_TEST(got == "through-the-master");
+}
+
+// A named FIFO as stdin whose writer came and went before the run: the command reads EOF at
+// once. A reader opened anew with O_NONBLOCK is never told of a hang-up by writers it did not
+// see, so a reopened stdin left the command waiting until its timeout. Found by a review of
+// session 34's change.
+BOOST_AUTO_TEST_CASE(a_fifo_stdin_whose_writer_is_gone_reads_eof) {
+  char dir[] = "/tmp/cordon-fifo.XXXXXX";
+  BOOST_REQUIRE(mkdtemp(dir) != nullptr);
+  std::string fifo = std::string(dir) + "/in";
+  BOOST_REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  UniqueFd in(open(fifo.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  BOOST_REQUIRE(in.valid());
+  {
+    UniqueFd writer(open(fifo.c_str(), O_WRONLY | O_CLOEXEC));
+    BOOST_REQUIRE(writer.valid());
+  }  // the writer is gone, having written nothing
+  auto fake = spawn_fake(
+      [](const InitCtx& c) {
+        return run_and_report(c, [] {
+          char ch;
+          ssize_t n = read(0, &ch, 1);
+          return n == 0 ? 0 : 1;  // EOF
+        });
+      },
+      FakeOptions{.pipes = true, .stdin_pipe = true});
+  auto out_file = make_memfd("out");
+  HookLog log;
+  SuperviseOptions opts;
+  opts.timeout = std::chrono::seconds(5);
+  opts.kill_grace = std::chrono::milliseconds(100);
+  opts.stdin_fd = in.get();
+  opts.out_fd = out_file.get();
+  opts.err_fd = out_file.get();
+  auto r = supervise(fake.handles, opts, real_hooks(fake.handles.pidfd.get(), log));
+  in.reset();
+  ::unlink(fifo.c_str());
+  ::rmdir(dir);
+  BOOST_REQUIRE_MESSAGE(r.has_value(), describe(r));
+  BOOST_TEST(r->state == RunState::kExited);
+  BOOST_TEST(r->exit_code == 0);
 }

@@ -947,20 +947,20 @@ CpuBurn burn_under(const std::string& cpus, int ms) {
 }  // namespace
 
 // --cpus is a limit the kernel enforces, not only a value written: a command that spins for
-// 2.5 s of wall-clock time under --cpus 0.2 gets about a fifth of it in CPU time (at most
-// 0.35: the quota is 20 ms per 100 ms period), and its cpu cgroup counts the periods it was
+// 2.5 s of wall-clock time under --cpus 0.1 gets about a tenth of it in CPU time (at most 0.2:
+// the quota is 10 ms per 100 ms period), and its cpu cgroup counts the periods it was
 // throttled in. Control: under --cpus 2 the same spin is never throttled and gets more than
-// the limit could give (at least 0.4 of the wall-clock time: flat out on an idle host; the
+// the limit could give (at least 0.3 of the wall-clock time: flat out on an idle host; the
 // suite runs three tests on two cores beside it, whose load shows here, not in the limited
 // run).
 BOOST_AUTO_TEST_CASE(a_busy_loop_under_cpus_gets_that_share_of_the_cpu_and_is_throttled) {
-  CpuBurn limited = burn_under("0.2", 2500);
-  BOOST_TEST(limited.ratio <= 0.35, limited.line);
-  BOOST_TEST(limited.ratio >= 0.05, limited.line);  // it did run
+  CpuBurn limited = burn_under("0.1", 2500);
+  BOOST_TEST(limited.ratio <= 0.2, limited.line);
+  BOOST_TEST(limited.ratio >= 0.02, limited.line);  // it did run
   BOOST_TEST(limited.nr_throttled > 0, "nr_throttled " << limited.nr_throttled);
 
   CpuBurn control = burn_under("2", 1500);
-  BOOST_TEST(control.ratio >= 0.4, control.line);
+  BOOST_TEST(control.ratio >= 0.3, control.line);
   BOOST_TEST(control.nr_throttled == 0, "nr_throttled " << control.nr_throttled);
 }
 
