@@ -93,6 +93,18 @@ bool write_all(int fd, const char* p, size_t n) {
   return true;
 }
 
+// One line from `fd`, its '\n' included, a byte at a time (nothing past it is consumed).
+bool read_line(int fd, std::string& line) {
+  char ch;
+  while (line.empty() || line.back() != '\n') {
+    if (read(fd, &ch, 1) != 1) {
+      return false;
+    }
+    line += ch;
+  }
+  return true;
+}
+
 void send_record(int fd, StatusRecord rec, int pass_fd = -1) {
   iovec iov{&rec, sizeof(rec)};
   msghdr msg{};
@@ -711,12 +723,8 @@ BOOST_AUTO_TEST_CASE(pty_master_over_scm_rights_is_relayed) {
             return 113;
           }
           std::string line;
-          char ch;
-          while (line.empty() || line.back() != '\n') {
-            if (read(0, &ch, 1) != 1) {
-              return 114;
-            }
-            line += ch;
+          if (!read_line(0, line)) {
+            return 114;
           }
           winsize w{};
           termios t{};
@@ -814,12 +822,8 @@ BOOST_AUTO_TEST_CASE(the_callers_descriptors_stay_blocking_while_the_command_run
             return 1;
           }
           std::string line;
-          char ch;
-          while (line.empty() || line.back() != '\n') {
-            if (read(0, &ch, 1) != 1) {
-              return 2;
-            }
-            line += ch;
+          if (!read_line(0, line)) {
+            return 2;
           }
           return write_all(2, line.data(), line.size()) ? 0 : 3;
         });
