@@ -166,8 +166,12 @@ std::vector<Case> battery() {
       {"{\"jsonrpc\":\"2.0\",\"method\":\"no/such/notification\"}", Want::kNothing, 0, nullptr,
        "an unknown notification"},
       {"   \t ", Want::kNothing, 0, nullptr, "a blank line"},
-      {"{\"jsonrpc\":\"2.0\",\"id\":36,\"method\":\"ping\",\"id\":37}", Want::kAnyReply, 0, 37,
-       "a duplicate key"},
+      // A key twice in one object is refused (session 34; the last one won before), with the
+      // request's id unless the id is the repeated key.
+      {"{\"jsonrpc\":\"2.0\",\"id\":36,\"method\":\"ping\",\"id\":37}", Want::kError, -32600,
+       nullptr, "a duplicate id"},
+      {"{\"jsonrpc\":\"2.0\",\"id\":38,\"method\":\"ping\",\"method\":\"x\"}", Want::kError, -32600,
+       38, "a duplicate key"},
   };
 }
 
