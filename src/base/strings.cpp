@@ -197,6 +197,13 @@ std::string escape_controls(std::string_view text, std::string_view keep) {
       out += fmt::format("\\x{:02x}", b);  // a lone 0x9b is CSI to an 8-bit terminal
     } else if (b == 0xc2 && p[i + 1] <= 0x9f) {
       out += fmt::format("\\u{:04x}", p[i + 1]);  // U+0080..U+009F: C1 controls
+    } else if (len == 3 && b == 0xe2 &&
+               ((p[i + 1] == 0x80 && p[i + 2] >= 0xaa && p[i + 2] <= 0xae) ||
+                (p[i + 1] == 0x81 && p[i + 2] >= 0xa6 && p[i + 2] <= 0xa9))) {
+      // U+202A..U+202E and U+2066..U+2069: the bidi embeddings, overrides and isolates, which
+      // reorder what follows on screen (an argv that reads as another; "Trojan Source").
+      out += fmt::format("\\u{:04x}",
+                         ((p[i] & 0x0fu) << 12) | ((p[i + 1] & 0x3fu) << 6) | (p[i + 2] & 0x3fu));
     } else {
       out.append(text.substr(i, len));
     }

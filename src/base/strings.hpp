@@ -30,9 +30,10 @@ bool path_within(std::string_view path, std::string_view dir);
 std::vector<std::string> split(std::string_view text, char sep);
 /// `text` with every control character shown as an escape, for text someone else wrote (a
 /// command's output, a caller's token) that goes to a terminal: C0 bytes but those in `keep`,
-/// DEL and bytes that are not UTF-8 as `\xNN`, the C1 code points U+0080..U+009F as `\u00NN`.
-/// So an ESC or CSI in it cannot drive the terminal (OSC 52 writes the clipboard, OSC 0 the
-/// title). Allocates; never fails.
+/// DEL and bytes that are not UTF-8 as `\xNN`, the C1 code points U+0080..U+009F and the bidi
+/// embeddings, overrides and isolates (U+202A..U+202E, U+2066..U+2069) as `\uNNNN`. So an ESC
+/// or CSI in it cannot drive the terminal (OSC 52 writes the clipboard, OSC 0 the title), and
+/// an argv cannot be made to read as another. Allocates; never fails.
 std::string escape_controls(std::string_view text, std::string_view keep = "\t\n");
 
 }  // namespace cordon

@@ -147,15 +147,17 @@ Result<ResolvedExecutable> resolve_executable(const std::vector<std::string>& ar
   if (!is_visible(prog.resolved, visible)) {
     return refusal(
         "the script `{}` is not visible inside the sandbox; put it under the "
-        "working root or add its directory with --ro",
+        "working root or add its directory to the read-only paths (`--ro DIR`, or the policy's "
+        "readOnlyPaths for a daemon)",
         path);
   }
   CORDON_TRY_CTX(ip, open_program(normalize_path(interp), root, root_fd), "`{}`: `#!` interpreter",
                  path);
   if (!is_visible(ip.resolved, visible)) {
     return refusal(
-        "`{}`: its `#!` interpreter `{}` is not visible inside the sandbox; add it "
-        "with --ro or run the interpreter explicitly",
+        "`{}`: its `#!` interpreter `{}` is not visible inside the sandbox; add it to the "
+        "read-only paths (`--ro PATH`, or the policy's readOnlyPaths for a daemon) or run the "
+        "interpreter explicitly",
         path, interp);
   }
   CORDON_TRY(nested, read_shebang(ip.fd.get(), interp));

@@ -1347,7 +1347,8 @@ BOOST_AUTO_TEST_CASE(a_policy_that_is_no_regular_file_is_refused_at_once) {
 
 // An agent's argv reaches the operator's terminal through `cordon list` and `cordon status`:
 // escaped, newlines and tabs too, so it cannot set the title, clear the screen or forge a line
-// of the listing. Failure fixed (a review, session 34): argv was printed raw.
+// of the listing, nor (a bidi override) make an argument read backwards. Failure fixed (a review,
+// session 34): argv was printed raw; session 35: U+202E passed.
 BOOST_AUTO_TEST_CASE(cli_list_and_status_print_argv_with_its_controls_escaped) {
   DaemonProcess d;
   auto cli = [&](std::vector<std::string> args) {
@@ -1356,7 +1357,9 @@ BOOST_AUTO_TEST_CASE(cli_list_and_status_print_argv_with_its_controls_escaped) {
     return run_process(a);
   };
   auto started = cli({"start", "--json", "--", "/bin/echo", "\x1b]0;PWNED\x07\x1b[2J",
-                      "x\ntforged  exited (exit 0) /bin/true\tz"});
+                      "x\ntforged  exited (exit 0) /bin/true\tz",
+                      "report\xe2\x80\xae"
+                      "fdp.exe"});
   BOOST_REQUIRE_MESSAGE(started.exit_code() == 0, started.err);
   std::string id = nlohmann::json::parse(started.out, nullptr, false).value("taskId", "");
   BOOST_REQUIRE(!id.empty());
@@ -1368,8 +1371,9 @@ BOOST_AUTO_TEST_CASE(cli_list_and_status_print_argv_with_its_controls_escaped) {
     BOOST_TEST(r.exit_code() == 0, r.err);
     std::string first = r.out.substr(0, r.out.find('\n'));
     BOOST_TEST(first == id + "  exited (exit 0) /bin/echo \\x1b]0;PWNED\\x07\\x1b[2J "
-                             "x\\x0atforged  exited (exit 0) /bin/true\\x09z",
+                             "x\\x0atforged  exited (exit 0) /bin/true\\x09z report\\u202efdp.exe",
                r.out);
     BOOST_TEST(r.out.find("\x1b") == std::string::npos, r.out);
+    BOOST_TEST(r.out.find("\xe2\x80\xae") == std::string::npos, r.out);  // RLO (session 35)
   }
 }

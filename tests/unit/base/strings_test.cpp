@@ -107,3 +107,18 @@ BOOST_AUTO_TEST_CASE(escapes_control_characters_but_tab_and_newline) {
   BOOST_TEST(escape_controls("\x9b\xff\xc2") == "\\x9b\\xff\\xc2");  // not UTF-8
   BOOST_TEST(escape_controls("a\tb\n", "") == "a\\x09b\\x0a");
 }
+
+// An argv shown to an operator cannot be made to read as another: `rm -rf /tmp/x<RLO>...`
+// displays reversed after the override. The bidi embeddings, overrides and isolates are
+// escaped; the marks (U+200E, U+200F) and every other character of right-to-left text pass.
+BOOST_AUTO_TEST_CASE(escapes_bidi_overrides_and_isolates) {
+  BOOST_TEST(escape_controls("a\xe2\x80\xae"
+                             "b") == "a\\u202eb");                                // RLO
+  BOOST_TEST(escape_controls("\xe2\x80\xaa\xe2\x80\xac") == "\\u202a\\u202c");    // LRE, PDF
+  BOOST_TEST(escape_controls("\xe2\x81\xa6x\xe2\x81\xa9") == "\\u2066x\\u2069");  // LRI, PDI
+  BOOST_TEST(escape_controls("\xe2\x80\xa9\xe2\x80\xaf\xe2\x81\xa5\xe2\x81\xaa") ==
+             "\xe2\x80\xa9\xe2\x80\xaf\xe2\x81\xa5\xe2\x81\xaa");  // neighbours pass
+  BOOST_TEST(escape_controls("\xd7\xa9\xd7\x9c\xd7\x95\xd7\x9d\xe2\x80\x8f") ==
+             "\xd7\xa9\xd7\x9c\xd7\x95\xd7\x9d\xe2\x80\x8f");  // Hebrew and RLM
+  BOOST_TEST(escape_controls("\xe2\x80") == "\\xe2\\x80");     // truncated: not UTF-8
+}

@@ -85,6 +85,21 @@ BOOST_AUTO_TEST_CASE(interpreter_the_sandbox_cannot_see_is_refused_by_name) {
   BOOST_REQUIRE(!r.has_value());
   BOOST_TEST(r.error().message().find(interp) != std::string::npos, r.error().message());
   BOOST_TEST(r.error().message().find("not visible") != std::string::npos);
+  // What to do names both ways in: the CLI's flag and the daemon's policy key (an agent over
+  // MCP has no --ro; its operator has the policy).
+  BOOST_TEST(r.error().message().find("--ro PATH") != std::string::npos, r.error().message());
+  BOOST_TEST(r.error().message().find("readOnlyPaths") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(script_the_sandbox_cannot_see_is_refused_naming_the_read_only_paths) {
+  Root root;
+  Root other;
+  std::string p = other.write("run", "#!/usr/bin/dash\n", 0755);
+  auto r = resolve_executable({p}, root.path, root.fd, root.visible());
+  BOOST_REQUIRE(!r.has_value());
+  BOOST_TEST(r.error().message().find("not visible") != std::string::npos, r.error().message());
+  BOOST_TEST(r.error().message().find("--ro DIR") != std::string::npos);
+  BOOST_TEST(r.error().message().find("readOnlyPaths") != std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(script_interpreter_that_is_a_script_is_refused) {
