@@ -736,7 +736,11 @@ Result<uint64_t> check_timeout(const Policy& p, std::optional<uint64_t> asked) {
 // paths and option variables (into every allowlisted script). Program-specific variables
 // (GIT_*, PAGER, EDITOR) are like the program's options: an operator refuses those with
 // env.request. Before session 34 only LD_* and GCONV_PATH were refused, and OPENSSL_CONF made
-// an allowlisted curl run a shared object from the root (a review).
+// an allowlisted curl run a shared object from the root (a review). Session 35:
+// PYTHONPYCACHEPREFIX made an allowlisted python load its standard library's bytecode from the
+// root (an unchecked-hash .pyc is loaded without its source), PYTHONINSPECT gave a script on a
+// terminal an interactive prompt, and GIO_EXTRA_MODULES loads shared objects into every GLib
+// program.
 std::optional<std::string> code_loading_variable(std::string_view name) {
   struct Group {
     const char* why;
@@ -753,9 +757,15 @@ std::optional<std::string> code_loading_variable(std::string_view name) {
        {"BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PS4", "ZDOTDIR"}},
       {"programs read their startup code and configuration from the directory it names (Python "
        "runs the .pth files under ~/.local, git's config can name commands)",
-       {"HOME", "XDG_CONFIG_HOME"}},
+       {"HOME", "XDG_CONFIG_HOME", "XDG_CONFIG_DIRS"}},
       {"a library loads plugins (shared objects) named by the configuration it points to",
        {"KRB5_CONFIG", "SASL_PATH"}},
+      {"a library loads its modules (shared objects) from the directories it names, in every "
+       "program linked with it (GLib's GIO, GStreamer, GTK, Qt, GObject introspection)",
+       {"GIO_EXTRA_MODULES", "GIO_MODULE_DIR", "GST_PLUGIN_PATH", "GST_PLUGIN_PATH_1_0",
+        "GST_PLUGIN_SYSTEM_PATH", "GST_PLUGIN_SYSTEM_PATH_1_0", "GTK_PATH", "GTK_MODULES",
+        "GTK3_MODULES", "GTK_EXE_PREFIX", "QT_PLUGIN_PATH", "GI_TYPELIB_PATH",
+        "GDK_PIXBUF_MODULE_FILE", "GDK_PIXBUF_MODULEDIR"}},
       {"a program runs it as a command", {"BROWSER"}},
       {"the interpreter loads modules or takes options from it in every script it runs",
        {"PYTHONPATH",
@@ -781,6 +791,13 @@ std::optional<std::string> code_loading_variable(std::string_view name) {
         "JDK_JAVA_OPTIONS",
         "CLASSPATH",
         "PYTHONWARNINGS",
+        "PYTHONPYCACHEPREFIX",
+        "PYTHONPLATLIBDIR",
+        "PYTHONINSPECT",
+        "PYTHONBREAKPOINT",
+        "GEM_HOME",
+        "GEM_PATH",
+        "BUNDLE_GEMFILE",
         "DOTNET_STARTUP_HOOKS",
         "CORECLR_PROFILER_PATH",
         "ERL_AFLAGS",

@@ -338,3 +338,47 @@ BOOST_AUTO_TEST_CASE(a_request_cannot_make_an_allowlisted_program_load_a_shared_
   std::string err = read_file(env.artifact_path(st->stderr_artifact->artifact_id));
   BOOST_TEST(err.find(marker) != std::string::npos, err);
 }
+
+// An allowlisted python imports its standard library from bytecode the request planted in the
+// root: PYTHONPYCACHEPREFIX moves where python looks for its cached .pyc files, and one
+// compiled with an unchecked hash is loaded without a look at its source. Failure fixed (a
+// review, session 35): the variable passed, and `python3 -c "import json"` ran the root's code.
+BOOST_AUTO_TEST_CASE(a_request_cannot_make_an_allowlisted_python_load_bytecode_from_the_root) {
+  const std::string marker = "bytecode-from-the-root";
+  auto setup = [&](EngineEnv& env) {
+    env.box.write("evil.py", "import sys\nsys.stderr.write('" + marker + "\\n')\n");
+    auto c = run_process({"/usr/bin/python3", "-c",
+                          "import importlib.util, json, os, py_compile, sys\n"
+                          "sys.pycache_prefix = sys.argv[1] + '/pfx'\n"
+                          "pyc = importlib.util.cache_from_source(json.__file__)\n"
+                          "os.makedirs(os.path.dirname(pyc), exist_ok=True)\n"
+                          "py_compile.compile(sys.argv[1] + '/evil.py', cfile=pyc, doraise=True,\n"
+                          "  invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)\n",
+                          env.box.root});
+    BOOST_REQUIRE_MESSAGE(c.exit_code() == 0, c.err);
+  };
+  const std::vector<std::string> argv = {"/usr/bin/python3", "-c", "import json"};
+  const std::string prefix = "PYTHONPYCACHEPREFIX";
+  {
+    EngineEnv env;  // the fixture allowlists /usr/bin/python3
+    env.write_policy();
+    setup(env);
+    auto e = open_engine(env);
+    expect_refusal(*e, env, {.argv = argv, .env = {{prefix, env.box.root + "/pfx"}}},
+                   {"env PYTHONPYCACHEPREFIX is refused: the interpreter loads", "leave it out"});
+  }
+  // Control: the same value through env.set reaches python, which runs the planted bytecode.
+  EngineEnv env;
+  env.policy["env"] = {{"set", {{prefix, env.box.root + "/pfx"}}}};
+  env.write_policy();
+  setup(env);
+  auto e = open_engine(env);
+  auto s = e->start("s", {.argv = argv});
+  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+  auto st = e->status("s", s->task_id, 20s);
+  BOOST_REQUIRE(st.has_value());
+  BOOST_REQUIRE(st->settled());
+  BOOST_REQUIRE(st->stderr_artifact.has_value());
+  std::string err = read_file(env.artifact_path(st->stderr_artifact->artifact_id));
+  BOOST_TEST(err.find(marker) != std::string::npos, err);
+}

@@ -455,6 +455,17 @@ BOOST_AUTO_TEST_CASE(env_that_makes_a_program_load_code_is_refused) {
       {"BROWSER", "a program runs it"},
       {"PYTHONWARNINGS", "the interpreter loads"},
       {"CLASSPATH", "the interpreter loads"},
+      {"PYTHONPYCACHEPREFIX", "the interpreter loads"},
+      {"PYTHONINSPECT", "the interpreter loads"},
+      {"PYTHONPLATLIBDIR", "the interpreter loads"},
+      {"GEM_PATH", "the interpreter loads"},
+      {"BUNDLE_GEMFILE", "the interpreter loads"},
+      {"XDG_CONFIG_DIRS", "programs read"},
+      {"GIO_EXTRA_MODULES", "a library loads its modules"},
+      {"GST_PLUGIN_PATH", "a library loads its modules"},
+      {"QT_PLUGIN_PATH", "a library loads its modules"},
+      {"GTK_MODULES", "a library loads its modules"},
+      {"GI_TYPELIB_PATH", "a library loads its modules"},
   };
   for (const auto& [name, why] : kRefused) {
     r.env = {{name, "/tmp/x"}};
@@ -463,7 +474,8 @@ BOOST_AUTO_TEST_CASE(env_that_makes_a_program_load_code_is_refused) {
   }
   // Names that only look alike, and everyday ones, pass.
   for (const char* name : {"CI", "RUST_BACKTRACE", "PAGER", "GIT_PAGER", "PYTHONUNBUFFERED",
-                           "OPENSSL_X", "ENVIRONMENT", "NODE_ENV", "PATH", "HOMEBREW"}) {
+                           "OPENSSL_X", "ENVIRONMENT", "NODE_ENV", "PATH", "HOMEBREW",
+                           "PYTHONDONTWRITEBYTECODE", "GEM", "GIO_USE_VFS", "XDG_CACHE_HOME"}) {
     r.env = {{name, "1"}};
     auto c = policy::check_start(&p, r);
     BOOST_TEST(c.has_value(), name << ": " << (c ? "" : c.error().message()));
