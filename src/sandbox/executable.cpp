@@ -67,7 +67,18 @@ Result<Opened> open_program(const std::string& path, const std::string& root, in
 // Reads the `#!` line; empty interpreter when the file is not a script.
 Result<std::pair<std::string, std::string>> read_shebang(int path_fd, const std::string& path) {
   std::string proc = fmt::format("/proc/self/fd/{}", path_fd);
-  int fd = ::open(proc.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a file in the working root may hold a job's write lease (F_SETLEASE), and a
+  // blocking open waits out the lease break (fs.lease-break-time, 45 s) in the spawner, whose
+  // every other start waits behind it. Failure fixed (a review, session 35): a job's lease on
+  // an allowlisted script in the root held every start of the daemon 45 s, again and again.
+  int fd = ::open(proc.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0 && errno == EWOULDBLOCK) {
+    return std::unexpected(
+        Error(ErrorCode::kRefused, EWOULDBLOCK,
+              fmt::format("`{}` is leased by a process that is writing it (fcntl F_SETLEASE); "
+                          "run it once that process has let it go",
+                          path)));
+  }
   if (fd < 0) {
     return sys_error("open `{}` to read its first line", path);
   }

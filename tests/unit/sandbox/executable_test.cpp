@@ -3,7 +3,10 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <filesystem>
 #include <fstream>
@@ -152,4 +155,39 @@ BOOST_AUTO_TEST_CASE(a_file_swapped_in_after_the_check_is_refused) {
   auto swapped = resolve_executable({p}, root.path, root.fd, root.visible(), st.st_dev, st.st_ino);
   BOOST_REQUIRE(!swapped.has_value());
   BOOST_TEST(swapped.error().message().find("changed after it was checked") != std::string::npos);
+}
+
+// A job owns the files of its root and may take a write lease on one (F_SETLEASE). Reading a
+// script's `#!` line must not wait out the lease break (fs.lease-break-time, 45 s here): the
+// spawner reads it, and every other start waits behind it. Failure fixed (a review, session
+// 35): the open blocked 45 s, then read the file. Now the start is refused at once, naming the
+// lease; with the lease gone the same script resolves (the control).
+BOOST_AUTO_TEST_CASE(a_leased_script_is_refused_at_once_not_waited_for) {
+  Root root;
+  std::string p = root.write("build.sh", "#!/usr/bin/dash\necho hi\n", 0755);
+  int ready[2];
+  BOOST_REQUIRE(::pipe2(ready, O_CLOEXEC) == 0);
+  pid_t holder = ::fork();
+  BOOST_REQUIRE(holder >= 0);
+  if (holder == 0) {
+    ::signal(SIGIO, SIG_IGN);  // the lease break's notice
+    int fd = ::open(p.c_str(), O_RDWR);
+    char ok = (fd >= 0 && ::fcntl(fd, F_SETLEASE, F_WRLCK) == 0) ? 'y' : 'n';
+    (void)!::write(ready[1], &ok, 1);
+    ::pause();
+    ::_exit(0);
+  }
+  ::close(ready[1]);
+  char ok = 0;
+  BOOST_REQUIRE(::read(ready[0], &ok, 1) == 1);
+  ::close(ready[0]);
+  BOOST_REQUIRE_MESSAGE(ok == 'y', "fcntl F_SETLEASE F_WRLCK failed in the holder");
+  auto r = resolve_executable({p}, root.path, root.fd, root.visible());
+  ::kill(holder, SIGKILL);
+  ::waitpid(holder, nullptr, 0);
+  BOOST_REQUIRE(!r.has_value());
+  BOOST_TEST((r.error().code() == ErrorCode::kRefused), r.error().message());
+  BOOST_TEST(r.error().message().find("leased") != std::string::npos, r.error().message());
+  auto after = resolve_executable({p}, root.path, root.fd, root.visible());
+  BOOST_TEST(after.has_value(), why(after));
 }
