@@ -102,8 +102,18 @@ struct RunArgs {
 // (a cast from a double past that is undefined). A billion seconds is 31 years.
 bool seconds_fit(const std::optional<double>& s) { return !s || *s <= 1e9; }
 
+// Every message for the operator's terminal goes out through here. A message can carry text a
+// job wrote (a script's `#!` line in its root, a path), so its control characters are shown
+// escaped as the status tail's are; newlines and tabs stay (an operator's refusal text may have
+// lines). Failure fixed (a review, session 35): a job rewrote an allowlisted script's `#!`
+// line to OSC 52 and cursor sequences, and the refusal of its start wrote the operator's
+// clipboard and forged lines on their terminal.
+void say(const char* prefix, const std::string& msg) {
+  std::fprintf(stderr, "cordon: %s%s\n", prefix, escape_controls(msg).c_str());
+}
+
 int refuse(const std::string& msg, int code = kExitRefused) {
-  std::fprintf(stderr, "cordon: %s\n", msg.c_str());
+  say("", msg);
   return code;
 }
 
@@ -636,10 +646,10 @@ int run_main(const RunArgs& a) {
   }
   write_status(status_json(*report, req));
   for (const auto& w : report->applied.warnings) {
-    std::fprintf(stderr, "cordon: warning: %s\n", w.c_str());
+    say("warning: ", w);
   }
   if (!report->message.empty() && report->state != "exited" && report->state != "killed") {
-    std::fprintf(stderr, "cordon: %s\n", report->message.c_str());
+    say("", report->message);
   }
   return exit_code_for(*report);
 }
@@ -861,7 +871,7 @@ int run_via_daemon(const RunArgs& a) {
   const std::string state = jf::str(status, "state");
   const std::string message = jf::str(status, "message");
   if (!message.empty() && state != "exited" && state != "killed") {
-    std::fprintf(stderr, "cordon: %s\n", message.c_str());
+    say("", message);
   }
   // "SIGTERM", or the number itself for a signal without a name (real-time ones).
   int signal = SIGKILL;
@@ -1163,7 +1173,7 @@ int daemon_command(int argc, char** argv) {
 int client_command(const std::string& cmd, int argc, char** argv) {
   std::string socket = default_state_dir() + "/daemon.sock";
   std::string session = "default";
-  bool as_json = false, follow = false;
+  bool as_json = false, follow = false, raw = false;
   json args = json::object();
   std::vector<std::string> positional;
   auto usage = [&](const std::string& why) {
@@ -1216,6 +1226,8 @@ int client_command(const std::string& cmd, int argc, char** argv) {
       as_json = true;
     } else if (opt == "-f" || opt == "--follow") {
       follow = true;
+    } else if (opt == "--raw") {
+      raw = true;
     } else if (opt == "--all") {
       args["mode"] = "all";
     } else if (opt == "--pty") {
@@ -1301,13 +1313,13 @@ int client_command(const std::string& cmd, int argc, char** argv) {
   }
   // Refused before connecting, as a refusal (1), not as a daemon out of reach (3).
   if (auto text = check_text_arguments(args); !text) {
-    std::fprintf(stderr, "cordon: %s\n", text.error().message().c_str());
+    say("", text.error().message());
     return 1;
   }
   auto call = [&](const std::string& name, const json& a) -> std::optional<json> {
     auto r = call_daemon_tool(socket, session, name, a);
     if (!r) {
-      std::fprintf(stderr, "cordon: %s\n", r.error().message().c_str());
+      say("", r.error().message());
       return std::nullopt;
     }
     return *r;
@@ -1323,7 +1335,7 @@ int client_command(const std::string& cmd, int argc, char** argv) {
       msg += jf::str(c, "text");
     }
     msg = jf::str(jf::object(jf::object(r, "structuredContent"), "error"), "message", msg);
-    std::fprintf(stderr, "cordon: %s\n", msg.c_str());
+    say("", msg);
     return true;
   };
   auto r = call(tool, args);
@@ -1364,6 +1376,26 @@ int client_command(const std::string& cmd, int argc, char** argv) {
     }
     return base64_decode(content);
   };
+  // The command's output on the operator's terminal is escaped as the status tail is (an OSC
+  // 52 it printed would write the clipboard, a CSI forge lines); a CR before LF stays the line
+  // end of a pty. To a pipe or a file, or with --raw, the bytes go as printed. Failure fixed (a
+  // review, session 35): the terminal got them raw.
+  const bool escape = !raw && ::isatty(STDOUT_FILENO) == 1;
+  auto emit = [escape](const std::string& content) {
+    if (!escape) {
+      std::fwrite(content.data(), 1, content.size(), stdout);
+      return;
+    }
+    std::string lines;
+    lines.reserve(content.size());
+    for (size_t k = 0; k < content.size(); ++k) {
+      if (!(content[k] == '\r' && k + 1 < content.size() && content[k + 1] == '\n')) {
+        lines += content[k];
+      }
+    }
+    std::string shown = escape_controls(lines);
+    std::fwrite(shown.data(), 1, shown.size(), stdout);
+  };
   if (cmd == "output" && follow) {
     // Like tail -f: print what is there, then keep paging until the job settles.
     for (;;) {
@@ -1372,7 +1404,7 @@ int client_command(const std::string& cmd, int argc, char** argv) {
         std::fprintf(stderr, "cordon: output: the daemon sent a page that is not base64\n");
         return 3;
       }
-      std::fwrite(content->data(), 1, content->size(), stdout);
+      emit(*content);
       std::fflush(stdout);
       args["offset"] = jf::u64(sc, "nextOffset");
       if (!jf::boolean(sc, "hasMore")) {
@@ -1410,7 +1442,7 @@ int client_command(const std::string& cmd, int argc, char** argv) {
       std::fprintf(stderr, "cordon: output: the daemon sent a page that is not base64\n");
       return 3;
     }
-    std::fwrite(content->data(), 1, content->size(), stdout);
+    emit(*content);
   } else {
     auto line = [](const json& j) {
       std::string out = jf::str(j, "taskId");

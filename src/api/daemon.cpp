@@ -829,7 +829,7 @@ Result<UniqueFd> connect_session(const std::string& socket_path, const std::stri
 int run_mcp_connect(const std::string& socket_path, const std::string& session) {
   auto connected = connect_session(socket_path, session);
   if (!connected) {
-    std::fprintf(stderr, "cordon: %s\n", connected.error().message().c_str());
+    std::fprintf(stderr, "cordon: %s\n", escape_controls(connected.error().message()).c_str());
     return 1;
   }
   UniqueFd sock = std::move(*connected);

@@ -2,6 +2,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <fcntl.h>
+#include <pty.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -1376,4 +1377,50 @@ BOOST_AUTO_TEST_CASE(cli_list_and_status_print_argv_with_its_controls_escaped) {
     BOOST_TEST(r.out.find("\x1b") == std::string::npos, r.out);
     BOOST_TEST(r.out.find("\xe2\x80\xae") == std::string::npos, r.out);  // RLO (session 35)
   }
+}
+
+// `cordon output` to a terminal shows what the command printed escaped, as the status tail:
+// an OSC 52 would write the operator's clipboard, a CSI move the cursor and forge lines. To a
+// pipe, and with --raw, the bytes go as printed (the control). Failure fixed (a review, session
+// 35): the terminal got them raw.
+BOOST_AUTO_TEST_CASE(cli_output_to_a_terminal_shows_the_commands_controls_escaped) {
+  DaemonProcess d;
+  auto cli = [&](std::vector<std::string> args, int stdout_fd = -1) {
+    std::vector<std::string> a = {cordon_bin(), args[0], "--socket", d.sock(), "--session", "out"};
+    a.insert(a.end(), args.begin() + 1, args.end());
+    ProcessOptions o;
+    o.stdout_fd = stdout_fd;
+    return run_process(a, o);
+  };
+  const std::string printed = "ok \x1b]52;c;cm0gLXJmIH4K\x07\x1b[1A\x1b[2Kall tests passed";
+  auto started = cli({"start", "--json", "--", "/bin/echo", printed});
+  BOOST_REQUIRE_MESSAGE(started.exit_code() == 0, started.err);
+  std::string id = nlohmann::json::parse(started.out, nullptr, false).value("taskId", "");
+  BOOST_REQUIRE(!id.empty());
+  BOOST_REQUIRE(cli({"wait", id, "--timeout-ms", "20000"}).exit_code() == 0);
+  // What a terminal shows: cordon's stdout a pty slave, read back from the master.
+  auto on_terminal = [&](std::vector<std::string> args) {
+    int master = -1, slave = -1;
+    BOOST_REQUIRE(::openpty(&master, &slave, nullptr, nullptr, nullptr) == 0);
+    auto r = cli(args, slave);
+    ::close(slave);
+    BOOST_TEST(r.exit_code() == 0, r.err);
+    std::string shown;
+    char buf[4096];
+    for (ssize_t n; (n = ::read(master, buf, sizeof buf)) > 0;) {  // EIO once drained
+      shown.append(buf, static_cast<size_t>(n));
+    }
+    ::close(master);
+    return shown;
+  };
+  for (const auto& shown : {on_terminal({"output", id}), on_terminal({"output", id, "-f"})}) {
+    BOOST_TEST(shown.find('\x1b') == std::string::npos, shown);
+    BOOST_TEST(shown.find("ok \\x1b]52;c;cm0gLXJmIH4K\\x07\\x1b[1A\\x1b[2Kall tests passed") !=
+                   std::string::npos,
+               shown);
+  }
+  BOOST_TEST(on_terminal({"output", id, "--raw"}).find("\x1b]52;c;") != std::string::npos);
+  auto piped = cli({"output", id});
+  BOOST_TEST(piped.exit_code() == 0, piped.err);
+  BOOST_TEST(piped.out == printed + "\n");
 }

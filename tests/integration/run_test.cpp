@@ -953,3 +953,18 @@ BOOST_AUTO_TEST_CASE(a_reader_that_went_away_is_no_warning) {
   BOOST_TEST(j.value("stdoutBytes", 0) == 3000000);
   BOOST_TEST(j["warnings"].empty(), j.dump());
 }
+
+// A refusal can quote what a job wrote in the root (a script's `#!` line): on the operator's
+// terminal its control characters are shown escaped, not obeyed. Failure fixed (a review,
+// session 35): the `#!` line of a script a job rewrote reached stderr raw, so its refusal set
+// the terminal's title, wrote the clipboard (OSC 52) and forged a line.
+BOOST_AUTO_TEST_CASE(a_refusal_quoting_a_scripts_shebang_shows_its_controls_escaped) {
+  Sandbox s;
+  s.write("build.sh", "#!\x1b]52;c;cm0gLXJmIH4K\x07\x1b[2K\rall-tests-passed\n", 0755);
+  auto r = s.run({}, {s.root + "/build.sh"});
+  BOOST_TEST(r.exit_code() == 125, r.err);
+  BOOST_TEST(r.err.find('\x1b') == std::string::npos, r.err);
+  BOOST_TEST(
+      r.err.find("\\x1b]52;c;cm0gLXJmIH4K\\x07\\x1b[2K\\x0dall-tests-passed") != std::string::npos,
+      r.err);
+}
