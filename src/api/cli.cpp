@@ -1496,6 +1496,19 @@ int client_command(const std::string& cmd, int argc, char** argv) {
 }  // namespace
 
 int cli_main(int argc, char** argv) {
+  // A standard descriptor the caller closed (`cordon run … >&-`) would be taken by cordon's
+  // first open: the host-wide uid lease under /run, or --json-status, and the command's output
+  // written into it (a review, session 35: 50 MB into the lease file; stderr over the status
+  // JSON). Each closed one is /dev/null instead: what goes there is dropped, as the caller
+  // asked by closing it.
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (::fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
+      int null = ::open("/dev/null", O_RDWR);
+      if (null != fd) {
+        return kExitRefused;  // no /dev/null: nothing safe to put there, and nowhere to say so
+      }
+    }
+  }
   // The supervisor must see EPIPE on a closed stdout, not die of SIGPIPE mid-run.
   ::signal(SIGPIPE, SIG_IGN);
   if (argc < 2) {

@@ -271,6 +271,12 @@ Result<OneshotReport> run_oneshot(const OneshotRequest& req) {
           stream, stream, errno_name(err), bytes));
     }
   }
+  for (const std::string& stream : o.undelivered) {
+    report.applied.warnings.push_back(fmt::format(
+        "cordon was signalled, and the reader of its {} had not taken all of the command's "
+        "output when the run ended: the rest was not delivered",
+        stream));
+  }
   for (const std::string& stream : o.held_open) {
     report.applied.warnings.push_back(fmt::format(
         "{} was still open {} ms after the command ended (a process outside the sandbox holds "

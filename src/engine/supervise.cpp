@@ -92,19 +92,17 @@ struct Relay {
   bool done() const { return src_eof && (!pending() || dst_dead); }
 };
 
-// Blocks the signals supervise() handles through its signalfd, and SIGPIPE so a closed
-// destination yields EPIPE instead of killing cordon; restores the old mask on destruction.
+// Blocks the signals supervise() handles through its signalfd (`handled`), SIGPIPE so a closed
+// destination yields EPIPE instead of killing cordon, and SIGXFSZ so a destination past the
+// caller's file-size limit (`ulimit -f`) yields EFBIG, a warning, instead of killing cordon
+// without a status (a review, session 35); restores the old mask on destruction.
 class SignalMask {
  public:
-  Result<void> block() {
-    sigset_t set;
-    sigemptyset(&set);
-    for (int sig : sandbox::kForwardedSignals) {
-      sigaddset(&set, sig);
-    }
-    sigaddset(&set, SIGWINCH);
+  Result<void> block(sigset_t set) {
     sigaddset(&set, SIGPIPE);
+    sigaddset(&set, SIGXFSZ);
     sigpipe_was_pending_ = sys::sigpipe_pending();
+    sigxfsz_was_pending_ = sys::signal_pending(SIGXFSZ);
     int rc = pthread_sigmask(SIG_BLOCK, &set, &old_);
     if (rc != 0) {
       return errno_error(rc, "pthread_sigmask SIG_BLOCK");
@@ -119,6 +117,7 @@ class SignalMask {
     // A SIGPIPE our own write raised is pending on this thread; unblocking would deliver it
     // and kill cordon after the fact.
     sys::consume_raised_sigpipe(old_, sigpipe_was_pending_);
+    sys::consume_raised(old_, sigxfsz_was_pending_, SIGXFSZ);
     (void)pthread_sigmask(SIG_SETMASK, &old_, nullptr);  // cannot fail with a valid set
   }
 
@@ -126,6 +125,7 @@ class SignalMask {
   sigset_t old_{};
   bool active_ = false;
   bool sigpipe_was_pending_ = false;
+  bool sigxfsz_was_pending_ = false;
 };
 
 // Raw mode on the caller's terminal; the destructor restores termios and drops typed-ahead
@@ -345,20 +345,27 @@ class Supervisor {
     if (!handles_.pidfd || !handles_.status) {
       return invalid("supervise: the pidfd and the status channel are required");
     }
-    CORDON_CHECK(mask_.block());
+    // The signals init forwards (a terminal's Ctrl-\ is SIGQUIT: since the sandbox has a
+    // session of its own it reaches only cordon, which died of it before, leaving no status),
+    // but those the caller set to be ignored: `nohup` ignores SIGHUP, a shell's background job
+    // SIGINT and SIGQUIT, and a blocked signal is queued even when ignored, so a Ctrl-C meant
+    // for the foreground killed a background `cordon run` (a review, session 35).
+    sigset_t set;
+    sigemptyset(&set);
+    for (int sig : sandbox::kForwardedSignals) {
+      struct sigaction current {};
+      if (sigaction(sig, nullptr, &current) == 0 && current.sa_handler == SIG_IGN) {
+        continue;
+      }
+      sigaddset(&set, sig);
+    }
+    sigaddset(&set, SIGWINCH);
+    CORDON_CHECK(mask_.block(set));
 
     epoll_ = UniqueFd(epoll_create1(EPOLL_CLOEXEC));
     if (!epoll_) {
       return sys_error("epoll_create1");
     }
-    sigset_t set;
-    sigemptyset(&set);
-    // The signals init forwards (a terminal's Ctrl-\ is SIGQUIT: since the sandbox has a
-    // session of its own it reaches only cordon, which died of it before, leaving no status).
-    for (int sig : sandbox::kForwardedSignals) {
-      sigaddset(&set, sig);
-    }
-    sigaddset(&set, SIGWINCH);
     signal_ = UniqueFd(signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC));
     if (!signal_) {
       return sys_error("signalfd");
@@ -656,9 +663,20 @@ class Supervisor {
     if (!r.output) {
       // The command closed its stdin (EPIPE) or the pty is gone: stop reading input.
       r.src_eof = true;
+      return;
     }
-    // Output keeps being read and counted: the run's outcome matters more than a reader that
-    // went away (`cordon run … | head`).
+    if ((err == EPIPE || err == ECONNRESET) && !r.is_pty_src) {
+      // The reader went away (`cordon run … | head`): as in a pipeline, the command's next
+      // write to that stream gets EPIPE (SIGPIPE), so a command that writes for ever ends.
+      // Failure fixed (a review, session 35): the rest was read and dropped, and `yes | head`
+      // ran until the output cap (exit 123), a slow endless writer until the timeout.
+      int id = r.src;
+      drop_endpoint(id);
+      (&r == &relays_[kStdoutRelay] ? handles_.stdout_read : handles_.stderr_read).reset();
+      r.src_eof = true;
+    }
+    // Another failure (ENOSPC, EFBIG, EIO): output keeps being read and counted, and the run
+    // ends as the command does, with a warning.
   }
 
   void accept(Relay& r, size_t n) {
@@ -815,10 +833,19 @@ class Supervisor {
       }
       caller_signal_ = sig;
       if (init_exited_) {
-        continue;  // nothing left to forward to
+        // The sandbox is gone; what is left is its output on the way to a reader that has
+        // not taken it. A signal now means stop waiting for that reader (`timeout 2 cordon run
+        // … | sleep 15` ran 15 s, and only SIGKILL stopped it: a review, session 35).
+        give_up_delivery();
+        continue;
       }
       if (signalled_by_caller_) {
         kill_all();  // asked twice: stop waiting for a graceful exit
+      } else if (term_sent_) {
+        // A timeout's SIGTERM went first, and the grace runs: the caller's signal still goes
+        // on to the command as itself (it was dropped: a review, session 35).
+        signalled_by_caller_ = true;
+        send_to_init(sig);
       } else {
         signalled_by_caller_ = true;
         // The caller's own signal: a Ctrl-C is SIGINT to the command, as without cordon (the
@@ -858,7 +885,13 @@ class Supervisor {
     }
     if (drain_deadline_ && !drain_expired_ && now >= *drain_deadline_) {
       drain_expired_ = true;
-      CORDON_CHECK(final_drain());
+      if (signalled_by_caller_) {
+        // The caller asked the run to stop (its signal ended the command): its reader gets
+        // the drain's time, not for ever (`timeout 2 cordon run … | sleep 15`).
+        give_up_delivery();
+      } else {
+        CORDON_CHECK(final_drain());
+      }
     }
     return {};
   }
@@ -871,19 +904,39 @@ class Supervisor {
     }
     if (!term_sent_) {
       term_sent_ = true;
-      // Until init has started the command it has no handlers, and a pid namespace's init
-      // drops signals it does not handle: the signal is held until init reports the command
-      // started (as the engine does). Failure fixed (a review, session 14): a SIGTERM to
-      // `cordon run` (or a timeout) in the first ~15 ms was lost, and the command ran on
-      // until the grace's SIGKILL.
-      if (!command_started_) {
-        pending_signal_ = sig;
-      } else if (hooks_.signal_init) {
-        hooks_.signal_init(sig);
-      }
+      send_to_init(sig);
     }
     if (!grace_deadline_) {
       grace_deadline_ = Clock::now() + options_.kill_grace;
+    }
+  }
+
+  // Until init has started the command it has no handlers, and a pid namespace's init drops
+  // signals it does not handle: the signal is held until init reports the command started
+  // (as the engine does). Failure fixed (a review, session 14): a SIGTERM to `cordon run` (or
+  // a timeout) in the first ~15 ms was lost, and the command ran on until the grace's SIGKILL.
+  void send_to_init(int sig) {
+    if (init_exited_ || killed_) {
+      return;
+    }
+    if (!command_started_) {
+      pending_signal_ = sig;
+    } else if (hooks_.signal_init) {
+      hooks_.signal_init(sig);
+    }
+  }
+
+  // A caller's signal after the sandbox ended: output not yet taken by the caller's reader is
+  // dropped, said per stream in the outcome, and the run ends with the command's status.
+  void give_up_delivery() {
+    for (Relay* r : {&relays_[kStdoutRelay], &relays_[kStderrRelay]}) {
+      if (r->done()) {
+        continue;
+      }
+      undelivered_.emplace_back(r->name);
+      r->dst_dead = true;
+      r->src_eof = true;
+      r->off = r->len = 0;
     }
   }
 
@@ -988,6 +1041,7 @@ class Supervisor {
     o.stdout_bytes = relays_[kStdoutRelay].count;
     o.stderr_bytes = relays_[kStderrRelay].count;
     o.held_open = held_open_;
+    o.undelivered = undelivered_;
     o.stdout_write_errno = relays_[kStdoutRelay].dst_errno;
     o.stderr_write_errno = relays_[kStderrRelay].dst_errno;
     o.output_limit_stream = limit_stream_;
@@ -1014,7 +1068,8 @@ class Supervisor {
 
   std::optional<Clock::time_point> timeout_deadline_, grace_deadline_, drain_deadline_, armed_;
   bool timeout_fired_ = false, term_sent_ = false, killed_ = false, drain_expired_ = false;
-  std::vector<std::string> held_open_;  // streams the final drain gave up on (Outcome)
+  std::vector<std::string> held_open_;    // streams the final drain gave up on (Outcome)
+  std::vector<std::string> undelivered_;  // streams a caller's late signal cut short (Outcome)
   bool command_started_ = false;
   int pending_signal_ = 0;  // held until init reports the command started
 

@@ -74,6 +74,10 @@ struct Outcome {
   // Streams still open when the drain after init's exit gave up: a process outside the sandbox
   // holds their write end; what it wrote later was not relayed.
   std::vector<std::string> held_open;
+  // Streams whose last output was dropped: the caller signalled cordon and its reader had not
+  // taken everything, after the sandbox ended (at once) or a drain's time after (a signal
+  // that ended the command).
+  std::vector<std::string> undelivered;
   bool signalled_by_caller = false;  // cordon itself got SIGINT/SIGTERM/SIGHUP and forwarded it
   int caller_signal = 0;             // the last such signal, so a CLI can re-raise it
 };

@@ -10,23 +10,31 @@
 
 namespace cordon::sys {
 
-/// Whether SIGPIPE is pending, for this thread or the process.
-inline bool sigpipe_pending() {
+/// Whether `sig` is pending, for this thread or the process.
+inline bool signal_pending(int sig) {
   sigset_t pending;
-  return sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1;
+  return sigpending(&pending) == 0 && sigismember(&pending, sig) == 1;
 }
 
-/// After writes made with SIGPIPE blocked on this thread: takes the SIGPIPE they raised, so that
-/// restoring `old` does not deliver it after the fact. Left alone when `old` had SIGPIPE blocked
-/// (the caller's own business) or it was pending before the writes (`was_pending`).
-inline void consume_raised_sigpipe(const sigset_t& old, bool was_pending) {
-  if (sigismember(&old, SIGPIPE) == 0 && !was_pending && sigpipe_pending()) {
-    sigset_t pipe_only;
-    sigemptyset(&pipe_only);
-    sigaddset(&pipe_only, SIGPIPE);
+/// Whether SIGPIPE is pending, for this thread or the process.
+inline bool sigpipe_pending() { return signal_pending(SIGPIPE); }
+
+/// After writes made with `sig` (SIGPIPE, SIGXFSZ) blocked on this thread: takes the one they
+/// raised, so that restoring `old` does not deliver it after the fact. Left alone when `old`
+/// had it blocked (the caller's own business) or it was pending before the writes
+/// (`was_pending`).
+inline void consume_raised(const sigset_t& old, bool was_pending, int sig) {
+  if (sigismember(&old, sig) == 0 && !was_pending && signal_pending(sig)) {
+    sigset_t only;
+    sigemptyset(&only);
+    sigaddset(&only, sig);
     timespec zero{};
-    (void)sigtimedwait(&pipe_only, nullptr, &zero);  // best effort: it is pending, so it returns
+    (void)sigtimedwait(&only, nullptr, &zero);  // best effort: it is pending, so it returns
   }
+}
+
+inline void consume_raised_sigpipe(const sigset_t& old, bool was_pending) {
+  consume_raised(old, was_pending, SIGPIPE);
 }
 
 /// Blocks SIGPIPE on the calling thread for its scope; a SIGPIPE raised meanwhile is taken
