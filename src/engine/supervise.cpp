@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/timerfd.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <termios.h>
 
@@ -68,6 +69,7 @@ struct Endpoint {
   bool in_epoll = false;
   uint32_t events = 0;
   bool socket = false;  // a caller's socket: recv/send with MSG_DONTWAIT (CallerEnd)
+  bool nowait = false;  // a caller's pipe or device: read with preadv2 RWF_NOWAIT (CallerEnd)
 };
 
 // One direction of data: src endpoint → buffer → dst endpoint.
@@ -164,6 +166,7 @@ class RawTerminal {
 struct CallerEnd {
   int fd = -1;
   bool socket = false;  // read and written with MSG_DONTWAIT (recv/send)
+  bool nowait = false;  // read with preadv2(RWF_NOWAIT), until the kernel says EOPNOTSUPP
 };
 
 // The caller's descriptors, each as a description of cordon's own where one can be had, so
@@ -177,9 +180,15 @@ struct CallerEnd {
 // - a socket is read and written with MSG_DONTWAIT;
 // - a regular file, directory or block device is never waited on (epoll refuses it) and is
 //   only dup'ed;
-// - anything else (the read side of a pipe or FIFO: a reader opened O_NONBLOCK is not told of
-//   a hang-up by writers it never saw, so its EOF would never be polled; other devices, event
-//   fds; a reopen that failed) gets O_NONBLOCK on the caller's description, put back after.
+// - the read side of a pipe, and a device that is no terminal (/dev/null, /dev/zero), is read
+//   with preadv2(RWF_NOWAIT), which never waits whatever the description's flags (a reader
+//   opened anew with O_NONBLOCK is not told of a hang-up by writers it never saw, so its EOF
+//   would never be polled). Since session 35 (a review): the flag was set on the caller's
+//   stdin pipe, and a SIGKILLed cordon left it there, so the caller's next `read` got EAGAIN.
+//   Where the kernel has no RWF_NOWAIT for it (a named FIFO here: EOPNOTSUPP), the first read
+//   falls back to the flag (fallback_nonblocking);
+// - anything else (event fds; a reopen that failed) gets O_NONBLOCK on the caller's
+//   description, put back after.
 class CallerFds {
  public:
   // `access` is O_RDONLY or O_WRONLY: how the relay uses the descriptor.
@@ -201,6 +210,7 @@ class CallerFds {
     }
     bool socket = S_ISSOCK(st.st_mode);
     bool never_waits = S_ISREG(st.st_mode) || S_ISDIR(st.st_mode) || S_ISBLK(st.st_mode);
+    bool nowait = access == O_RDONLY && (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode));
     int flags = 0;
     if (!socket && !never_waits) {
       flags = fcntl(fd, F_GETFL);
@@ -209,8 +219,22 @@ class CallerFds {
         return sys_error("fcntl F_GETFL fd {}", fd);
       }
     }
-    fds_.push_back({UniqueFd(copy), flags, !socket && !never_waits});
-    return CallerEnd{copy, socket};
+    fds_.push_back({UniqueFd(copy), flags, !socket && !never_waits && !nowait});
+    return CallerEnd{copy, socket, nowait};
+  }
+  // A descriptor add() gave for RWF_NOWAIT reads that the kernel reads no such way: it gets
+  // O_NONBLOCK on the caller's description after all, put back at the end.
+  Result<void> fallback_nonblocking(int fd) {
+    for (auto& entry : fds_) {
+      if (entry.fd.get() != fd || entry.changed) {
+        continue;
+      }
+      if (fcntl(fd, F_SETFL, entry.flags | O_NONBLOCK) != 0) {
+        return sys_error("fcntl F_SETFL O_NONBLOCK");
+      }
+      entry.changed = true;
+    }
+    return {};
   }
   // Separate from add(): flags of every fd are read before any is changed, since two of them
   // may share one description (stdout and stderr on the same terminal).
@@ -398,6 +422,7 @@ class Supervisor {
          {std::pair{kOutDst, out_dst}, std::pair{kErrDst, err_dst}, std::pair{kInSrc, in_src}}) {
       endpoints_[id].fd = end.fd;
       endpoints_[id].socket = end.socket;
+      endpoints_[id].nowait = end.nowait;
     }
     if (handles_.stdout_read) {
       CORDON_CHECK(set_nonblocking(handles_.stdout_read.get(), "stdout pipe"));
@@ -470,8 +495,23 @@ class Supervisor {
 
   int endpoint_fd(int id) const { return id < 0 ? -1 : endpoints_[static_cast<size_t>(id)].fd; }
   ssize_t read_endpoint(int id, char* buf, size_t n) {
-    const Endpoint& ep = endpoints_[static_cast<size_t>(id)];
-    return ep.socket ? ::recv(ep.fd, buf, n, MSG_DONTWAIT) : ::read(ep.fd, buf, n);
+    Endpoint& ep = endpoints_[static_cast<size_t>(id)];
+    if (ep.socket) {
+      return ::recv(ep.fd, buf, n, MSG_DONTWAIT);
+    }
+    if (ep.nowait) {
+      iovec iov{buf, n};
+      ssize_t got = ::preadv2(ep.fd, &iov, 1, -1, RWF_NOWAIT);
+      if (got >= 0 || errno != EOPNOTSUPP) {
+        return got;
+      }
+      if (!callers_.fallback_nonblocking(ep.fd)) {
+        errno = EOPNOTSUPP;
+        return -1;  // the read error ends the input, as a terminal that hung up
+      }
+      ep.nowait = false;
+    }
+    return ::read(ep.fd, buf, n);
   }
   ssize_t write_endpoint(int id, const char* buf, size_t n) {
     const Endpoint& ep = endpoints_[static_cast<size_t>(id)];

@@ -1078,3 +1078,45 @@ BOOST_AUTO_TEST_CASE(a_callers_signal_during_the_timeouts_grace_reaches_the_comm
                   {.deadline = std::chrono::seconds(30)});
   BOOST_TEST(r.out == "got-INT\nrc=124\n", r.out << r.err);
 }
+
+// The caller's stdin pipe keeps its flags: read with preadv2(RWF_NOWAIT), its description never
+// gets O_NONBLOCK, so neither a process sharing it during the run nor the caller after a
+// SIGKILLed cordon meets EAGAIN. Failure fixed (a review, session 35): the flag was set for
+// the run and a SIGKILL left it, and a shell's `while read` on that pipe failed. What is
+// written to it still reaches the command (the control).
+BOOST_AUTO_TEST_CASE(the_callers_stdin_pipe_keeps_its_flags_even_after_a_sigkill) {
+  Sandbox s;
+  int in[2];
+  BOOST_REQUIRE(::pipe2(in, O_CLOEXEC) == 0);
+  const int in_r = in[0], in_w = in[1];
+  auto args = s.args({}, {"/bin/sh", "-c", "read line; echo \"got $line\" > got; exec sleep 1000"});
+  pid_t pid = ::fork();
+  BOOST_REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::dup2(in_r, 0);
+    int devnull = ::open("/dev/null", O_RDWR);
+    ::dup2(devnull, 1);
+    std::vector<char*> av;
+    for (auto& a : args) av.push_back(a.data());
+    av.push_back(nullptr);
+    ::execv(av[0], av.data());
+    ::_exit(99);
+  }
+  BOOST_REQUIRE(::write(in_w, "hello\n", 6) == 6);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < deadline && !std::filesystem::exists(s.root + "/got")) {
+    ::usleep(10000);  // a file the sandbox writes: no event to wait on
+  }
+  BOOST_REQUIRE(std::filesystem::exists(s.root + "/got"));
+  BOOST_TEST((::fcntl(in_r, F_GETFL) & O_NONBLOCK) == 0, "during the run");
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  BOOST_TEST((::fcntl(in_r, F_GETFL) & O_NONBLOCK) == 0, "after cordon's SIGKILL");
+  ::close(in_r);
+  ::close(in_w);
+  std::ifstream got(s.root + "/got");
+  std::string line;
+  std::getline(got, line);
+  BOOST_TEST(line == "got hello");
+  s.run({}, {"/bin/true"});  // sweeps what the killed run left
+}
