@@ -170,6 +170,9 @@ class Engine {
   [[nodiscard]] static Result<std::unique_ptr<Engine>> open(const EngineOptions& options);
   ~Engine();
   Engine(const Engine&) = delete;
+  /// What the operator should know, found at open: the policy against this host (limits that
+  /// add up past the host's pids: policy::host_warnings). A daemon and `cordon mcp` log them.
+  [[nodiscard]] const std::vector<std::string>& warnings() const;
   Engine& operator=(const Engine&) = delete;
 
   /// Returns at once: a running or queued job's status. A refusal is an Error (kRefused).

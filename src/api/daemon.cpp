@@ -592,6 +592,9 @@ int run_daemon(const DaemonOptions& options) {
     own.remove();
     return 1;
   }
+  for (const auto& w : (*engine)->warnings()) {
+    log->warn("{}", w);
+  }
   std::shared_ptr<Engine> shared(std::move(*engine));
   // Unnamed sessions (`u<uid>.conn-…`) end with their connection; those of a daemon that died
   // (SIGKILL, a crash) never saw it end, and no client can name them: their jobs, abandoned by

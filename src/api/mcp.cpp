@@ -1347,6 +1347,9 @@ int run_mcp_server(const McpOptions& options) {
     log->error("cannot start: {}", engine.error().message());
     return 1;
   }
+  for (const auto& w : (*engine)->warnings()) {
+    log->warn("{}", w);
+  }
   log->info("serving MCP on stdio; session `{}`, state dir `{}`", options.session,
             options.engine.state_dir);
   Server server(std::shared_ptr<Engine>(std::move(*engine)), options, log);

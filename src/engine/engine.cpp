@@ -607,6 +607,7 @@ class Engine::Impl {
  public:
   EngineOptions opt;
   std::optional<policy::Policy> pol;
+  std::vector<std::string> warnings;  // Engine::warnings(): found at open
   // The git tools' private policy (policy::git_job_policy), when the policy has a git
   // section. A separate Policy object rather than a flag on the main one: the main policy's
   // checks never see git allowed, and the git jobs never see the main allowlist, root or
@@ -3139,6 +3140,8 @@ class Engine::Impl {
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
+const std::vector<std::string>& Engine::warnings() const { return impl_->warnings; }
+
 Engine::~Engine() {
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
@@ -3247,6 +3250,7 @@ Result<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
     guard.job_unwritable = o.job_unwritable_paths;
     CORDON_TRY_CTX(p, policy::load_policy(o.policy_path, guard), "load policy `{}`", o.policy_path);
     impl->pol.emplace(std::move(p));
+    impl->warnings = policy::host_warnings(*impl->pol);
     if (impl->pol->git) {
       CORDON_TRY_CTX(g, policy::git_job_policy(*impl->pol), "load policy `{}`", o.policy_path);
       impl->git_pol.emplace(std::move(g));

@@ -11,6 +11,8 @@
 #include <cctype>
 #include <cerrno>
 #include <cmath>
+#include <fstream>
+#include <limits>
 #include <cstdlib>
 #include <initializer_list>
 #include <nlohmann/json.hpp>
@@ -1267,6 +1269,40 @@ Result<void> bind_policy(Policy& p, const HostPathGuard& guard) {
   p.root = root;
   p.resolved_read_only_paths = std::move(ro);
   return {};
+}
+
+std::vector<std::string> host_warnings(const Policy& policy, uint64_t pid_max,
+                                       uint64_t threads_max) {
+  std::vector<std::string> out;
+  uint64_t room = std::min(pid_max, threads_max);
+  uint64_t jobs = static_cast<uint64_t>(policy.concurrency.total) * policy.limits.pids;
+  // Failure found by a review (session 35): the defaults let 32 fork-bombing jobs take every
+  // pid of a host with kernel.pid_max 32768; each stayed within its own pids limit.
+  if (room > 0 && jobs >= room / 4 * 3) {
+    out.push_back(fmt::format(
+        "concurrency.total {} × limits.pids {} = {} tasks could run in jobs at once, {}% of the "
+        "{} this host's kernel gives (kernel.pid_max {}, kernel.threads-max {}): jobs that fork "
+        "to their limit could leave the host no pid to fork with; lower limits.pids or "
+        "concurrency.total, or raise kernel.pid_max (up to 4194304)",
+        policy.concurrency.total, policy.limits.pids, jobs, jobs * 100 / room, room, pid_max,
+        threads_max));
+  }
+  return out;
+}
+
+std::vector<std::string> host_warnings(const Policy& policy) {
+  auto read_number = [](const char* path) -> uint64_t {
+    std::ifstream in(path);
+    uint64_t v = 0;
+    return (in >> v) ? v : std::numeric_limits<uint64_t>::max();
+  };
+  uint64_t pid_max = read_number("/proc/sys/kernel/pid_max");
+  uint64_t threads_max = read_number("/proc/sys/kernel/threads-max");
+  if (pid_max == std::numeric_limits<uint64_t>::max() &&
+      threads_max == std::numeric_limits<uint64_t>::max()) {
+    return {};
+  }
+  return host_warnings(policy, pid_max, threads_max);
 }
 
 Result<Policy> load_policy(const std::string& path, const HostPathGuard& guard) {

@@ -156,6 +156,16 @@ const std::vector<std::string>& policy_keys();
 /// protected paths: a working root containing it would let a job rewrite its own policy.
 [[nodiscard]] Result<Policy> load_policy(const std::string& path, const HostPathGuard& guard);
 
+/// What an operator should know of this policy on a host whose kernel gives `pid_max` pids and
+/// `threads_max` tasks in all: jobs that each fork to limits.pids, concurrency.total of them,
+/// could take three quarters or more of the host's pids (kernel.pid_max is 32768 on many
+/// hosts; 64 jobs × 1024 is 65536), and then no host process could fork. Empty when nothing.
+std::vector<std::string> host_warnings(const Policy& policy, uint64_t pid_max,
+                                       uint64_t threads_max);
+/// host_warnings() with this host's kernel.pid_max and kernel.threads-max (an unreadable one
+/// is left out).
+std::vector<std::string> host_warnings(const Policy& policy);
+
 /// The private one-executable policy the git tools' jobs run under, derived from `main`'s git
 /// section: only the git binary, repoRoot as the working root bound read-only, no network, a
 /// fixed hardened environment (no config from the system or a home, no prompts, no optional

@@ -951,3 +951,28 @@ BOOST_AUTO_TEST_CASE(git_job_policy_allows_only_git_with_a_read_only_root_and_no
   BOOST_TEST(policy::to_sandbox_spec(*ok).reads_root_and_system_only);
   ::rmdir(dir.c_str());
 }
+
+// Limits that add up past the host's pids are said when the engine opens: the defaults (64
+// jobs × 1024 pids) on a host with kernel.pid_max 32768 let 32 fork-bombing jobs, each within
+// its own limit, leave the host no pid (a review, session 35). Under three quarters: nothing.
+BOOST_AUTO_TEST_CASE(limits_that_add_up_past_the_hosts_pids_are_warned_of) {
+  Tree tr;
+  auto p = bound(tr.base());
+  auto w = policy::host_warnings(p, 32768, 192735);
+  BOOST_REQUIRE_EQUAL(w.size(), 1u);
+  BOOST_TEST(w[0].find("concurrency.total 64 × limits.pids 1024 = 65536") != std::string::npos,
+             w[0]);
+  BOOST_TEST(w[0].find("kernel.pid_max 32768") != std::string::npos, w[0]);
+  BOOST_TEST(policy::host_warnings(p, 4194304, 65536).size() == 1u);  // threads-max bounds too
+  BOOST_TEST(policy::host_warnings(p, 4194304, 4194304).empty());
+  json small = tr.base();
+  small["limits"] = {{"pids", 256}};
+  auto q = bound(small);
+  BOOST_TEST(policy::host_warnings(q, 32768, 192735).empty());  // 16384: half
+  // This host's own numbers, read from /proc/sys/kernel.
+  std::ifstream pm("/proc/sys/kernel/pid_max"), tm("/proc/sys/kernel/threads-max");
+  uint64_t pid_max = 0, threads_max = 0;
+  BOOST_REQUIRE(pm >> pid_max);
+  BOOST_REQUIRE(tm >> threads_max);
+  BOOST_TEST(policy::host_warnings(p) == policy::host_warnings(p, pid_max, threads_max));
+}
