@@ -112,6 +112,23 @@ void say(const char* prefix, const std::string& msg) {
   std::fprintf(stderr, "cordon: %s%s\n", prefix, escape_controls(msg).c_str());
 }
 
+// How many bytes at the end of `text` may go on in the next page of output: a CR (its LF may
+// start the next page) or the first bytes of a UTF-8 character cut short.
+size_t continued_tail(const std::string& text) {
+  if (!text.empty() && text.back() == '\r') {
+    return 1;
+  }
+  for (size_t k = 1; k <= 3 && k <= text.size(); ++k) {
+    auto b = static_cast<unsigned char>(text[text.size() - k]);
+    if ((b & 0xc0) == 0x80) {
+      continue;  // a continuation byte: its lead is further back
+    }
+    size_t need = b >= 0xf0 ? 4 : b >= 0xe0 ? 3 : b >= 0xc0 ? 2 : 1;
+    return need > k ? k : 0;
+  }
+  return 0;
+}
+
 int refuse(const std::string& msg, int code = kExitRefused) {
   say("", msg);
   return code;
@@ -1380,17 +1397,24 @@ int client_command(const std::string& cmd, int argc, char** argv) {
   // 52 it printed would write the clipboard, a CSI forge lines); a CR before LF stays the line
   // end of a pty. To a pipe or a file, or with --raw, the bytes go as printed. Failure fixed (a
   // review, session 35): the terminal got them raw.
+  // Pages are escaped as one text: a CR that ends a page and the first bytes of a UTF-8
+  // character a page boundary cut wait for the next page (`carry`).
   const bool escape = !raw && ::isatty(STDOUT_FILENO) == 1;
-  auto emit = [escape](const std::string& content) {
+  std::string carry;
+  auto emit = [escape, &carry](const std::string& content, bool last) {
     if (!escape) {
       std::fwrite(content.data(), 1, content.size(), stdout);
       return;
     }
+    std::string text = std::exchange(carry, {}) + content;
+    size_t keep = last ? 0 : continued_tail(text);
+    carry = text.substr(text.size() - keep);
+    text.resize(text.size() - keep);
     std::string lines;
-    lines.reserve(content.size());
-    for (size_t k = 0; k < content.size(); ++k) {
-      if (!(content[k] == '\r' && k + 1 < content.size() && content[k + 1] == '\n')) {
-        lines += content[k];
+    lines.reserve(text.size());
+    for (size_t k = 0; k < text.size(); ++k) {
+      if (!(text[k] == '\r' && k + 1 < text.size() && text[k + 1] == '\n')) {
+        lines += text[k];
       }
     }
     std::string shown = escape_controls(lines);
@@ -1404,7 +1428,7 @@ int client_command(const std::string& cmd, int argc, char** argv) {
         std::fprintf(stderr, "cordon: output: the daemon sent a page that is not base64\n");
         return 3;
       }
-      emit(*content);
+      emit(*content, false);
       std::fflush(stdout);
       args["offset"] = jf::u64(sc, "nextOffset");
       if (!jf::boolean(sc, "hasMore")) {
@@ -1419,6 +1443,7 @@ int client_command(const std::string& cmd, int argc, char** argv) {
         }
         sc = jf::object(*page, "structuredContent");
         if (settled && !jf::boolean(sc, "hasMore") && jf::str(sc, "content").empty()) {
+          emit("", true);
           return 0;
         }
         continue;
@@ -1442,7 +1467,7 @@ int client_command(const std::string& cmd, int argc, char** argv) {
       std::fprintf(stderr, "cordon: output: the daemon sent a page that is not base64\n");
       return 3;
     }
-    emit(*content);
+    emit(*content, true);
   } else {
     auto line = [](const json& j) {
       std::string out = jf::str(j, "taskId");

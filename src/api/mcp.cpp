@@ -27,6 +27,7 @@
 
 #include "base/json_fields.hpp"
 #include "base/log.hpp"
+#include "base/strings.hpp"
 #include "api/jsonrpc.hpp"
 #include "api/schema.hpp"
 #include "api/tools.hpp"
@@ -596,7 +597,9 @@ class Server {
       for (auto& c : calls_) {
         if (c->id == target && !c->done && !c->id_released) {
           c->cancelled = true;
-          log_->info("request {} ({}) cancelled by the client: {}", dump(target), c->tool, reason);
+          // The client's text, on the operator's terminal: escaped (a review, session 35).
+          log_->info("request {} ({}) cancelled by the client: {}", dump(target), c->tool,
+                     escape_controls(reason));
         }
       }
     });

@@ -502,7 +502,9 @@ class Supervisor {
     if (ep.nowait) {
       iovec iov{buf, n};
       ssize_t got = ::preadv2(ep.fd, &iov, 1, -1, RWF_NOWAIT);
-      if (got >= 0 || errno != EOPNOTSUPP) {
+      // EOPNOTSUPP: no RWF_NOWAIT for this file; EINVAL or ENOSYS: a kernel without the flag
+      // (before 4.14) or without preadv2 (before 4.6).
+      if (got >= 0 || (errno != EOPNOTSUPP && errno != EINVAL && errno != ENOSYS)) {
         return got;
       }
       if (!callers_.fallback_nonblocking(ep.fd)) {
@@ -705,15 +707,25 @@ class Supervisor {
       r.src_eof = true;
       return;
     }
-    if ((err == EPIPE || err == ECONNRESET) && !r.is_pty_src) {
+    if (err == EPIPE || err == ECONNRESET) {
       // The reader went away (`cordon run … | head`): as in a pipeline, the command's next
       // write to that stream gets EPIPE (SIGPIPE), so a command that writes for ever ends.
       // Failure fixed (a review, session 35): the rest was read and dropped, and `yes | head`
-      // ran until the output cap (exit 123), a slow endless writer until the timeout.
+      // ran until the output cap (exit 123), a slow endless writer until the timeout. Under
+      // --tty the pty master is closed, which hangs the command's terminal up (SIGHUP), as
+      // `script` does when its output goes; the master was the input's destination too.
       int id = r.src;
       drop_endpoint(id);
-      (&r == &relays_[kStdoutRelay] ? handles_.stdout_read : handles_.stderr_read).reset();
       r.src_eof = true;
+      if (r.is_pty_src) {
+        Relay& in = relays_[kStdinRelay];
+        in.src_eof = true;
+        in.dst_dead = true;
+        in.off = in.len = 0;
+        master_.reset();
+      } else {
+        (&r == &relays_[kStdoutRelay] ? handles_.stdout_read : handles_.stderr_read).reset();
+      }
     }
     // Another failure (ENOSPC, EFBIG, EIO): output keeps being read and counted, and the run
     // ends as the command does, with a warning.
@@ -925,12 +937,11 @@ class Supervisor {
     }
     if (drain_deadline_ && !drain_expired_ && now >= *drain_deadline_) {
       drain_expired_ = true;
+      CORDON_CHECK(final_drain());
       if (signalled_by_caller_) {
         // The caller asked the run to stop (its signal ended the command): its reader gets
         // the drain's time, not for ever (`timeout 2 cordon run … | sleep 15`).
         give_up_delivery();
-      } else {
-        CORDON_CHECK(final_drain());
       }
     }
     return {};

@@ -1420,6 +1420,19 @@ BOOST_AUTO_TEST_CASE(cli_output_to_a_terminal_shows_the_commands_controls_escape
                shown);
   }
   BOOST_TEST(on_terminal({"output", id, "--raw"}).find("\x1b]52;c;") != std::string::npos);
+  // Paged 3 bytes at a time, the pages are shown as one text: a UTF-8 character or a CRLF
+  // that a page boundary cuts is shown whole, not as `\xc3` or `\x0d` (a review, session 35).
+  auto text = cli({"start", "--json", "--", "/bin/echo", "caf\xc3\xa9 \xe2\x82\xac 12\r"});
+  BOOST_REQUIRE_MESSAGE(text.exit_code() == 0, text.err);
+  std::string tid = nlohmann::json::parse(text.out, nullptr, false).value("taskId", "");
+  BOOST_REQUIRE(!tid.empty());
+  BOOST_REQUIRE(cli({"wait", tid, "--timeout-ms", "20000"}).exit_code() == 0);
+  for (const char* limit : {"2", "3", "4"}) {
+    auto paged = on_terminal({"output", tid, "-f", "--unit", "bytes", "--limit", limit});
+    BOOST_TEST(paged.find("caf\xc3\xa9 \xe2\x82\xac 12\r\n") != std::string::npos,
+               limit << ": " << paged);
+    BOOST_TEST(paged.find("\\x") == std::string::npos, limit << ": " << paged);
+  }
   auto piped = cli({"output", id});
   BOOST_TEST(piped.exit_code() == 0, piped.err);
   BOOST_TEST(piped.out == printed + "\n");

@@ -976,8 +976,9 @@ BOOST_AUTO_TEST_CASE(a_refusal_quoting_a_scripts_shebang_shows_its_controls_esca
 // Signals the caller set to be ignored are left alone, as by any program: `nohup` ignores
 // SIGHUP, a shell ignores SIGINT and SIGQUIT for its background jobs. A blocked signal is
 // queued even when ignored, so cordon took them. Failure fixed (a review, session 35): a
-// SIGHUP to a `nohup cordon run` killed the command (129). The control: not ignored, SIGHUP
-// goes on to the command.
+// SIGHUP to a `nohup cordon run` killed the command (here 137: the SIGINT after it, taken as
+// a second signal, SIGKILLed the sandbox). The control: not ignored, SIGHUP goes on to the
+// command (129).
 BOOST_AUTO_TEST_CASE(signals_the_caller_ignores_are_not_taken) {
   Sandbox s;
   std::string run = shell_words(s.args({}, {"/bin/sh", "-c", "sleep 1.5; echo done"}));
@@ -1119,4 +1120,17 @@ BOOST_AUTO_TEST_CASE(the_callers_stdin_pipe_keeps_its_flags_even_after_a_sigkill
   std::getline(got, line);
   BOOST_TEST(line == "got hello");
   s.run({}, {"/bin/true"});  // sweeps what the killed run left
+}
+
+// Under --tty, a reader of cordon's stdout that goes away ends the command too: the pty
+// master is closed and the command's terminal hangs up (SIGHUP, 129), as under `script`.
+// Failure fixed (the review of session 35's relay change): the rest was read and dropped,
+// and `yes` ran until the output cap (123).
+BOOST_AUTO_TEST_CASE(tty_a_reader_that_went_away_hangs_the_commands_terminal_up) {
+  Sandbox s;
+  std::string run = shell_words(s.args({"--tty", "--max-output", "50M"}, {"/usr/bin/yes"}));
+  auto [status, out] = run_on_new_pty(
+      {"/bin/bash", "-c", run + " | head -c 3 >/dev/null; echo \"rc=${PIPESTATUS[0]}\""});
+  BOOST_TEST(WIFEXITED(status));
+  BOOST_TEST(out.find("rc=129") != std::string::npos, out);
 }

@@ -466,6 +466,9 @@ BOOST_AUTO_TEST_CASE(env_that_makes_a_program_load_code_is_refused) {
       {"QT_PLUGIN_PATH", "a library loads its modules"},
       {"GTK_MODULES", "a library loads its modules"},
       {"GI_TYPELIB_PATH", "a library loads its modules"},
+      {"VK_LAYER_PATH", "a library loads its modules"},
+      {"LIBGL_DRIVERS_PATH", "a library loads its modules"},
+      {"GST_PLUGIN_SCANNER", "a library runs it"},
   };
   for (const auto& [name, why] : kRefused) {
     r.env = {{name, "/tmp/x"}};
