@@ -821,8 +821,10 @@ class Supervisor {
         return {};
       case sandbox::RecordKind::kCommandStarted:
         command_started_ = true;
-        if (pending_signal_ != 0 && !init_exited_ && !killed_ && hooks_.signal_init) {
-          hooks_.signal_init(std::exchange(pending_signal_, 0));
+        for (int sig : std::exchange(pending_signals_, {})) {
+          if (!init_exited_ && !killed_ && hooks_.signal_init) {
+            hooks_.signal_init(sig);
+          }
         }
         return {};
       case sandbox::RecordKind::kCommandExited:
@@ -971,7 +973,7 @@ class Supervisor {
       return;
     }
     if (!command_started_) {
-      pending_signal_ = sig;
+      pending_signals_.push_back(sig);  // at most two: the timeout's and the caller's
     } else if (hooks_.signal_init) {
       hooks_.signal_init(sig);
     }
@@ -1122,7 +1124,7 @@ class Supervisor {
   std::vector<std::string> held_open_;    // streams the final drain gave up on (Outcome)
   std::vector<std::string> undelivered_;  // streams a caller's late signal cut short (Outcome)
   bool command_started_ = false;
-  int pending_signal_ = 0;  // held until init reports the command started
+  std::vector<int> pending_signals_;  // held until init reports the command started, in order
 
   bool init_exited_ = false, status_eof_ = false;
   bool have_init_wait_status_ = false;
