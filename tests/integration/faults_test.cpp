@@ -490,6 +490,15 @@ BOOST_AUTO_TEST_CASE(settles_on_a_state_dir_out_of_inodes_are_recorded_then_or_l
   // second job's teardown, queued at the start of its settle, at once: its cgroup record's
   // inode was free before the settle's record was written. Failure fixed (CI, session 32).
   BOOST_REQUIRE(eventually([&] { return fds_on_mount_ns() == namespaces_held - 1; }));
+  // The second job's cgroup record gets a second link, so its teardown frees no inode however
+  // early the releaser runs it. Failure fixed (CI, session 35: the waits above were not
+  // enough under the full suite's load, and the settle was recorded in the record's inode).
+  int records = 0;
+  for (const auto& rec : fs::directory_iterator(env.state_dir + "/cgroups")) {
+    BOOST_REQUIRE(
+        ::link(rec.path().c_str(), (fill + "/record-" + std::to_string(records++)).c_str()) == 0);
+  }
+  BOOST_REQUIRE(records > 0);
   BOOST_REQUIRE(fs::remove(env.state_dir + "/reserve"));
   take_every_inode();
   // The second settle cannot be recorded: its caller is told, the record on disk still says
