@@ -41,6 +41,17 @@ void expect_refusal(Engine& e, const EngineEnv& env, const StartOptions& o,
   BOOST_TEST(e.counters("s").running == 0u);
 }
 
+// Starts `o` in session "s", waits for it to settle and returns what it wrote to stderr.
+std::string settled_stderr(Engine& e, const EngineEnv& env, const StartOptions& o) {
+  auto s = e.start("s", o);
+  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+  auto st = e.status("s", s->task_id, 20s);
+  BOOST_REQUIRE(st.has_value());
+  BOOST_REQUIRE(st->settled());
+  BOOST_REQUIRE(st->stderr_artifact.has_value());
+  return read_file(env.artifact_path(st->stderr_artifact->artifact_id));
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(without_a_policy_every_start_is_refused_with_how_to_set_one) {
@@ -329,13 +340,7 @@ BOOST_AUTO_TEST_CASE(a_request_cannot_make_an_allowlisted_program_load_a_shared_
   env.write_policy();
   setup(env);
   auto e = open_engine(env);
-  auto s = e->start("s", {.argv = {"/usr/bin/openssl", "version"}});
-  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
-  auto st = e->status("s", s->task_id, 20s);
-  BOOST_REQUIRE(st.has_value());
-  BOOST_REQUIRE(st->settled());
-  BOOST_REQUIRE(st->stderr_artifact.has_value());
-  std::string err = read_file(env.artifact_path(st->stderr_artifact->artifact_id));
+  std::string err = settled_stderr(*e, env, {.argv = {"/usr/bin/openssl", "version"}});
   BOOST_TEST(err.find(marker) != std::string::npos, err);
 }
 
@@ -373,12 +378,6 @@ BOOST_AUTO_TEST_CASE(a_request_cannot_make_an_allowlisted_python_load_bytecode_f
   env.write_policy();
   setup(env);
   auto e = open_engine(env);
-  auto s = e->start("s", {.argv = argv});
-  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
-  auto st = e->status("s", s->task_id, 20s);
-  BOOST_REQUIRE(st.has_value());
-  BOOST_REQUIRE(st->settled());
-  BOOST_REQUIRE(st->stderr_artifact.has_value());
-  std::string err = read_file(env.artifact_path(st->stderr_artifact->artifact_id));
+  std::string err = settled_stderr(*e, env, {.argv = argv});
   BOOST_TEST(err.find(marker) != std::string::npos, err);
 }

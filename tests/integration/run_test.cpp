@@ -42,11 +42,11 @@ std::vector<pid_t> processes_of_uid(uid_t uid) {
 
 // Starts `args` (a cordon run) as a child of the test with stdin (and, `quiet`, stdout) on
 // /dev/null; the caller waits for it.
-pid_t start_in_background(std::vector<std::string> args, bool quiet = false) {
+pid_t start_in_background(std::vector<std::string> args, bool quiet = false, int stdin_fd = -1) {
   pid_t pid = ::fork();
   if (pid == 0) {
     int devnull = ::open("/dev/null", O_RDWR);
-    ::dup2(devnull, 0);
+    ::dup2(stdin_fd >= 0 ? stdin_fd : devnull, 0);
     if (quiet) ::dup2(devnull, 1);
     std::vector<char*> av;
     for (auto& a : args) av.push_back(a.data());
@@ -1091,18 +1091,8 @@ BOOST_AUTO_TEST_CASE(the_callers_stdin_pipe_keeps_its_flags_even_after_a_sigkill
   BOOST_REQUIRE(::pipe2(in, O_CLOEXEC) == 0);
   const int in_r = in[0], in_w = in[1];
   auto args = s.args({}, {"/bin/sh", "-c", "read line; echo \"got $line\" > got; exec sleep 1000"});
-  pid_t pid = ::fork();
-  BOOST_REQUIRE(pid >= 0);
-  if (pid == 0) {
-    ::dup2(in_r, 0);
-    int devnull = ::open("/dev/null", O_RDWR);
-    ::dup2(devnull, 1);
-    std::vector<char*> av;
-    for (auto& a : args) av.push_back(a.data());
-    av.push_back(nullptr);
-    ::execv(av[0], av.data());
-    ::_exit(99);
-  }
+  pid_t pid = start_in_background(std::move(args), /*quiet=*/true, in_r);
+  BOOST_REQUIRE(pid > 0);
   BOOST_REQUIRE(::write(in_w, "hello\n", 6) == 6);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (std::chrono::steady_clock::now() < deadline && !std::filesystem::exists(s.root + "/got")) {
