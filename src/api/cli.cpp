@@ -1544,11 +1544,12 @@ int cli_main(int argc, char** argv) {
   if (cmd == "run") {
     return parse_run(argc, argv);
   }
-  if (cmd == "mcp") {
-    return mcp_command(argc, argv);
-  }
-  if (cmd == "serve" || cmd == "daemon") {
-    return daemon_command(argc, argv);
+  if (cmd == "mcp" || cmd == "serve" || cmd == "daemon") {
+    // A job's log past the file-size limit cordon was started under (`ulimit -f`) is a failed
+    // write of that job (EFBIG, in its status), not SIGXFSZ for the engine and every job with
+    // it (a review, session 35). Every sandbox's child sets every signal back to its default.
+    ::signal(SIGXFSZ, SIG_IGN);
+    return cmd == "mcp" ? mcp_command(argc, argv) : daemon_command(argc, argv);
   }
   if (cmd == "start" || cmd == "status" || cmd == "wait" || cmd == "output" || cmd == "kill" ||
       cmd == "write" || cmd == "list" || cmd == "rm" || cmd == "resize") {

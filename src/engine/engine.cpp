@@ -3251,6 +3251,17 @@ Result<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
     CORDON_TRY_CTX(p, policy::load_policy(o.policy_path, guard), "load policy `{}`", o.policy_path);
     impl->pol.emplace(std::move(p));
     impl->warnings = policy::host_warnings(*impl->pol);
+    if (struct rlimit fsize{};
+        ::getrlimit(RLIMIT_FSIZE, &fsize) == 0 && fsize.rlim_cur != RLIM_INFINITY) {
+      impl->warnings.push_back(fmt::format(
+          "cordon runs under a file-size limit of {} bytes (ulimit -f): a job's log stops there "
+          "(EFBIG, said in its status){}; lift the limit for cordon",
+          fsize.rlim_cur,
+          fsize.rlim_cur < static_cast<rlim_t>(kReserveBytes)
+              ? ", and the state dir's reserve cannot be made, so every start is refused as if "
+                "the disk were full"
+              : ""));
+    }
     if (impl->pol->git) {
       CORDON_TRY_CTX(g, policy::git_job_policy(*impl->pol), "load policy `{}`", o.policy_path);
       impl->git_pol.emplace(std::move(g));

@@ -1379,6 +1379,44 @@ BOOST_AUTO_TEST_CASE(cli_list_and_status_print_argv_with_its_controls_escaped) {
   }
 }
 
+// A daemon started under a file-size limit (`ulimit -f`) survives a job whose log passes it:
+// the write fails (EFBIG) and that job says so; the daemon serves on. Failure fixed (a review,
+// session 35): SIGXFSZ killed the daemon, and every running job was abandoned with it.
+BOOST_AUTO_TEST_CASE(a_daemon_under_a_file_size_limit_survives_a_job_past_it) {
+  DaemonProcess d({{"allowedExecutables", {"/bin/echo", "/bin/sleep", "/usr/bin/head"}}}, {},
+                  /*start_now=*/false);
+  struct rlimit before {};
+  BOOST_REQUIRE(::getrlimit(RLIMIT_FSIZE, &before) == 0);
+  struct rlimit limited = before;
+  limited.rlim_cur = 2 * 1024 * 1024;  // room for the state dir's 1 MiB reserve
+  BOOST_REQUIRE(::setrlimit(RLIMIT_FSIZE, &limited) == 0);
+  d.start({"--socket", d.sock()});
+  BOOST_REQUIRE(::setrlimit(RLIMIT_FSIZE, &before) == 0);  // the daemon keeps the limit
+  BOOST_REQUIRE(d.pid() > 0);
+  auto cli = [&](std::vector<std::string> args) {
+    std::vector<std::string> a = {cordon_bin(), args[0], "--socket", d.sock(), "--session", "fs"};
+    a.insert(a.end(), args.begin() + 1, args.end());
+    return run_process(a);
+  };
+  auto started = cli({"start", "--json", "--", "/usr/bin/head", "-c", "3000000", "/dev/zero"});
+  BOOST_REQUIRE_MESSAGE(started.exit_code() == 0, started.err);
+  std::string id = nlohmann::json::parse(started.out, nullptr, false).value("taskId", "");
+  BOOST_REQUIRE(!id.empty());
+  auto waited = cli({"wait", id, "--timeout-ms", "20000"});
+  BOOST_TEST(waited.exit_code() == 0, waited.out << waited.err);
+  // The job's own failure, said as the engine says a failed log write.
+  auto st = cli({"status", "--json", id});
+  BOOST_TEST((st.out + st.err).find("write `") != std::string::npos, st.out << st.err);
+  BOOST_TEST((st.out + st.err).find("EFBIG") != std::string::npos, st.out << st.err);
+  auto again = cli({"start", "--json", "--", "/bin/echo", "still-serving"});
+  BOOST_TEST(again.exit_code() == 0, again.err);
+  BOOST_TEST(d.alive());
+  // The operator was told at start.
+  std::ifstream in(d.log());
+  std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  BOOST_TEST(log.find("file-size limit of 2097152 bytes") != std::string::npos, log);
+}
+
 // `cordon output` to a terminal shows what the command printed escaped, as the status tail:
 // an OSC 52 would write the operator's clipboard, a CSI move the cursor and forge lines. To a
 // pipe, and with --raw, the bytes go as printed (the control). Failure fixed (a review, session
