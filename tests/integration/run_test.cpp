@@ -1048,10 +1048,11 @@ BOOST_AUTO_TEST_CASE(a_callers_signal_ends_a_run_whose_reader_stalls) {
   BOOST_REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
   std::string run = shell_words(
       s.args({"--json-status", status}, {"/usr/bin/head", "-c", "5000000", "/dev/zero"}));
-  // fd 3 holds the FIFO open for reading and never reads.
+  // The shell's fd 3 holds the FIFO open for reading and never reads; cordon does not inherit
+  // it (`3<&-`), so if the shell is killed the reader is gone and nothing is left behind.
   auto r = run_process({"/bin/bash", "-c",
                         "exec 3<>" + fifo + "; " + run + " >" + fifo +
-                            " & p=$!; sleep 1; kill -TERM $p; wait $p; echo \"rc=$?\""},
+                            " 3<&- & p=$!; sleep 1; kill -TERM $p; wait $p; echo \"rc=$?\""},
                        {.deadline = std::chrono::seconds(30)});
   BOOST_TEST(!r.timed_out);
   BOOST_TEST(r.out == "rc=143\n", r.out << r.err);
