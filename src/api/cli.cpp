@@ -861,6 +861,19 @@ int run_via_daemon(const RunArgs& a) {
         continue;
       }
       auto ok = copy_new(stream, *copied, fd);
+      if (!ok && (ok.error().sys_errno() == EPIPE || ok.error().sys_errno() == ECONNRESET)) {
+        // The reader went away (`cordon run --socket … | head`): cordon ends as a pipeline's
+        // writer does, with SIGPIPE's code and no message, and the daemon ends the job with
+        // this connection (its unnamed session). Before (session 35, found beside the
+        // standalone run's fix): exit 125 and "write … EPIPE" on stderr.
+        json gone = status;
+        gone["message"] = fmt::format(
+            "the reader of cordon's {} went away; the daemon ends the job with this run's "
+            "connection",
+            stream);
+        write_status(gone);
+        return 128 + SIGPIPE;
+      }
       if (!ok) {
         return refuse_with_status(
             fmt::format("{} (task {}, the daemon's unnamed session; its output is banked there)",

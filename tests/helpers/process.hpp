@@ -39,6 +39,19 @@ struct ProcessOptions {
   int stdout_fd = -1;  // use this fd as stdout/stderr instead of pipes
 };
 
+// `words` as one shell word each, for pipelines a test runs with bash on the host.
+inline std::string shell_words(const std::vector<std::string>& words) {
+  std::string s;
+  for (const auto& w : words) {
+    std::string q = "'";
+    for (char c : w) {
+      q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    }
+    s += q + "' ";
+  }
+  return s;
+}
+
 inline ProcessResult run_process(const std::vector<std::string>& argv,
                                  const ProcessOptions& opt = {}) {
   ProcessResult r;

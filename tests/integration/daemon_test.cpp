@@ -1379,6 +1379,24 @@ BOOST_AUTO_TEST_CASE(cli_list_and_status_print_argv_with_its_controls_escaped) {
   }
 }
 
+// `cordon run --socket … | head`: the reader went away, and cordon ends as a pipeline's
+// writer does, with SIGPIPE's code (141) and nothing said; --json-status tells why. Before
+// (session 35): exit 125 and "write the command's stdout to cordon's own: EPIPE".
+BOOST_AUTO_TEST_CASE(run_through_the_daemon_ends_as_a_pipeline_when_its_reader_goes) {
+  DaemonProcess d(nlohmann::json{{"allowedExecutables", {"/bin/echo", "/usr/bin/yes"}}});
+  std::string status = d.box().base + "/status.json";
+  auto r = run_process({"/bin/bash", "-c",
+                        shell_words({cordon_bin(), "run", "--socket", d.sock(), "--json-status",
+                                     status, "--cwd", d.box().root, "--", "/usr/bin/yes"}) +
+                            " | head -c 10 >/dev/null; echo \"rc=${PIPESTATUS[0]}\""});
+  BOOST_TEST(r.out == "rc=141\n", r.out << r.err);
+  BOOST_TEST(r.err.empty(), r.err);
+  std::ifstream in(status);
+  auto j = nlohmann::json::parse(in, nullptr, false);
+  BOOST_REQUIRE(!j.is_discarded());
+  BOOST_TEST(j.value("message", "").find("went away") != std::string::npos, j.dump());
+}
+
 // A daemon started under a file-size limit (`ulimit -f`) survives a job whose log passes it:
 // the write fails (EFBIG) and that job says so; the daemon serves on. Failure fixed (a review,
 // session 35): SIGXFSZ killed the daemon, and every running job was abandoned with it.

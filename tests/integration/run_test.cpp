@@ -841,23 +841,6 @@ BOOST_AUTO_TEST_CASE(a_stream_held_open_outside_the_sandbox_is_named_when_the_ru
   BOOST_TEST(r.err.find("stderr was still open") == std::string::npos, r.err);
 }
 
-namespace {
-
-// `words` as one shell word each, for the pipelines below (bash on the host, not in a sandbox).
-std::string shell_words(const std::vector<std::string>& words) {
-  std::string s;
-  for (const auto& w : words) {
-    std::string q = "'";
-    for (char c : w) {
-      q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-    }
-    s += q + "' ";
-  }
-  return s;
-}
-
-}  // namespace
-
 // `cordon run … | slow-reader`: the command ends with most of its output still in the pipes,
 // and the reader starts reading seconds later. Every byte reaches it, and the outcome's
 // duration is the sandbox's, not the reader's. Failure fixed (a review, session 34): the run
