@@ -597,6 +597,9 @@ class Server {
       for (auto& c : calls_) {
         if (c->id == target && !c->done && !c->id_released) {
           c->cancelled = true;
+          // A cancelled call sends no response, so its id is free from now on (a review,
+          // session 35: a reuse right after the cancel was refused as "in flight" ~0.1 s).
+          c->id_released = true;
           // The client's text, on the operator's terminal: escaped (a review, session 35).
           log_->info("request {} ({}) cancelled by the client: {}", dump(target), c->tool,
                      escape_controls(reason));

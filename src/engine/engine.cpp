@@ -4004,19 +4004,24 @@ Result<void> Engine::write(const std::string& session, const std::string& task_i
   // taken whole, so one write of up to the 16 MiB a request line holds went into the backlog,
   // and 60 queued jobs sent 15 MiB each held 1 GB of the daemon. The backlog, this write
   // included, never passes kMaxPendingStdin now.
+  // A refused write takes nothing, its eof neither: the input stays open for the data to be
+  // sent again (an eof taken without its data would end the command's input short). The
+  // messages say so (a review, session 35: docs/tools.md said the eof was still taken).
   if (!bytes.empty() && waiting + bytes.size() > kMaxPendingStdin) {
+    const char* eof_too = input.eof ? ", its eof neither (the input stays open)" : "";
     if (bytes.size() > kMaxPendingStdin) {
       return refusal(
           "task `{}`: a write of {} bytes is more than the {} bytes of input the engine keeps for "
-          "a command; nothing of it was queued: send it in parts of at most {} bytes, each once "
-          "the command has read the one before",
-          task_id, bytes.size(), kMaxPendingStdin, kMaxPendingStdin);
+          "a command; nothing of it was queued{}: send it in parts of at most {} bytes, each once "
+          "the command has read the one before{}",
+          task_id, bytes.size(), kMaxPendingStdin, eof_too, kMaxPendingStdin,
+          input.eof ? ", and eof with the last" : "");
     }
     return refusal(
         "task `{}` has not read the {} bytes of input it was sent before, and with this write's "
-        "{} the engine would keep more than {} bytes for it; nothing of this write was queued: "
+        "{} the engine would keep more than {} bytes for it; nothing of this write was queued{}: "
         "send it again once the command has read its input, or end its input with eof",
-        task_id, waiting, bytes.size(), kMaxPendingStdin);
+        task_id, waiting, bytes.size(), kMaxPendingStdin, eof_too);
   }
   if (!j->pty && input.eof) {
     j->stdin_eof_pending = true;

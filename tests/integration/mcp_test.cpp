@@ -1031,6 +1031,38 @@ BOOST_AUTO_TEST_CASE(an_id_is_free_again_once_its_response_arrived) {
   BOOST_TEST(answered == 300);
 }
 
+// A cancelled call gets no response, so its id is free once the cancel is read: a call that
+// reuses it at once is answered. Failure fixed (a review, session 35): it was refused as "in
+// flight" until the cancelled call's worker noticed (~0.1 s, about 20 tries in a row).
+BOOST_AUTO_TEST_CASE(an_id_is_free_again_once_its_call_is_cancelled) {
+  EngineEnv env;
+  Server s(env);
+  json bg = s.call("run_command_bg", {{"argv", {"/bin/sleep", "30"}}});
+  std::string task = json::parse(bg["content"].back()["text"].get<std::string>())["taskId"];
+  for (int i = 0; i < 5; ++i) {
+    json wait = {
+        {"jsonrpc", "2.0"},
+        {"id", 555},
+        {"method", "tools/call"},
+        {"params",
+         {{"name", "command_wait"}, {"arguments", {{"taskIds", {task}}, {"timeoutMs", 20000}}}}}};
+    json cancel = {{"jsonrpc", "2.0"},
+                   {"method", "notifications/cancelled"},
+                   {"params", {{"requestId", 555}, {"reason", "reuse"}}}};
+    json list = {{"jsonrpc", "2.0"},
+                 {"id", 555},
+                 {"method", "tools/call"},
+                 {"params", {{"name", "command_list"}, {"arguments", json::object()}}}};
+    BOOST_REQUIRE(s.proc.send(wait));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the wait is in flight
+    BOOST_REQUIRE(s.proc.send(cancel));
+    BOOST_REQUIRE(s.proc.send(list));
+    auto r = s.proc.response_to(555);
+    BOOST_REQUIRE(r.has_value());
+    BOOST_TEST(r->contains("result"), r->dump());
+  }
+}
+
 // tasks/* belong to the sessions that negotiated tasks (2025-11-25). In an older session a
 // batch holding tasks/result for a running job went unanswered, its ping too, until the job
 // ended (a review, session 34: ~15 s here, up to maxTimeoutMs). Now each is "method not
