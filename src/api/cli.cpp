@@ -129,6 +129,19 @@ size_t continued_tail(const std::string& text) {
   return 0;
 }
 
+// A command's output as the operator's terminal shows it: a CR before LF is a pty's line end,
+// kept as LF; every other control character is escaped (escape_controls).
+std::string for_terminal(std::string_view text) {
+  std::string lines;
+  lines.reserve(text.size());
+  for (size_t k = 0; k < text.size(); ++k) {
+    if (!(text[k] == '\r' && k + 1 < text.size() && text[k + 1] == '\n')) {
+      lines += text[k];
+    }
+  }
+  return escape_controls(lines);
+}
+
 int refuse(const std::string& msg, int code = kExitRefused) {
   say("", msg);
   return code;
@@ -1423,14 +1436,7 @@ int client_command(const std::string& cmd, int argc, char** argv) {
     size_t keep = last ? 0 : continued_tail(text);
     carry = text.substr(text.size() - keep);
     text.resize(text.size() - keep);
-    std::string lines;
-    lines.reserve(text.size());
-    for (size_t k = 0; k < text.size(); ++k) {
-      if (!(text[k] == '\r' && k + 1 < text.size() && text[k + 1] == '\n')) {
-        lines += text[k];
-      }
-    }
-    std::string shown = escape_controls(lines);
+    std::string shown = for_terminal(text);
     std::fwrite(shown.data(), 1, shown.size(), stdout);
   };
   if (cmd == "output" && follow) {
@@ -1515,11 +1521,7 @@ int client_command(const std::string& cmd, int argc, char** argv) {
       if (std::string tail = jf::str(sc, "tail"); !tail.empty() && cmd != "start") {
         // A pty's lines end in CRLF: the CR before each LF is the line end, not a control to
         // show (it printed `\x0d` at the end of every line of a pty job).
-        std::string lines;
-        for (size_t k = 0; k < tail.size(); ++k) {
-          if (!(tail[k] == '\r' && k + 1 < tail.size() && tail[k + 1] == '\n')) lines += tail[k];
-        }
-        tail = escape_controls(lines);
+        tail = for_terminal(tail);
         std::printf("%s%s", tail.c_str(), tail.back() == '\n' ? "" : "\n");
       }
     }

@@ -11,8 +11,6 @@
 #include <cctype>
 #include <cerrno>
 #include <cmath>
-#include <fstream>
-#include <limits>
 #include <cstdlib>
 #include <initializer_list>
 #include <nlohmann/json.hpp>
@@ -1314,18 +1312,16 @@ std::vector<std::string> host_warnings(const Policy& policy, uint64_t pid_max,
 }
 
 std::vector<std::string> host_warnings(const Policy& policy) {
-  auto read_number = [](const char* path) -> uint64_t {
-    std::ifstream in(path);
-    uint64_t v = 0;
-    return (in >> v) ? v : std::numeric_limits<uint64_t>::max();
+  auto read_number = [](const char* path) -> std::optional<uint64_t> {
+    auto text = read_small_file(path);
+    return text ? parse_uint(text->substr(0, text->find('\n'))) : std::nullopt;
   };
-  uint64_t pid_max = read_number("/proc/sys/kernel/pid_max");
-  uint64_t threads_max = read_number("/proc/sys/kernel/threads-max");
-  if (pid_max == std::numeric_limits<uint64_t>::max() &&
-      threads_max == std::numeric_limits<uint64_t>::max()) {
+  auto pid_max = read_number("/proc/sys/kernel/pid_max");
+  auto threads_max = read_number("/proc/sys/kernel/threads-max");
+  if (!pid_max && !threads_max) {
     return {};
   }
-  return host_warnings(policy, pid_max, threads_max);
+  return host_warnings(policy, pid_max.value_or(UINT64_MAX), threads_max.value_or(UINT64_MAX));
 }
 
 Result<Policy> load_policy(const std::string& path, const HostPathGuard& guard) {
