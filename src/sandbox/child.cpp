@@ -88,30 +88,33 @@ void remount_ro(const char* path, unsigned long keep, SetupStep step) {
   }
 }
 
-// Binds `src` (in the read-only source directory of mount_etc) over `dst` (in the cloned /etc):
-// a copy of the source's mount, moved onto `dst` opened beneath the new root with no symlink on
-// its way. Not mount(2) on the path: these binds are made before pivot_root, and a directory on
-// the way replaced by a symlink since the parent resolved it (etc_masks) led the bind into the
-// host's tree (an absolute link) or onto another file (a relative one), leaving the sandbox's
-// copy of the secret unmasked (failure fixed, session 28; security_etc_masks). Such a way now
-// stops the setup with ELOOP. The copy keeps the source's flags: read-only, nosuid, nodev,
-// noexec. Binds nothing where `absent_ok` and `dst` no longer exists.
+// Binds `src` (a file or directory mount_etc made in the root tmpfs) over `dst` (in the cloned
+// /etc): a detached copy of the root's mount at `src`, made read-only, nosuid, nodev and
+// noexec while still detached, then moved onto `dst` opened beneath the new root with no
+// symlink on its way. Not mount(2) on the path: these binds are made before pivot_root, and a
+// directory on the way replaced by a symlink since the parent resolved it (etc_masks) led the
+// bind into the host's tree (an absolute link) or onto another file (a relative one), leaving
+// the sandbox's copy of the secret unmasked (failure fixed, session 28; security_etc_masks).
+// Such a way now stops the setup with ELOOP. Binds nothing where `absent_ok` and `dst` no
+// longer exists.
 void bind_ro(int root_fd, const char* src, const char* dst, SetupStep step,
              bool absent_ok = false) {
-  int tree = sys::open_tree(root_fd, src, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
-  if (tree < 0) {
-    fail(step);
-  }
   int target = open_beneath(root_fd, dst, O_PATH);
   if (target == -ENOENT && absent_ok) {
-    ::close(tree);
     return;
   }
   if (target < 0) {
     fail_errno(step, -target);
   }
-  if (sys::move_mount(tree, "", target, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) !=
-      0) {
+  int tree = sys::open_tree(root_fd, src, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+  if (tree < 0) {
+    fail(step);
+  }
+  struct mount_attr attr {};
+  attr.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC;
+  if (sys::mount_setattr(tree, "", AT_EMPTY_PATH, &attr) != 0 ||
+      sys::move_mount(tree, "", target, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) !=
+          0) {
     fail(step);
   }
   ::close(target);
@@ -150,12 +153,14 @@ void write_proc(const char* path, const char* value, SetupStep step) {
 }
 
 void mount_etc(const ChildPlan& plan, int root_fd) {
-  // The sources of every bind below, in one directory of the root tmpfs bound onto itself
-  // read-only, nosuid, nodev, noexec: the generated files (passwd, group, hostname, hosts), an
-  // empty file for the secrets that are files, an empty directory (mode 000) for those that are
-  // directories. Each bind clones those flags; the directory goes once they are made (a removed
-  // directory can never gain an entry). Not a tmpfs of its own: every superblock costs each
-  // memory cgroup on the machine a shrinker slot (see mount_tmp).
+  // The sources of every bind below, in one directory of the root tmpfs: the generated files
+  // (passwd, group, hostname, hosts), an empty file for the secrets that are files, an empty
+  // directory (mode 000) for those that are directories. Each bind is a read-only, nosuid,
+  // nodev, noexec copy of the root's mount at its source (bind_ro); the sources go once they
+  // are bound (a removed directory can never gain an entry). Not a tmpfs of its own: every
+  // superblock costs each memory cgroup on the machine a shrinker slot (see mount_tmp). No
+  // mount of the source directory either: unmounting it cost an RCU grace period
+  // (namespace_unlock), which every sandbox being built on the machine waits for in turn.
   constexpr SetupStep kGen = SetupStep::kMountEtc, kMask = SetupStep::kMountEtcMask;
   const bool masks = wall_on(plan, Wall::kEtcMask);
   if (::mkdirat(root_fd, ".cordon-src", 0755) != 0) {
@@ -176,10 +181,6 @@ void mount_etc(const ChildPlan& plan, int root_fd) {
       fail(kMask);
     }
   }
-  if (::mount(".cordon-src", ".cordon-src", nullptr, MS_BIND, nullptr) != 0) {
-    fail(kGen);
-  }
-  remount_ro(".cordon-src", MS_NOSUID | MS_NODEV | MS_NOEXEC, kGen);
   for (size_t i = 0; i < plan.n_generated; ++i) {
     bind_ro(root_fd, gen_name(i), plan.generated[i].path, kGen);
   }
@@ -196,9 +197,6 @@ void mount_etc(const ChildPlan& plan, int root_fd) {
     for (size_t i = 0; i < plan.n_mask_dirs; ++i) {
       bind_ro(root_fd, ".cordon-src/empty-dir", plan.mask_dirs[i], kMask, true);
     }
-  }
-  if (::umount2(".cordon-src", MNT_DETACH) != 0) {
-    fail(kGen);
   }
   for (size_t i = 0; i < plan.n_generated; ++i) {
     if (::unlinkat(root_fd, gen_name(i), 0) != 0) {

@@ -846,6 +846,16 @@ print(sorted(os.listdir("/tmp")), sorted(os.listdir("/dev/shm")),
       BOOST_TEST(has(point, opt), point << " " << opt << ": " << opts_of.at(point));
     }
   }
+  // The generated /etc files and the masks: each a copy of the root's mount made read-only,
+  // nosuid, nodev and noexec before it was attached (child.cpp bind_ro).
+  for (const char* point : {"/etc/passwd", "/etc/group", "/etc/hostname", "/etc/hosts",
+                            "/etc/shadow", "/etc/ssl/private"}) {
+    BOOST_TEST_REQUIRE(opts_of.count(point) == 1u, point << " is not a mount: " << text);
+    BOOST_TEST(dev_of.at(point) == dev_of.at("/"), point);
+    for (const char* opt : {"ro", "nosuid", "nodev", "noexec"}) {
+      BOOST_TEST(has(point, opt), point << " " << opt << ": " << opts_of.at(point));
+    }
+  }
   // /dev is 0755 whatever the umask, and the command, which owns it, cannot change that,
   // add a node, or put one anywhere it can write.
   BOOST_TEST(probe(s, {"stat", "/dev"}).line.rfind("value mode=040755 ", 0) == 0u,
