@@ -31,6 +31,7 @@
 
 #include "api/mcp.hpp"
 #include "base/json_fields.hpp"
+#include "base/json_unique.hpp"
 #include "base/log.hpp"
 #include "base/strings.hpp"
 #include "policy/policy.hpp"
@@ -363,13 +364,26 @@ struct Hello {
 
 Hello parse_hello(const std::optional<std::string>& line) {
   Hello h;
-  constexpr const char* kFormat =
-      "the first line must be {\"cordon\": \"connect\", \"session\": \"NAME\"} (NAME of letters, "
-      "digits, - _ . (at most 100); without \"session\" the session ends with the connection) "
-      "or a JSON-RPC message";
-  json j = line ? json::parse(*line, nullptr, false) : json();
+  const std::string kFormat = fmt::format(
+      "the first line must be {{\"cordon\": \"connect\", \"session\": \"NAME\"}} (NAME: {}; "
+      "without \"session\" the session ends with the connection) or a JSON-RPC message",
+      kSessionNameRule);
+  if (!line) {
+    h.error = "no first line within the handshake time";
+    return h;
+  }
+  // A key twice (`"session": "a", "session": "b"`) is refused, not read as its last value: a
+  // proxy in front of the daemon may have read the first (base/json_unique.hpp). A JSON-RPC
+  // first message goes to the MCP server whole, which refuses it there with its id.
+  UniqueKeysParse parsed = parse_unique_keys(*line);
+  json& j = parsed.value;
   if (!j.is_object()) {
-    h.error = line ? kFormat : "no first line within the handshake time";
+    h.error = kFormat;
+    return h;
+  }
+  if (!parsed.duplicate.empty() && !j.contains("jsonrpc")) {
+    h.error = fmt::format("the key `{}` appears twice in the first line; write each key once ({})",
+                          escape_controls(parsed.duplicate.substr(0, 64), ""), kFormat);
     return h;
   }
   if (j.contains("jsonrpc")) {

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "base/json_unique.hpp"
 #include "base/strings.hpp"
 
 namespace cordon::api::jsonrpc {
@@ -225,27 +226,12 @@ void Dispatcher::handle_line(std::string_view line) {
                                  kMaxValues)));
     return;
   }
-  // nlohmann keeps the last of duplicate keys silently: a filter in front of cordon could read
-  // `{"argv": [echo], "argv": [sleep]}` as echo while cordon ran sleep (a review, session 34).
-  // A key twice in one object is refused, as the policy file's parser refuses it.
-  std::vector<std::set<std::string>> objects;
-  std::string duplicate;
-  bool id_twice = false;  // the message's own id is the duplicate: which one is meant is unknown
-  json::parser_callback_t track = [&](int, json::parse_event_t event, json& parsed) {
-    if (event == json::parse_event_t::object_start) {
-      objects.emplace_back();
-    } else if (event == json::parse_event_t::object_end && !objects.empty()) {
-      objects.pop_back();
-    } else if (event == json::parse_event_t::key && !objects.empty() && parsed.is_string() &&
-               !objects.back().insert(parsed.get<std::string>()).second) {
-      id_twice = id_twice || (objects.size() == 1 && parsed == "id");
-      if (duplicate.empty()) {
-        duplicate = parsed.get<std::string>();
-      }
-    }
-    return true;
-  };
-  json msg = json::parse(line, track, false);
+  // A key twice in one object is refused (base/json_unique.hpp), as the policy file's parser
+  // refuses it; the message's own id written twice leaves which one is meant unknown.
+  UniqueKeysParse parsed = parse_unique_keys(line);
+  json msg = std::move(parsed.value);
+  const std::string& duplicate = parsed.duplicate;
+  const bool id_twice = parsed.top_level_duplicates.count("id") != 0;
   if (msg.is_discarded()) {
     send_(make_error(nullptr, kParseError,
                      "Parse error: the line is not valid JSON (one JSON-RPC message per line)"));
