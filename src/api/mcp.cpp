@@ -933,10 +933,14 @@ class Server {
     std::string state = st.value("state", "");
     std::string message = st.value("message", "");
     bool cancelled;
-    std::string created;
+    std::string created, cancelled_at;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      cancelled = cancelled_.contains(id);
+      auto c = cancelled_.find(id);
+      cancelled = c != cancelled_.end();
+      if (cancelled) {
+        cancelled_at = c->second;
+      }
       if (auto it = tasks_.find(id); it != tasks_.end()) {
         created = it->second.created;
       }
@@ -945,9 +949,14 @@ class Server {
     if (started.empty()) {
       started = created.empty() ? now_rfc3339() : created;  // queued: not started yet
     }
+    // The last change of the task's status: its end, its start, or (for a cancelled task,
+    // whose status changes no more) the cancel.
     std::string updated = st.contains("endedAt") && st["endedAt"].is_string()
                               ? st["endedAt"].get<std::string>()
                               : started;
+    if (cancelled && !cancelled_at.empty()) {
+      updated = cancelled_at;
+    }
     std::string status, text;
     if (cancelled) {
       status = "cancelled";
@@ -1125,7 +1134,7 @@ class Server {
       }
       {
         std::lock_guard<std::mutex> lock(mu_);
-        cancelled_.insert(*id);
+        cancelled_.emplace(*id, now_rfc3339());
       }
       json task = task_of(status_json(*k));
       notify("notifications/tasks/status", task);
@@ -1321,9 +1330,9 @@ class Server {
   std::string version_ = kMcpVersions[0];
   std::list<std::shared_ptr<Call>> calls_;
   std::set<std::string> watched_, subscribed_;
-  std::deque<JobStatus> recent_;           // settled while not (yet) watched, newest last
-  std::map<std::string, TaskInfo> tasks_;  // jobs started as tasks by this server
-  std::set<std::string> cancelled_;        // tasks/cancel accepted
+  std::deque<JobStatus> recent_;                  // settled while not (yet) watched, newest last
+  std::map<std::string, TaskInfo> tasks_;         // jobs started as tasks by this server
+  std::map<std::string, std::string> cancelled_;  // tasks/cancel accepted: id -> when
   std::map<std::string, RefusedTask> refused_;
   std::deque<std::string> refused_order_;
   uint64_t refused_seq_ = 0;

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <chrono>
 #include <thread>
 
 #include "api/schema.hpp"
@@ -873,18 +874,28 @@ BOOST_AUTO_TEST_CASE(tasks_cancel_kills_the_command_and_the_task_stays_cancelled
   for (int i = 0; i < 2000 && count_processes({"/bin/sleep", secs}) == 0; ++i) {
     BOOST_REQUIRE(s.proc.request("ping").has_value());
   }
-  BOOST_REQUIRE(count_processes({"/bin/sleep", secs}) == 1);  // the control
+  BOOST_REQUIRE(count_processes({"/bin/sleep", secs}) == 1);   // the control
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the cancel is a later instant
   json c = rpc(s, "tasks/cancel", {{"taskId", id}});
   BOOST_REQUIRE_MESSAGE(c.contains("result"), c.dump());
   BOOST_TEST(c["result"]["status"] == "cancelled");
-  BOOST_TEST(rpc(s, "tasks/get", {{"taskId", id}})["result"]["status"] == "cancelled");
+  // The status changed: lastUpdatedAt is the cancel, not the start (it stayed createdAt until
+  // the job settled, session 35's review). Same-format RFC 3339 times compare as text.
+  const std::string was_created = c["result"]["createdAt"],
+                    cancelled_at = c["result"]["lastUpdatedAt"];
+  BOOST_TEST(cancelled_at > was_created, c.dump());
+  json got = rpc(s, "tasks/get", {{"taskId", id}});
+  BOOST_TEST(got["result"]["status"] == "cancelled");
+  BOOST_TEST(got["result"]["lastUpdatedAt"] == cancelled_at, got.dump());
   // Its result is what run_command_bg answers for the settled job: killed by SIGTERM.
   json r = rpc(s, "tasks/result", {{"taskId", id}});
   check_tool_result(s, "run_command_bg", r["result"]);
   BOOST_TEST(r["result"]["structuredContent"]["state"] == "killed");
   BOOST_TEST(r["result"]["structuredContent"]["signal"] == "SIGTERM");
   BOOST_TEST(count_processes({"/bin/sleep", secs}) == 0);
-  BOOST_TEST(rpc(s, "tasks/get", {{"taskId", id}})["result"]["status"] == "cancelled");
+  got = rpc(s, "tasks/get", {{"taskId", id}});
+  BOOST_TEST(got["result"]["status"] == "cancelled");
+  BOOST_TEST(got["result"]["lastUpdatedAt"] == cancelled_at, got.dump());  // nothing changed since
   // A terminal task cannot be cancelled (-32602), nor can an unknown one.
   BOOST_TEST(rpc(s, "tasks/cancel", {{"taskId", id}})["error"]["code"] == -32602);
   json unknown = rpc(s, "tasks/get", {{"taskId", "t-none"}});
