@@ -392,6 +392,20 @@ BOOST_AUTO_TEST_CASE(the_sandboxs_user_quotas_cannot_be_raised_by_the_proc_mount
   BOOST_TEST(host_value() == host_before);
 }
 
+// /proc/pressure's files are world-writable, and a write makes a PSI trigger whose release
+// waits for an RCU grace period: 200 processes with 4000 triggers each took minutes to die
+// after their SIGKILL, the host's load at 200 (a red-team review, session 36). The directory
+// is bound read-only (proc-readonly: EROFS); reading it still works. Control: without that
+// wall the kernel takes the trigger (an unprivileged one: a window of 2 s). The text ends in a
+// space: the kernel overwrites the write's last byte with the string's end.
+BOOST_AUTO_TEST_CASE(a_command_cannot_make_psi_triggers) {
+  const Strings trigger = {"write-file", "/proc/pressure/cpu", "some 150000 2000000 "};
+  BOOST_TEST(probe(s, trigger) == "errno EROFS");
+  BOOST_TEST(probe(s, trigger, {}, {"--user", "0"}) == "errno EROFS");
+  BOOST_TEST(probe(s, {"read-file", "/proc/pressure/cpu"}).rfind("value 736f6d6520", 0) == 0u);
+  BOOST_TEST(probe(s, trigger, {"proc-readonly"}) == "allowed");
+}
+
 // clone3's flags live in memory seccomp cannot read, so clone3 as a whole is ENOSYS (glibc
 // falls back to clone, whose flags the fixed filter checks). Both filters say so.
 BOOST_AUTO_TEST_CASE(clone3_is_enosys_from_both_filters) {
