@@ -162,14 +162,25 @@ Result<ResolvedExecutable> resolve_executable(const std::vector<std::string>& ar
         "readOnlyPaths for a daemon)",
         path);
   }
-  CORDON_TRY_CTX(ip, open_program(normalize_path(interp), root, root_fd), "`{}`: `#!` interpreter",
-                 path);
-  if (!is_visible(ip.resolved, visible)) {
+  auto not_visible = [&] {
     return refusal(
         "`{}`: its `#!` interpreter `{}` is not visible inside the sandbox; add it to the "
         "read-only paths (`--ro PATH`, or the policy's readOnlyPaths for a daemon) or run the "
         "interpreter explicitly",
         path, interp);
+  };
+  const std::string interp_path = normalize_path(interp);
+  auto opened = open_program(interp_path, root, root_fd);
+  if (!opened && !is_visible(interp_path, visible)) {
+    // The host's answer for a path the sandbox cannot see (missing, its mode, not a file) is
+    // not passed on: a job that writes the `#!` line would learn of host paths it cannot
+    // see from the refusal its next caller reads (a red-team review, session 36: `#!` naming
+    // a file in a root-only directory gave "is not executable (mode 600)").
+    return not_visible();
+  }
+  CORDON_TRY_CTX(ip, std::move(opened), "`{}`: `#!` interpreter", path);
+  if (!is_visible(ip.resolved, visible)) {
+    return not_visible();
   }
   CORDON_TRY(nested, read_shebang(ip.fd.get(), interp));
   if (!nested.first.empty()) {

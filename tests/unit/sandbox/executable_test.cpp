@@ -94,6 +94,45 @@ BOOST_AUTO_TEST_CASE(interpreter_the_sandbox_cannot_see_is_refused_by_name) {
   BOOST_TEST(r.error().message().find("readOnlyPaths") != std::string::npos);
 }
 
+// What the host has at a `#!` path the sandbox cannot see is not told: a missing file, one
+// that is not executable and a directory are refused alike, as not visible (it said "does not
+// exist", "is not executable (mode 600)": a red-team review, session 36). Control: the same
+// three under a visible path keep their own reasons.
+BOOST_AUTO_TEST_CASE(the_refusal_of_an_unseen_interpreter_says_nothing_of_the_host) {
+  Root root;
+  Root hidden;
+  std::string unexec = hidden.write("secret", "x", 0600);
+  std::string dir = hidden.path + "/sub";
+  std::filesystem::create_directories(dir);
+  std::string missing = hidden.path + "/nope";
+  std::vector<std::string> replies;
+  for (const std::string& interp : {unexec, dir, missing}) {
+    std::string p = root.write("run", "#!" + interp + "\n", 0755);
+    auto r = resolve_executable({p}, root.path, root.fd, root.visible());
+    BOOST_REQUIRE(!r.has_value());
+    std::string m = r.error().message();
+    BOOST_TEST(m.find("not visible inside the sandbox") != std::string::npos, m);
+    BOOST_TEST(m.find("mode") == std::string::npos, m);
+    BOOST_TEST(m.find("does not exist") == std::string::npos, m);
+    BOOST_TEST(m.find("regular file") == std::string::npos, m);
+    // Apart from the path named, the three read the same.
+    size_t at = m.find(interp);
+    BOOST_REQUIRE(at != std::string::npos);
+    replies.push_back(m.erase(at, interp.size()));
+  }
+  BOOST_TEST(replies[0] == replies[1]);
+  BOOST_TEST(replies[1] == replies[2]);
+  // Control: visible to the sandbox (in the root), each keeps its reason.
+  std::vector<std::string> seen = root.visible();
+  seen.push_back(hidden.path);
+  std::string p = root.write("run", "#!" + unexec + "\n", 0755);
+  BOOST_TEST(why(resolve_executable({p}, root.path, root.fd, seen)).find("mode 600") !=
+             std::string::npos);
+  p = root.write("run", "#!" + missing + "\n", 0755);
+  BOOST_TEST(why(resolve_executable({p}, root.path, root.fd, seen)).find("does not exist") !=
+             std::string::npos);
+}
+
 BOOST_AUTO_TEST_CASE(script_the_sandbox_cannot_see_is_refused_naming_the_read_only_paths) {
   Root root;
   Root other;
