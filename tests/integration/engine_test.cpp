@@ -178,6 +178,26 @@ BOOST_AUTO_TEST_CASE(timeout_kills_a_child_that_ignores_sigterm) {
   BOOST_TEST(st->error.find("500 ms") != std::string::npos, st->error);
 }
 
+// The engine arms one timer for the earliest deadline; a deadline set later only moves it
+// earlier (no scan of every job since session 36). A short timeout set while a long one is
+// armed must still fire on time: were the timer left at the first job's 60 s, the second
+// would still be running when its 10 s wait ends.
+BOOST_AUTO_TEST_CASE(a_short_timeout_set_after_a_long_one_still_fires) {
+  EngineEnv env(nlohmann::json{{"killGraceMs", 200}});
+  auto e = open_or_fail(env);
+  auto slow = e->start("s1", {.argv = {"/bin/sleep", "1000"}, .timeout_ms = 60000});
+  BOOST_REQUIRE_MESSAGE(slow.has_value(), describe(slow));
+  BOOST_REQUIRE(e->status("s1", slow->task_id)->state == "running");
+  auto fast = e->start("s1", {.argv = {"/bin/sleep", "1000"}, .timeout_ms = 300});
+  BOOST_REQUIRE_MESSAGE(fast.has_value(), describe(fast));
+  auto st = e->status("s1", fast->task_id, 10s);
+  BOOST_REQUIRE(st.has_value());
+  BOOST_TEST(st->state == "timeout", st->state);
+  BOOST_TEST(e->status("s1", slow->task_id)->state == "running");
+  BOOST_TEST(e->kill("s1", slow->task_id, SIGKILL).has_value());
+  BOOST_TEST(e->status("s1", slow->task_id, 10s)->state == "killed");
+}
+
 // Memory no process maps (socket buffers, pipes, files in /tmp) counts against the limit, so
 // the OOM killer may choose the sandbox's init, whose death takes the sandbox with it before
 // it reports the command's status. Found on a pure cgroup v2 kernel (tests/vm: 300 unread
