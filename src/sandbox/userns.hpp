@@ -17,7 +17,8 @@ inline constexpr uid_t kHostIdBase = 0x70000000;  // 1879048192: far above subui
 inline constexpr uid_t kHostIdCount = 65536;
 /// Where every cordon on the host leases its host ids, whatever its state dir: the leases
 /// are the host's, so two engines (or a daemon and a `cordon run`) with different state dirs
-/// never hand one host uid to two sandboxes. On /run (tmpfs): nothing to keep across a boot.
+/// never hand one host uid to two sandboxes. On /run (a tmpfs on most hosts): nothing to keep
+/// across a boot.
 inline constexpr const char* kHostIdLeaseDir = "/run/cordon/uids";
 
 /// A host uid (== gid) leased for one sandbox: an flock'd file in `lock_dir`, named by the id,
