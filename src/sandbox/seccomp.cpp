@@ -573,6 +573,37 @@ Result<SeccompCtx> build_fixed(const SeccompOptions& options) {
     CORDON_CHECK(add_rule(c, eperm, nr, {int_is(0, user)}, "a call on a whole uid"));
   }
 
+  // Kernel work a command could make its own death wait for (a red-team review, session 36).
+  // - Byte-range locks of an open file description (F_OFD_SETLK/SETLKW, Linux 3.15) stay
+  //   until the last descriptor of that description closes, and every close of a descriptor
+  //   on the file walks all of the file's locks (locks_remove_posix): 40,000 locks and 16
+  //   processes holding 4000 dups each kept `cordon run` waiting 29 s after the timeout's
+  //   SIGKILL, growing as locks × descriptors (an hour and more within the default limits).
+  //   F_SETLK's locks go with the process that took them, so the walks stop as soon as it has
+  //   died. EINVAL, as a kernel without OFD locks answers: programs fall back to F_SETLK.
+  // - dnotify (F_NOTIFY): each close of a descriptor on a watched directory walks the
+  //   directory's marks under the mutex of the host's one dnotify group, so the marks made
+  //   a death as long as the job's whole run and stalled every dnotify user on the host.
+  //   inotify, its successor, has a per-user quota in the sandbox's namespace.
+  const uint32_t einval = SCMP_ACT_ERRNO(kErrnoEinval);
+  constexpr uint64_t kFOfdSetlk = 37, kFOfdSetlkw = 38, kFNotify = 1026;  // fixed ABI values
+  for (uint64_t cmd : {kFOfdSetlk, kFOfdSetlkw, kFNotify}) {
+    CORDON_CHECK(add_rule(c, einval, SCMP_SYS(fcntl), {int_is(1, cmd)}, "fcntl"));
+  }
+  // Socket filters: each classic BPF program attached to a socket is JIT-compiled into memory
+  // charged to no memory cgroup, up to the host-wide net.core.bpf_jit_limit; once a job has
+  // filled it, no unprivileged BPF program loads on the host, every other sandbox's seccomp
+  // filters included (the kernel has no interpreter to fall back to). eBPF (SO_ATTACH_BPF)
+  // needs bpf(), which the profile refuses; refused here too. SOL_SOCKET and the option
+  // names are ints.
+  constexpr uint64_t kSoAttachFilter = 26, kSoAttachBpf = 50, kSoAttachReuseportCbpf = 51,
+                     kSoAttachReuseportEbpf = 52;
+  for (uint64_t name :
+       {kSoAttachFilter, kSoAttachBpf, kSoAttachReuseportCbpf, kSoAttachReuseportEbpf}) {
+    CORDON_CHECK(add_rule(c, eperm, SCMP_SYS(setsockopt), {int_is(1, SOL_SOCKET), int_is(2, name)},
+                          "setsockopt"));
+  }
+
   // personality: the values Docker's default profile allows (moby profiles/seccomp/
   // default.json): PER_LINUX (0), PER_LINUX32 (0x8), UNAME26 (0x20000), both (0x20008) and
   // the query 0xffffffff. Everything else (ADDR_NO_RANDOMIZE, READ_IMPLIES_EXEC,

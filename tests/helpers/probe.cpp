@@ -457,6 +457,77 @@ std::string probe_clone_newuser(Args) {
   });
 }
 
+// An OFD byte-range lock (F_OFD_SETLK, 37) on a file made in `dir`: refused by the fixed
+// filter, whose locks a command could make its own death walk (seccomp.cpp).
+std::string probe_ofd_lock(Args args) {
+  std::string path = std::string(args[0]) + "/ofd-lock";
+  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return "setup: open " + errno_name(errno);
+  }
+  struct flock lock {};
+  lock.l_type = F_WRLCK;
+  lock.l_whence = SEEK_SET;
+  lock.l_start = 0;
+  lock.l_len = 1;
+  long rc = fcntl(fd, 37 /* F_OFD_SETLK */, &lock);
+  int err = errno;
+  close(fd);
+  unlink(path.c_str());
+  return rc < 0 ? denied(err) : allowed();
+}
+
+// A classic F_SETLK lock, which stays allowed (it goes with its process).
+std::string probe_posix_lock(Args args) {
+  std::string path = std::string(args[0]) + "/posix-lock";
+  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return "setup: open " + errno_name(errno);
+  }
+  struct flock lock {};
+  lock.l_type = F_WRLCK;
+  lock.l_whence = SEEK_SET;
+  lock.l_len = 1;
+  long rc = fcntl(fd, F_SETLK, &lock);
+  int err = errno;
+  close(fd);
+  unlink(path.c_str());
+  return rc < 0 ? denied(err) : allowed();
+}
+
+// dnotify on a directory (F_NOTIFY, 1026, DN_MODIFY).
+std::string probe_dnotify(Args args) {
+  int fd = open(args[0], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    return "setup: open " + errno_name(errno);
+  }
+  long rc = fcntl(fd, 1026 /* F_NOTIFY */, 0x2 /* DN_MODIFY */);
+  int err = errno;
+  close(fd);
+  return rc < 0 ? denied(err) : allowed();
+}
+
+// A one-instruction classic BPF socket filter (`accept everything`) on a UDP socket.
+std::string probe_socket_filter(Args) {
+  int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (s < 0) {
+    return "setup: socket " + errno_name(errno);
+  }
+  struct {
+    uint16_t code;
+    uint8_t jt, jf;
+    uint32_t k;
+  } insn[1] = {{0x06 /* BPF_RET | BPF_K */, 0, 0, 0xffffffff}};
+  struct {
+    unsigned short len;
+    void* filter;
+  } prog = {1, insn};
+  long rc = setsockopt(s, SOL_SOCKET, 26 /* SO_ATTACH_FILTER */, &prog, sizeof prog);
+  int err = errno;
+  close(s);
+  return rc < 0 ? denied(err) : allowed();
+}
+
 // clone3 passes its flags in memory, where seccomp cannot look, so the filter must answer
 // ENOSYS for all of clone3 (glibc then falls back to clone, whose flags it can check).
 std::string probe_clone3(Args) {
@@ -1637,6 +1708,10 @@ constexpr Probe kProbes[] = {
     {"unshare", "<user|mnt|net|pid|ipc|uts|cgroup|time>", 1, 1, probe_unshare},
     {"clone-newuser", "", 0, 0, probe_clone_newuser},
     {"clone3", "", 0, 0, probe_clone3},
+    {"ofd-lock", "<dir>", 1, 1, probe_ofd_lock},
+    {"posix-lock", "<dir>", 1, 1, probe_posix_lock},
+    {"dnotify", "<dir>", 1, 1, probe_dnotify},
+    {"socket-filter", "", 0, 0, probe_socket_filter},
     {"mount-tmpfs", "", 0, 0, probe_mount_tmpfs},
     {"mount-cgroup-v1", "[controller]", 0, 1, probe_mount_cgroup_v1},
     {"fsopen", "", 0, 0, probe_fsopen},

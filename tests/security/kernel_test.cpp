@@ -406,6 +406,29 @@ BOOST_AUTO_TEST_CASE(a_command_cannot_make_psi_triggers) {
   BOOST_TEST(probe(s, trigger, {"proc-readonly"}) == "allowed");
 }
 
+// Kernel work a command could make its own death wait for after its SIGKILL (a red-team
+// review, session 36): OFD byte-range locks (every close of a dup walks every lock of the
+// file: 16 processes × 4000 dups × 40,000 locks kept `cordon run` 29 s past its timeout) and
+// dnotify marks (each close walks them under the host's one dnotify mutex) are EINVAL, as on
+// a kernel without them; classic F_SETLK locks (gone with their process) stay. Socket filters,
+// JIT-compiled into memory charged to no cgroup up to the host's bpf_jit_limit (full, no
+// sandbox's seccomp filters load), are EPERM. Control: without the fixed filter each is the
+// kernel's to take.
+BOOST_AUTO_TEST_CASE(ofd_locks_dnotify_and_socket_filters_are_refused_posix_locks_are_not) {
+  const Strings ofd = {"ofd-lock", "/tmp"}, notify = {"dnotify", "/tmp"},
+                filter = {"socket-filter"};
+  BOOST_TEST(probe(s, ofd) == "errno EINVAL");
+  BOOST_TEST(probe(s, notify) == "errno EINVAL");
+  BOOST_TEST(probe(s, filter) == "errno EPERM");
+  BOOST_TEST(probe(s, {"posix-lock", "/tmp"}) == "allowed");
+  // The profile allows fcntl and setsockopt: the fixed filter alone refuses these.
+  BOOST_TEST(probe(s, ofd, {"seccomp-profile"}) == "errno EINVAL");
+  BOOST_TEST(probe(s, filter, {"seccomp-profile"}) == "errno EPERM");
+  BOOST_TEST(probe(s, ofd, {"seccomp-fixed"}) == "allowed");
+  BOOST_TEST(probe(s, notify, {"seccomp-fixed"}) == "allowed");
+  BOOST_TEST(probe(s, filter, {"seccomp-fixed"}) == "allowed");
+}
+
 // clone3's flags live in memory seccomp cannot read, so clone3 as a whole is ENOSYS (glibc
 // falls back to clone, whose flags the fixed filter checks). Both filters say so.
 BOOST_AUTO_TEST_CASE(clone3_is_enosys_from_both_filters) {
