@@ -950,7 +950,7 @@ BOOST_AUTO_TEST_CASE(one_uid_has_at_most_max_calls_per_uid_in_flight_over_its_co
                        {"daemon", {{"allowedUids", json::array({65533})}, {"maxCallsPerUid", 3}}}});
   // `n` connections of one session each park a command_wait of 1.5 s on a sleeping job; one
   // more connection makes a call while they wait, and another after they answered.
-  auto scenario = [&](int n, bool held) {
+  auto scenario = [&](int n) {
     std::vector<std::unique_ptr<LineClient>> c;
     for (int i = 0; i <= n; ++i) {
       c.push_back(std::make_unique<LineClient>(d.connect_fd()));
@@ -967,16 +967,8 @@ BOOST_AUTO_TEST_CASE(one_uid_has_at_most_max_calls_per_uid_in_flight_over_its_co
     for (int i = 0; i < n; ++i) {
       waits.push_back(c[i]->call_async("command_wait", {{"taskIds", {id}}, {"timeoutMs", 1500}}));
     }
-    // All of them in flight: for a held uid the next call is refused busy once the daemon has
-    // read the n waits, which under a heavy load takes longer than a moment (a call made
-    // before then took a slot, and the last wait was refused: CI at a load of 200, session
-    // 36). A call served meanwhile gives its slot back at once.
-    json more;
-    const auto until = std::chrono::steady_clock::now() + 15s;
-    do {
-      std::this_thread::sleep_for(300ms);
-      more = c[n]->call("command_status", {{"taskId", id}}, 5000ms);
-    } while (held && more.contains("result") && std::chrono::steady_clock::now() < until);
+    std::this_thread::sleep_for(300ms);  // all of them in flight (see the retries below)
+    json more = c[n]->call("command_status", {{"taskId", id}}, 5000ms);
     std::string out = "more " + (more.contains("result") ? std::string("served")
                                                          : more.value("error", json()).dump());
     for (int i = 0; i < n; ++i) {
@@ -986,13 +978,20 @@ BOOST_AUTO_TEST_CASE(one_uid_has_at_most_max_calls_per_uid_in_flight_over_its_co
     json after = c[n]->call("command_kill", {{"taskId", id}, {"signal", "SIGKILL"}}, 5000ms);
     return out + " after " + (after.contains("result") ? "served" : after.dump());
   };
-  std::string capped = as_uid(65533, [&] { return scenario(3, true); });
+  // Under load the daemon may not have read every wait 300 ms after they were sent; the call
+  // then takes a slot itself and a late wait is refused instead. Such a round says nothing of
+  // the cap and is run again (at most 5 times): one round's refusal must be the call's (CI at
+  // a load of 200, session 36).
+  std::string capped;
+  for (int round = 0; round < 5 && !capped.starts_with("more {\"code\":-32000"); ++round) {
+    capped = as_uid(65533, [&] { return scenario(3); });
+  }
   BOOST_TEST(capped.starts_with("more {\"code\":-32000"), capped);
   BOOST_TEST(capped.find("your uid has 3 requests in flight") != std::string::npos, capped);
   BOOST_TEST(capped.find("daemon.maxCallsPerUid") != std::string::npos, capped);
   BOOST_TEST(capped.ends_with("wait answered wait answered wait answered after served"), capped);
   // Root is not held to it.
-  std::string root = scenario(4, false);
+  std::string root = scenario(4);
   BOOST_TEST(root ==
                  "more served wait answered wait answered wait answered wait answered after "
                  "served",
