@@ -579,15 +579,18 @@ Result<SeccompCtx> build_fixed(const SeccompOptions& options) {
   //   on the file walks all of the file's locks (locks_remove_posix): 40,000 locks and 16
   //   processes holding 4000 dups each kept `cordon run` waiting 29 s after the timeout's
   //   SIGKILL, growing as locks × descriptors (an hour and more within the default limits).
-  //   F_SETLK's locks go with the process that took them, so the walks stop as soon as it has
-  //   died. EINVAL, as a kernel without OFD locks answers: programs fall back to F_SETLK.
+  //   EINVAL for all three OFD commands (F_OFD_GETLK too: programs such as QEMU probe with it
+  //   and would otherwise pick OFD locks and fail), as a kernel without them answers, so
+  //   programs fall back to F_SETLK. Its locks go with the process that took them, at its
+  //   first close of the file, which bounds the walks less tightly: a Known limit.
   // - dnotify (F_NOTIFY): each close of a descriptor on a watched directory walks the
   //   directory's marks under the mutex of the host's one dnotify group, so the marks made
   //   a death as long as the job's whole run and stalled every dnotify user on the host.
   //   inotify, its successor, has a per-user quota in the sandbox's namespace.
   const uint32_t einval = SCMP_ACT_ERRNO(kErrnoEinval);
-  constexpr uint64_t kFOfdSetlk = 37, kFOfdSetlkw = 38, kFNotify = 1026;  // fixed ABI values
-  for (uint64_t cmd : {kFOfdSetlk, kFOfdSetlkw, kFNotify}) {
+  constexpr uint64_t kFOfdGetlk = 36, kFOfdSetlk = 37, kFOfdSetlkw = 38,
+                     kFNotify = 1026;  // fixed ABI values
+  for (uint64_t cmd : {kFOfdGetlk, kFOfdSetlk, kFOfdSetlkw, kFNotify}) {
     CORDON_CHECK(add_rule(c, einval, SCMP_SYS(fcntl), {int_is(1, cmd)}, "fcntl"));
   }
   // Socket filters: each classic BPF program attached to a socket is JIT-compiled into memory

@@ -457,8 +457,8 @@ std::string probe_clone_newuser(Args) {
   });
 }
 
-// An OFD byte-range lock (F_OFD_SETLK, 37) on a file made in `dir`: refused by the fixed
-// filter, whose locks a command could make its own death walk (seccomp.cpp).
+// An OFD byte-range lock (F_OFD_SETLK 37, or with `get` F_OFD_GETLK 36) on a file made in `dir`:
+// refused by the fixed filter, whose locks a command could make its own death walk (seccomp.cpp).
 std::string probe_ofd_lock(Args args) {
   std::string path = std::string(args[0]) + "/ofd-lock";
   int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
@@ -470,7 +470,9 @@ std::string probe_ofd_lock(Args args) {
   lock.l_whence = SEEK_SET;
   lock.l_start = 0;
   lock.l_len = 1;
-  long rc = fcntl(fd, 37 /* F_OFD_SETLK */, &lock);
+  // `get`: F_OFD_GETLK (36), which programs probe for OFD locks with; else F_OFD_SETLK (37).
+  const bool get = args.size() > 1 && std::string_view(args[1]) == "get";
+  long rc = fcntl(fd, get ? 36 : 37, &lock);
   int err = errno;
   close(fd);
   unlink(path.c_str());
@@ -1708,7 +1710,7 @@ constexpr Probe kProbes[] = {
     {"unshare", "<user|mnt|net|pid|ipc|uts|cgroup|time>", 1, 1, probe_unshare},
     {"clone-newuser", "", 0, 0, probe_clone_newuser},
     {"clone3", "", 0, 0, probe_clone3},
-    {"ofd-lock", "<dir>", 1, 1, probe_ofd_lock},
+    {"ofd-lock", "<dir> [get]", 1, 2, probe_ofd_lock},
     {"posix-lock", "<dir>", 1, 1, probe_posix_lock},
     {"dnotify", "<dir>", 1, 1, probe_dnotify},
     {"socket-filter", "", 0, 0, probe_socket_filter},

@@ -417,7 +417,10 @@ BOOST_AUTO_TEST_CASE(a_command_cannot_make_psi_triggers) {
 BOOST_AUTO_TEST_CASE(ofd_locks_dnotify_and_socket_filters_are_refused_posix_locks_are_not) {
   const Strings ofd = {"ofd-lock", "/tmp"}, notify = {"dnotify", "/tmp"},
                 filter = {"socket-filter"};
+  const Strings ofd_get = {"ofd-lock", "/tmp", "get"};
   BOOST_TEST(probe(s, ofd) == "errno EINVAL");
+  BOOST_TEST(probe(s, ofd_get) == "errno EINVAL");  // the probe for them answers as without
+  BOOST_TEST(probe(s, ofd_get, {"seccomp-fixed"}) == "allowed");
   BOOST_TEST(probe(s, notify) == "errno EINVAL");
   BOOST_TEST(probe(s, filter) == "errno EPERM");
   BOOST_TEST(probe(s, {"posix-lock", "/tmp"}) == "allowed");
