@@ -13,7 +13,13 @@
 namespace cordon::sandbox {
 namespace {
 
-bool is_visible(const std::string& path, const std::vector<std::string>& visible) {
+bool is_visible(const std::string& path, const std::vector<std::string>& visible,
+                const std::vector<std::string>& hidden) {
+  for (const auto& h : hidden) {
+    if (path_within(path, h)) {
+      return false;  // shown masked: an empty file or directory
+    }
+  }
   for (const auto& v : visible) {
     if (path_within(path, v)) {
       return true;
@@ -117,7 +123,8 @@ Result<std::pair<std::string, std::string>> read_shebang(int path_fd, const std:
 Result<ResolvedExecutable> resolve_executable(const std::vector<std::string>& argv,
                                               const std::string& root, int root_fd,
                                               const std::vector<std::string>& visible,
-                                              uint64_t expected_dev, uint64_t expected_ino) {
+                                              uint64_t expected_dev, uint64_t expected_ino,
+                                              const std::vector<std::string>& hidden) {
   if (argv.empty() || argv[0].empty() || argv[0][0] != '/') {
     return refusal("the program must be an absolute path");
   }
@@ -155,7 +162,7 @@ Result<ResolvedExecutable> resolve_executable(const std::vector<std::string>& ar
   if (interp[0] != '/') {
     return refusal("`{}`: the `#!` interpreter `{}` is not an absolute path", path, interp);
   }
-  if (!is_visible(prog.resolved, visible)) {
+  if (!is_visible(prog.resolved, visible, hidden)) {
     return refusal(
         "the script `{}` is not visible inside the sandbox; put it under the "
         "working root or add its directory to the read-only paths (`--ro DIR`, or the policy's "
@@ -171,7 +178,7 @@ Result<ResolvedExecutable> resolve_executable(const std::vector<std::string>& ar
   };
   const std::string interp_path = normalize_path(interp);
   auto opened = open_program(interp_path, root, root_fd);
-  if (!opened && !is_visible(interp_path, visible)) {
+  if (!opened && !is_visible(interp_path, visible, hidden)) {
     // The host's answer for a path the sandbox cannot see (missing, its mode, not a file) is
     // not passed on: a job that writes the `#!` line would learn of host paths it cannot
     // see from the refusal its next caller reads (a red-team review, session 36: `#!` naming
@@ -179,7 +186,7 @@ Result<ResolvedExecutable> resolve_executable(const std::vector<std::string>& ar
     return not_visible();
   }
   CORDON_TRY_CTX(ip, std::move(opened), "`{}`: `#!` interpreter", path);
-  if (!is_visible(ip.resolved, visible)) {
+  if (!is_visible(ip.resolved, visible, hidden)) {
     return not_visible();
   }
   CORDON_TRY(nested, read_shebang(ip.fd.get(), interp));

@@ -24,10 +24,11 @@ struct ResolvedExecutable {
 /// itself and pins the interpreter; `visible` lists the host paths the sandbox can see, so an
 /// interpreter or script it cannot see is refused by name instead of failing with ENOENT.
 /// With expected_dev/ino (the identity a policy check saw), a different file is refused.
-[[nodiscard]] Result<ResolvedExecutable> resolve_executable(const std::vector<std::string>& argv,
-                                                            const std::string& root, int root_fd,
-                                                            const std::vector<std::string>& visible,
-                                                            uint64_t expected_dev = 0,
-                                                            uint64_t expected_ino = 0);
+/// `hidden`: paths under `visible` that the sandbox shows masked (the /etc secrets), which
+/// count as not visible.
+[[nodiscard]] Result<ResolvedExecutable> resolve_executable(
+    const std::vector<std::string>& argv, const std::string& root, int root_fd,
+    const std::vector<std::string>& visible, uint64_t expected_dev = 0, uint64_t expected_ino = 0,
+    const std::vector<std::string>& hidden = {});
 
 }  // namespace cordon::sandbox

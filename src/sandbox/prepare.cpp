@@ -293,10 +293,20 @@ Result<void> PreparedSandbox::resolve_cwd(const SandboxSpec& spec) {
 }
 
 Result<void> PreparedSandbox::resolve_command(const SandboxSpec& spec,
-                                              const std::vector<std::string>& visible) {
+                                              const std::vector<std::string>& visible,
+                                              const EtcMasks& masks) {
+  // What the sandbox shows masked is not visible either: a `#!` naming a file in a masked
+  // directory (/etc/ssl/private/x) was answered with what the host has there (a review,
+  // session 36).
+  std::vector<std::string> hidden;
+  for (const auto* list : {&masks.files, &masks.dirs}) {
+    for (const auto& m : *list) {
+      hidden.push_back("/" + m);
+    }
+  }
   // The program: pinned when outside the root, by path inside it.
   CORDON_TRY(exe, resolve_executable(spec.argv, root_, root_fd_.get(), visible, spec.exec_dev,
-                                     spec.exec_ino));
+                                     spec.exec_ino, hidden));
   argv_ = exe.argv;
   applied_.pinned_executable = exe.pinned;
   applied_.interpreter = exe.interpreter;
@@ -323,7 +333,7 @@ Result<std::unique_ptr<PreparedSandbox>> PreparedSandbox::prepare(const SandboxS
   }
   CORDON_CHECK(p->prepare_mounts(spec, host_id));
   if (!park) {
-    CORDON_CHECK(p->resolve_command(spec, p->visible_));
+    CORDON_CHECK(p->resolve_command(spec, p->visible_, p->etc_masks_));
   }
 
   // The init binary: root-owned and not writable by anyone else, so /proc/1/exe (the runc
@@ -454,7 +464,7 @@ Result<std::unique_ptr<PreparedSandbox>> PreparedSandbox::prepare_job(
                    spec.root);
   }
   CORDON_CHECK(p->resolve_cwd(spec));
-  CORDON_CHECK(p->resolve_command(spec, shape.visible));
+  CORDON_CHECK(p->resolve_command(spec, shape.visible, shape.masks));
   CORDON_CHECK(p->prepare_plan_file(spec, seccomp, p->argv_, p->exec_path_));
   CORDON_CHECK(p->prepare_channels(spec, host_id, false, true));
   p->plan_.landlock_handled = shape.landlock_handled;

@@ -163,7 +163,8 @@ class PreparedSandbox {
   Result<void> prepare_landlock(const SandboxSpec& spec);
   Result<void> open_root(const SandboxSpec& spec);
   Result<void> resolve_cwd(const SandboxSpec& spec);
-  Result<void> resolve_command(const SandboxSpec& spec, const std::vector<std::string>& visible);
+  Result<void> resolve_command(const SandboxSpec& spec, const std::vector<std::string>& visible,
+                               const EtcMasks& masks);
   Result<void> prepare_plan_file(const SandboxSpec& spec, const SeccompPrograms& seccomp,
                                  const std::vector<std::string>& argv, const std::string& exec_path,
                                  uint32_t extra_flags = 0);

@@ -133,6 +133,25 @@ BOOST_AUTO_TEST_CASE(the_refusal_of_an_unseen_interpreter_says_nothing_of_the_ho
              std::string::npos);
 }
 
+// A path the sandbox shows masked (an /etc secret, or anything in a masked directory) is not
+// visible either, though it lies under a visible tree: `#!/etc/ssl/private/<name>` said what
+// the host has there (a review, session 36). Control: without the mask, the host's answer.
+BOOST_AUTO_TEST_CASE(an_interpreter_under_a_masked_path_is_not_visible) {
+  Root root;
+  Root hidden;
+  std::string secret = hidden.write("private/key", "x", 0600);
+  std::string p = root.write("run", "#!" + secret + "\n", 0755);
+  std::vector<std::string> seen = root.visible();
+  seen.push_back(hidden.path);
+  auto masked = resolve_executable({p}, root.path, root.fd, seen, 0, 0, {hidden.path + "/private"});
+  BOOST_TEST(why(masked).find("not visible inside the sandbox") != std::string::npos, why(masked));
+  BOOST_TEST(why(masked).find("mode") == std::string::npos, why(masked));
+  auto file_masked = resolve_executable({p}, root.path, root.fd, seen, 0, 0, {secret});
+  BOOST_TEST(why(file_masked).find("not visible inside the sandbox") != std::string::npos);
+  BOOST_TEST(why(resolve_executable({p}, root.path, root.fd, seen)).find("mode 600") !=
+             std::string::npos);
+}
+
 BOOST_AUTO_TEST_CASE(script_the_sandbox_cannot_see_is_refused_naming_the_read_only_paths) {
   Root root;
   Root other;
