@@ -457,10 +457,9 @@ std::string probe_clone_newuser(Args) {
   });
 }
 
-// An OFD byte-range lock (F_OFD_SETLK 37, or with `get` F_OFD_GETLK 36) on a file made in `dir`:
-// refused by the fixed filter, whose locks a command could make its own death walk (seccomp.cpp).
-std::string probe_ofd_lock(Args args) {
-  std::string path = std::string(args[0]) + "/ofd-lock";
+// A write lock on the first byte of a file made in `dir`, taken with fcntl command `cmd`.
+std::string byte_lock(const char* dir, int cmd) {
+  std::string path = std::string(dir) + "/byte-lock";
   int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0) {
     return "setup: open " + errno_name(errno);
@@ -468,34 +467,23 @@ std::string probe_ofd_lock(Args args) {
   struct flock lock {};
   lock.l_type = F_WRLCK;
   lock.l_whence = SEEK_SET;
-  lock.l_start = 0;
   lock.l_len = 1;
-  // `get`: F_OFD_GETLK (36), which programs probe for OFD locks with; else F_OFD_SETLK (37).
-  const bool get = args.size() > 1 && std::string_view(args[1]) == "get";
-  long rc = fcntl(fd, get ? 36 : 37, &lock);
+  long rc = fcntl(fd, cmd, &lock);
   int err = errno;
   close(fd);
   unlink(path.c_str());
   return rc < 0 ? denied(err) : allowed();
 }
 
-// A classic F_SETLK lock, which stays allowed (it goes with its process).
-std::string probe_posix_lock(Args args) {
-  std::string path = std::string(args[0]) + "/posix-lock";
-  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    return "setup: open " + errno_name(errno);
-  }
-  struct flock lock {};
-  lock.l_type = F_WRLCK;
-  lock.l_whence = SEEK_SET;
-  lock.l_len = 1;
-  long rc = fcntl(fd, F_SETLK, &lock);
-  int err = errno;
-  close(fd);
-  unlink(path.c_str());
-  return rc < 0 ? denied(err) : allowed();
+// An OFD byte-range lock (F_OFD_SETLK 37, or with `get` F_OFD_GETLK 36, which programs probe
+// for OFD locks with): refused by the fixed filter, whose locks a command could make its own
+// death walk (seccomp.cpp).
+std::string probe_ofd_lock(Args args) {
+  return byte_lock(args[0], args.size() > 1 && std::string_view(args[1]) == "get" ? 36 : 37);
 }
+
+// A classic F_SETLK lock, which stays allowed (it goes with its process).
+std::string probe_posix_lock(Args args) { return byte_lock(args[0], F_SETLK); }
 
 // dnotify on a directory (F_NOTIFY, 1026, DN_MODIFY).
 std::string probe_dnotify(Args args) {
