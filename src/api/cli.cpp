@@ -113,18 +113,17 @@ void say(const char* prefix, const std::string& msg) {
 }
 
 // How many bytes at the end of `text` may go on in the next page of output: a CR (its LF may
-// start the next page) or the first bytes of a UTF-8 character cut short.
+// start the next page) or the first bytes of a UTF-8 character cut short (a proper prefix of a
+// well-formed sequence, as the pager's own decoding rule says: utf8_unit_length).
 size_t continued_tail(const std::string& text) {
   if (!text.empty() && text.back() == '\r') {
     return 1;
   }
   for (size_t k = 1; k <= 3 && k <= text.size(); ++k) {
-    auto b = static_cast<unsigned char>(text[text.size() - k]);
-    if ((b & 0xc0) == 0x80) {
-      continue;  // a continuation byte: its lead is further back
+    const auto* p = reinterpret_cast<const uint8_t*>(text.data() + text.size() - k);
+    if (utf8_unit_length(p, k, /*final=*/false) == 0) {
+      return k;
     }
-    size_t need = b >= 0xf0 ? 4 : b >= 0xe0 ? 3 : b >= 0xc0 ? 2 : 1;
-    return need > k ? k : 0;
   }
   return 0;
 }
