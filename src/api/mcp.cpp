@@ -932,13 +932,11 @@ class Server {
     std::string id = st.value("taskId", "");
     std::string state = st.value("state", "");
     std::string message = st.value("message", "");
-    bool cancelled;
-    std::string created, cancelled_at;
+    std::optional<std::string> cancelled_at;  // when tasks/cancel was accepted
+    std::string created;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      auto c = cancelled_.find(id);
-      cancelled = c != cancelled_.end();
-      if (cancelled) {
+      if (auto c = cancelled_.find(id); c != cancelled_.end()) {
         cancelled_at = c->second;
       }
       if (auto it = tasks_.find(id); it != tasks_.end()) {
@@ -951,14 +949,9 @@ class Server {
     }
     // The last change of the task's status: its end, its start, or (for a cancelled task,
     // whose status changes no more) the cancel.
-    std::string updated = st.contains("endedAt") && st["endedAt"].is_string()
-                              ? st["endedAt"].get<std::string>()
-                              : started;
-    if (cancelled && !cancelled_at.empty()) {
-      updated = cancelled_at;
-    }
+    std::string updated = cancelled_at ? *cancelled_at : json_fields::str(st, "endedAt", started);
     std::string status, text;
-    if (cancelled) {
+    if (cancelled_at) {
       status = "cancelled";
       text =
           "cancelled by tasks/cancel: the sandbox got SIGTERM (SIGKILL after the policy's "
