@@ -48,6 +48,7 @@
 #include "base/scope_exit.hpp"
 #include "base/sha256.hpp"
 #include "engine/hash_worker.hpp"
+#include "engine/supervise.hpp"
 #include "base/strings.hpp"
 #include "base/utf8.hpp"
 #include "engine/keys.hpp"
@@ -2342,8 +2343,10 @@ class Engine::Impl {
     j.stdin_w.reset();
     // How the init ended, when it died without reporting the command after an OOM kill in
     // the sandbox: the OOM killer's choice, or something else (a review, session 17).
+    // Also asked without an OOM kill, for the message of a death nothing explains.
     std::optional<int> init_status;
-    if (!j.have_exit && !j.killed_by_caller && j.usage.oom_kills > 0 && j.pidfd) {
+    if (!j.have_exit && !j.killed_by_caller && !j.io_failed && !j.output_limit && !j.timed_out &&
+        j.setup_step == sandbox::SetupStep::kNone && j.pidfd) {
       // The spawner, its parent, reaps it within moments; waits at most 250 ms, a cost paid
       // only here.
       init_status = sys::reaped_wait_status(j.pidfd.get(), 250);
@@ -2403,7 +2406,8 @@ class Engine::Impl {
       // Escalated to SIGKILL of the whole sandbox before init could report.
       j.state = "killed";
       j.signal = signal_name(SIGKILL);
-    } else if (init_status && WIFSIGNALED(*init_status) && WTERMSIG(*init_status) == SIGKILL) {
+    } else if (j.usage.oom_kills > 0 && init_status && WIFSIGNALED(*init_status) &&
+               WTERMSIG(*init_status) == SIGKILL) {
       // Failure fixed (session 16, found on a pure cgroup v2 kernel): the OOM killer picks the
       // process with the most memory of its own, and memory no process maps (socket buffers,
       // pipes, files in /tmp) counts against the limit too, so it can pick the sandbox's init:
@@ -2417,7 +2421,11 @@ class Engine::Impl {
           sandbox::kInitOomCause);
     } else {
       j.state = "failed";
-      j.error = "the sandbox init died without reporting the command's status; output is banked";
+      j.error = "the sandbox init died without reporting the command's status";
+      if (init_status) {
+        j.error += " (" + engine::init_end_text(*init_status) + ")";
+      }
+      j.error += "; output is banked";
       if (j.usage.oom_kills > 0 && !init_status) {
         j.error += fmt::format(
             " ({} OOM kill(s) in the sandbox: the kernel may have chosen its init, which "

@@ -318,6 +318,9 @@ Result<OneshotReport> run_oneshot(const OneshotRequest& req) {
                     req.memory_bytes, sandbox::kInitOomCause);
   } else if (o.state == RunState::kInitDied) {
     report.message = "the sandbox init died without reporting the command's status";
+    if (o.have_init_wait_status) {
+      report.message += " (" + init_end_text(o.init_wait_status) + ")";
+    }
   } else if (o.state == RunState::kTimeout) {
     report.message = fmt::format("timed out after {} ms", req.timeout.count());
   } else if (o.state == RunState::kOutputLimit) {

@@ -1143,6 +1143,18 @@ class Supervisor {
 
 }  // namespace
 
+std::string init_end_text(int wait_status) {
+  if (WIFEXITED(wait_status)) {
+    return fmt::format("init exited with code {}", WEXITSTATUS(wait_status));
+  }
+  if (WIFSIGNALED(wait_status)) {
+    const char* abbrev = sigabbrev_np(WTERMSIG(wait_status));
+    return abbrev != nullptr ? fmt::format("init was killed by SIG{}", abbrev)
+                             : fmt::format("init was killed by signal {}", WTERMSIG(wait_status));
+  }
+  return fmt::format("init's wait status {:#x}", wait_status);
+}
+
 const char* run_state_name(RunState state) {
   switch (state) {
     case RunState::kExited:

@@ -56,6 +56,11 @@ enum class RunState { kExited, kKilled, kTimeout, kOutputLimit, kSetupFailed, kI
 /// "exited", "killed", "timeout", "output-limit", "setup-failed", "init-died".
 const char* run_state_name(RunState state);
 
+/// How a sandbox's init ended, from its wait(2) status, for the message of a job whose init
+/// died without reporting the command: "init exited with code 125", "init was killed by
+/// SIGSYS". Each of init's own ways out says something different (init.cpp).
+std::string init_end_text(int wait_status);
+
 struct Outcome {
   RunState state = RunState::kInitDied;
   bool have_wait_status = false;        // a kCommandExited record arrived

@@ -540,6 +540,44 @@ BOOST_AUTO_TEST_CASE(a_stopped_command_gets_its_sigterm_before_the_grace_ends) {
   BOOST_TEST(st["waitStatus"] == 3 << 8, st.dump());  // its trap's `exit 3`
 }
 
+// An init that dies without reporting the command is a failure of the sandbox, not the
+// command's: exit 125, and the message says how init ended, so a rare death (session 37: one
+// in CI's 300-run cwd race) can be told from the next. Here an operator SIGKILLs it.
+BOOST_AUTO_TEST_CASE(an_init_killed_from_outside_is_init_died_and_says_how) {
+  Sandbox s;
+  const std::string status = s.base + "/st.json";
+  pid_t pid = start_in_background(
+      s.args({"--json-status", status}, {"/bin/sh", "-c", "touch started; exec sleep 1000"}),
+      /*quiet=*/true);
+  pid_t init = 0;
+  for (int i = 0; i < 2000 && init == 0; ++i) {
+    std::ifstream children("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) +
+                           "/children");
+    for (pid_t child = 0; init == 0 && children >> child;) {
+      std::ifstream comm("/proc/" + std::to_string(child) + "/comm");
+      std::string name;
+      std::getline(comm, name);
+      if (name == "cordon-init" && std::filesystem::exists(s.root + "/started")) {
+        init = child;
+      }
+    }
+    ::usleep(10000);  // no event tells a process's children
+  }
+  BOOST_REQUIRE_MESSAGE(init > 0, "no cordon-init child of cordon runs the command");
+  BOOST_REQUIRE(::kill(init, SIGKILL) == 0);
+  int ws = 0;
+  BOOST_REQUIRE(::waitpid(pid, &ws, 0) == pid);
+  BOOST_REQUIRE(WIFEXITED(ws));
+  BOOST_TEST(WEXITSTATUS(ws) == 125);
+  std::ifstream in(status);
+  auto st = nlohmann::json::parse(in, nullptr, false);
+  BOOST_TEST(st["state"] == "init-died", st.dump());
+  BOOST_TEST(st.value("message", "") ==
+                 "the sandbox init died without reporting the command's status (init was killed "
+                 "by SIGKILL)",
+             st.dump());
+}
+
 BOOST_AUTO_TEST_CASE(output_cap_is_exact_and_kills_the_command) {
   Sandbox s;
   auto [r, st] = s.run_status({"--max-output", "1M"}, {"/usr/bin/yes", "0123456789"});

@@ -481,6 +481,9 @@ BOOST_AUTO_TEST_CASE(eof_without_exit_record_is_init_died) {
   BOOST_TEST(r->have_init_wait_status);
   BOOST_TEST(WIFEXITED(r->init_wait_status));
   BOOST_TEST(WEXITSTATUS(r->init_wait_status) == 3);
+  // How init ended is what `cordon run` adds to its message.
+  BOOST_TEST(init_end_text(r->init_wait_status) == "init exited with code 3");
+  BOOST_TEST(init_end_text(SIGSYS) == "init was killed by SIGSYS");  // wait(2) encoding
 }
 
 BOOST_AUTO_TEST_CASE(setup_error_record_is_reported) {
