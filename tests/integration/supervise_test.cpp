@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/scope_exit.hpp"
 #include "base/unique_fd.hpp"
 #include "engine/supervise.hpp"
 #include "sandbox/status.hpp"
@@ -545,6 +546,15 @@ void caller_signal_is_forwarded(int sig) {
   // The command reads one byte of stdin (so supervise() is already running with the signals
   // blocked), then has a helper outside the namespace send `sig` to this test process.
   // The init forwards it to the command, as the real one does.
+  // A caller that ignores `sig` keeps it ignored (run/signals_the_caller_ignores_are_not_taken),
+  // and a suite started as a background job of a script inherits SIGINT and SIGQUIT ignored: the
+  // disposition is the default here, as a foreground caller's. Failure fixed (session 37:
+  // `.ci/run &` from a script hung here for ever, the SIGQUIT dropped).
+  struct sigaction dfl {
+  }, saved{};
+  dfl.sa_handler = SIG_DFL;
+  BOOST_REQUIRE(sigaction(sig, &dfl, &saved) == 0);
+  ScopeExit restore([&] { sigaction(sig, &saved, nullptr); });
   int ready[2];
   BOOST_REQUIRE(pipe2(ready, O_CLOEXEC) == 0);
   UniqueFd ready_r(ready[0]), ready_w(ready[1]);
