@@ -1133,7 +1133,7 @@ BOOST_AUTO_TEST_CASE(cwd_swapped_for_a_symlink_never_leads_outside) {
       ++inside;
     } else {
       bad.push_back("exit " + std::to_string(r.exit_code()) + " out `" + r.out + "` err `" + r.err +
-                    "`");
+                    "` status " + (st.is_discarded() ? "(none)" : st.dump()));
     }
   }
   auto took = std::chrono::steady_clock::now() - start;
@@ -1143,8 +1143,9 @@ BOOST_AUTO_TEST_CASE(cwd_swapped_for_a_symlink_never_leads_outside) {
                    << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms, "
                    << swaps << " swaps; refused " << refused << ", ESTALE " << estale
                    << ", ran inside " << inside);
-  BOOST_TEST(bad.empty(), bad.size() << " runs escaped or failed otherwise; first: "
-                                     << (bad.empty() ? "" : bad.front()));
+  BOOST_TEST(bad.empty(), bad.size()
+                              << " runs escaped or failed otherwise (the working dir is `"
+                              << real_ident << "`); first: " << (bad.empty() ? "" : bad.front()));
   BOOST_TEST((refused + estale) * 10 >= kRuns,
              "only " << refused + estale << " of " << kRuns << " runs hit the race");
   // No bound on `took`: it is reported above. A slower machine (51 s here in a sanitized
