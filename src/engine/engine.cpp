@@ -2343,13 +2343,15 @@ class Engine::Impl {
     j.stdin_w.reset();
     // How the init ended, when it died without reporting the command after an OOM kill in
     // the sandbox: the OOM killer's choice, or something else (a review, session 17).
-    // Also asked without an OOM kill, for the message of a death nothing explains.
+    // Also asked without an OOM kill, once and without waiting, for the message of a death
+    // nothing explains: the engine's loop holds mu here, and a dead spawner's orphaned inits
+    // (every job it ran) are reaped by whoever reaps the host's orphans, maybe never.
     std::optional<int> init_status;
     if (!j.have_exit && !j.killed_by_caller && !j.io_failed && !j.output_limit && !j.timed_out &&
         j.setup_step == sandbox::SetupStep::kNone && j.pidfd) {
-      // The spawner, its parent, reaps it within moments; waits at most 250 ms, a cost paid
-      // only here.
-      init_status = sys::reaped_wait_status(j.pidfd.get(), 250);
+      // After an OOM kill the spawner, its parent, reaps it within moments; waits at most
+      // 250 ms, a cost paid only there.
+      init_status = sys::reaped_wait_status(j.pidfd.get(), j.usage.oom_kills > 0 ? 250 : 0);
     }
     // kExitedAlone: the settle began when init reported, and init is exiting meanwhile (the
     // kill above changes nothing for it); its exit is awaited below, before the end is told.
