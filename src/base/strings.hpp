@@ -26,6 +26,9 @@ std::optional<std::string> read_small_file(const std::string& path,
 std::string normalize_path(std::string_view path);
 /// True when `path` equals `dir` or lies beneath it (both normalised, absolute).
 bool path_within(std::string_view path, std::string_view dir);
+/// A field of /proc/self/mountinfo as written: it escapes space, tab, newline and backslash
+/// as \ooo.
+std::string unescape_mount_field(std::string_view field);
 /// Splits on one character, keeping empty fields.
 std::vector<std::string> split(std::string_view text, char sep);
 /// `text` with every control character shown as an escape, for text someone else wrote (a

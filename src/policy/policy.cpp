@@ -1285,6 +1285,23 @@ Result<void> bind_policy(Policy& p, const HostPathGuard& guard) {
             e.path, root);
       }
     }
+    // The same place reached through another mount: a bind mount of the root, or of a
+    // directory in it, elsewhere on the host. Compared where both lie on their file system.
+    // Failure fixed (carried since session 34's review, fixed in session 37): such a pin
+    // loaded, and a job could replace the file through its root.
+    if (resolved) {
+      auto exe_place = sys::fs_place(*resolved);
+      CORDON_TRY_CTX(root_place, sys::fs_place(root), "policy: cwdRoot");
+      if (exe_place && exe_place->dev == root_place.dev &&
+          path_within(exe_place->path, root_place.path)) {
+        return invalid(
+            "policy: allowedExecutables `{}` has a sha256 pin but is the working root's `{}` "
+            "reached through another mount of it, where any job can replace it between the "
+            "check and the exec; keep pinned executables outside the root (and bind their "
+            "directory with readOnlyPaths)",
+            e.path, normalize_path(root + "/" + exe_place->path.substr(root_place.path.size())));
+      }
+    }
   }
   p.root_fd = std::make_shared<const UniqueFd>(std::move(fd));
   p.root = root;

@@ -74,21 +74,6 @@ std::string join_path(std::string_view dir, std::string_view name) {
   return out;
 }
 
-// mountinfo escapes space, tab, newline and backslash as \ooo.
-std::string unescape_mount_field(std::string_view s) {
-  std::string out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '\\' && i + 3 < s.size() && s[i + 1] >= '0' && s[i + 1] <= '3' && s[i + 2] >= '0' &&
-        s[i + 2] <= '7' && s[i + 3] >= '0' && s[i + 3] <= '7') {
-      out += static_cast<char>((s[i + 1] - '0') * 64 + (s[i + 2] - '0') * 8 + (s[i + 3] - '0'));
-      i += 3;
-    } else {
-      out += s[i];
-    }
-  }
-  return out;
-}
-
 struct CgroupMount {
   std::string root;         // the mount's root inside the hierarchy (mountinfo field 4)
   std::string mount_point;  // unescaped

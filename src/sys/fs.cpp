@@ -4,12 +4,15 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <climits>
 
+#include "base/strings.hpp"
 #include "sys/syscalls.hpp"
 
 namespace cordon::sys {
@@ -167,6 +170,39 @@ Result<std::string> fd_path(int fd) {
     return errno_error(ENAMETOOLONG, "readlink `{}`", link);
   }
   return std::string(buf, static_cast<size_t>(n));
+}
+
+Result<FsPlace> fs_place(const std::string& path) {
+  struct statx stx {};
+  if (::statx(AT_FDCWD, path.c_str(), AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT, STATX_MNT_ID, &stx) !=
+      0) {
+    return sys_error("statx `{}`", path);
+  }
+  if ((stx.stx_mask & STATX_MNT_ID) == 0) {
+    return errno_error(EOPNOTSUPP, "statx `{}`: no mount id (before Linux 5.8)", path);
+  }
+  auto mountinfo = read_small_file("/proc/self/mountinfo");
+  if (!mountinfo) {
+    return sys_error("read /proc/self/mountinfo");
+  }
+  // "36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw": id, parent, dev, the
+  // mount's root in its file system, its mount point.
+  const std::string id = std::to_string(stx.stx_mnt_id);
+  for (const std::string& line : split(*mountinfo, '\n')) {
+    std::vector<std::string> f = split(line, ' ');
+    if (f.size() < 5 || f[0] != id) {
+      continue;
+    }
+    const std::string root = unescape_mount_field(f[3]);
+    const std::string mount_point = unescape_mount_field(f[4]);
+    if (!path_within(path, mount_point)) {
+      return invalid("`{}` is on mount {} at `{}`, which does not hold it", path, id, mount_point);
+    }
+    return FsPlace{
+        makedev(stx.stx_dev_major, stx.stx_dev_minor),
+        normalize_path(root + "/" + path.substr(mount_point == "/" ? 0 : mount_point.size()))};
+  }
+  return invalid("`{}`: mount {} is not in /proc/self/mountinfo", path, id);
 }
 
 std::optional<int> reaped_wait_status(int pidfd, int max_wait_ms) {

@@ -36,6 +36,17 @@ namespace cordon::sys {
 /// The path the kernel records for an fd (readlink of /proc/self/fd/N).
 [[nodiscard]] Result<std::string> fd_path(int fd);
 
+/// Where a path lies on its file system: the device, and the path from that file system's
+/// root (the root of the mount it is reached through, from /proc/self/mountinfo, joined with
+/// the rest of the path). Two paths reached through different mounts of one file system (a
+/// bind mount of a directory elsewhere) compare by these. `path` is absolute with no symlink
+/// in it (resolved); its last component is not followed.
+struct FsPlace {
+  dev_t dev = 0;
+  std::string path;
+};
+[[nodiscard]] Result<FsPlace> fs_place(const std::string& path);
+
 /// The wait status of the process behind `pidfd` once its parent (not necessarily us) has
 /// reaped it, from PIDFD_GET_INFO (Linux 6.15), asked every 2 ms for at most `max_wait_ms`;
 /// nullopt when the kernel does not say (older kernels) or it was not reaped in time.

@@ -2,12 +2,16 @@
 #include "policy/policy.hpp"
 
 #include <fcntl.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <boost/test/unit_test.hpp>
 #include <climits>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -543,6 +547,73 @@ BOOST_AUTO_TEST_CASE(a_sha256_pin_on_an_executable_in_the_working_root_is_refuse
   json j = tr.base();
   j["allowedExecutables"] = {tr.root + "/sub/tool", {{"path", tr.tool}, {"sha256", pin}}};
   bound(j);
+}
+
+// The same, reached through another mount: a bind mount of the root, or of a directory in
+// it, elsewhere on the host. Failure fixed (carried since session 34's review, fixed in
+// session 37): string checks passed both, the pin loaded, and a job could replace the file
+// through its root. Compared where both lie on their file system (statx's mount id and
+// /proc/self/mountinfo). The mounts are made in a child's own mount namespace.
+BOOST_AUTO_TEST_CASE(a_sha256_pin_reached_through_a_bind_mount_of_the_root_is_refused) {
+  Tree tr;
+  const std::string pin(64, 'a');
+  Tree::write_exe(tr.root + "/sub/tool", "#!/bin/false\n");
+  int fds[2];
+  BOOST_REQUIRE(::pipe(fds) == 0);
+  pid_t child = ::fork();
+  BOOST_REQUIRE(child >= 0);
+  if (child == 0) {
+    ::close(fds[0]);
+    std::string out;
+    auto say = [&](const std::string& line) { out += line + "\n"; };
+    auto bind = [&](const std::string& from, const std::string& to) {
+      if (::mkdir(to.c_str(), 0755) != 0 ||
+          ::mount(from.c_str(), to.c_str(), nullptr, MS_BIND, nullptr) != 0) {
+        say("setup: mount " + to + ": " + std::strerror(errno));
+      }
+    };
+    if (::unshare(CLONE_NEWNS) != 0 ||
+        ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+      say(std::string("setup: unshare/mount private: ") + std::strerror(errno));
+    }
+    bind(tr.root, tr.t + "/alias-root");
+    bind(tr.root + "/sub", tr.t + "/alias-sub");
+    bind(tr.bin, tr.t + "/alias-bin");
+    for (const std::string& path :
+         {tr.t + "/alias-root/sub/tool", tr.t + "/alias-sub/tool", tr.t + "/alias-bin/tool"}) {
+      json j = tr.base();
+      j["allowedExecutables"] = {{{"path", path}, {"sha256", pin}}};
+      auto p = policy::parse_policy(j.dump());
+      auto b = p ? policy::bind_policy(*p, policy::HostPathGuard{}) : cordon::Result<void>{};
+      say(path + ": " +
+          (!p  ? "parse: " + p.error().message()
+           : b ? std::string("bound")
+               : b.error().message()));
+    }
+    (void)!::write(fds[1], out.data(), out.size());
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string got;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) {
+    got.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fds[0]);
+  int ws = 0;
+  BOOST_REQUIRE(::waitpid(child, &ws, 0) == child);
+  BOOST_REQUIRE(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+  const std::string refusal = "` has a sha256 pin but is the working root's `" + tr.root +
+                              "/sub/tool` reached through another mount of it";
+  BOOST_TEST(got.find("setup: ") == std::string::npos, got);
+  BOOST_TEST(got.find(tr.t + "/alias-root/sub/tool: policy: allowedExecutables `" + tr.t +
+                      "/alias-root/sub/tool" + refusal) != std::string::npos,
+             got);
+  BOOST_TEST(got.find(tr.t + "/alias-sub/tool: policy: allowedExecutables `" + tr.t +
+                      "/alias-sub/tool" + refusal) != std::string::npos,
+             got);
+  // The control: a bind mount of a directory outside the root keeps its pin.
+  BOOST_TEST(got.find(tr.t + "/alias-bin/tool: bound\n") != std::string::npos, got);
 }
 
 // An allowlisted path that check_start's no-shell rule would refuse at every start is refused
