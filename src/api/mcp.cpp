@@ -1153,7 +1153,7 @@ class Server {
       if (!call) {
         return;
       }
-      run_on_worker(call, reply, [this, call, id = *id](const rpc::Reply& reply) {
+      run_on_worker(call, reply, [this, call, id = *id](const rpc::Reply& answer) {
         std::string tool = "run_command";  // a job not started as a task: the fuller answer
         {
           std::lock_guard<std::mutex> lock(mu_);
@@ -1165,11 +1165,11 @@ class Server {
         ctx.cancelled = [this, &c = *call] { return c.cancelled.load() || shutting_down_.load(); };
         ToolResult res = settled_result(*engine_, *find_tool(tool), session_, id, ctx);
         if (call->cancelled) {
-          return reply(nullptr);
+          return answer(nullptr);
         }
         json result = call_result(res);
         result["_meta"] = {{kRelatedTaskKey, {{"taskId", id}}}};
-        reply(rpc::make_result(call->id, std::move(result)));
+        answer(rpc::make_result(call->id, std::move(result)));
       });
     });
   }
