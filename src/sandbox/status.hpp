@@ -72,6 +72,7 @@ enum class SetupStep : uint32_t {
   kCgroupPlace,  // the child moving itself into its v1 job cgroups (hybrid hosts)
   kInitJob,      // a parked init receiving its job (warm pool)
   kSession,      // the child's setsid (a session apart from the caller's terminal)
+  kInitWait,     // init's wait for its command failed (wait4: anything but EINTR)
   kStepCount,
 };
 

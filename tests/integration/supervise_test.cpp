@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstring>
 #include <ostream>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -485,6 +486,18 @@ BOOST_AUTO_TEST_CASE(eof_without_exit_record_is_init_died) {
   // How init ended is what `cordon run` adds to its message.
   BOOST_TEST(init_end_text(r->init_wait_status) == "init exited with code 3");
   BOOST_TEST(init_end_text(SIGSYS) == "init was killed by SIGSYS");  // wait(2) encoding
+}
+
+// Every step a setup error record can name has a name of its own: a failure reads "init:
+// wait for the command: ECHILD", never "unknown step".
+BOOST_AUTO_TEST_CASE(every_setup_step_has_a_name_of_its_own) {
+  std::set<std::string> names;
+  for (uint32_t i = 1; i < static_cast<uint32_t>(SetupStep::kStepCount); ++i) {
+    std::string name = sandbox::step_name(static_cast<SetupStep>(i));
+    BOOST_TEST(name != "unknown step", i);
+    BOOST_TEST(names.insert(name).second, name);
+  }
+  BOOST_TEST(std::string(sandbox::step_name(SetupStep::kInitWait)) == "init: wait for the command");
 }
 
 BOOST_AUTO_TEST_CASE(setup_error_record_is_reported) {
