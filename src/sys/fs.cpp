@@ -195,12 +195,13 @@ Result<FsPlace> fs_place(const std::string& path) {
     }
     const std::string root = unescape_mount_field(f[3]);
     const std::string mount_point = unescape_mount_field(f[4]);
-    if (!path_within(path, mount_point)) {
+    const std::string where = normalize_path(path);
+    if (!path_within(where, mount_point)) {
       return invalid("`{}` is on mount {} at `{}`, which does not hold it", path, id, mount_point);
     }
     return FsPlace{
         makedev(stx.stx_dev_major, stx.stx_dev_minor),
-        normalize_path(root + "/" + path.substr(mount_point == "/" ? 0 : mount_point.size()))};
+        normalize_path(root + "/" + where.substr(mount_point == "/" ? 0 : mount_point.size()))};
   }
   return invalid("`{}`: mount {} is not in /proc/self/mountinfo", path, id);
 }

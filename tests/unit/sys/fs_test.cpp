@@ -3,6 +3,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -78,4 +79,28 @@ BOOST_AUTO_TEST_CASE(writev_all_refuses_more_pieces_than_iov_max) {
   BOOST_REQUIRE(!written.has_value());
   BOOST_TEST(written.error().message().find("IOV_MAX") != std::string::npos,
              written.error().message());
+}
+
+// A path's place on its file system: the device statx gives, and the path from the file
+// system's root through the mount it is on (the policy's check of a pin reached through a bind
+// mount; the bind mounts themselves are in policy: a_sha256_pin_reached_through_a_bind_…).
+BOOST_AUTO_TEST_CASE(fs_place_gives_the_device_and_the_path_within_the_file_system) {
+  char tmpl[] = "/var/tmp/cordon-fs-place.XXXXXX";
+  BOOST_TEST_REQUIRE(::mkdtemp(tmpl) != nullptr);
+  const std::string dir = tmpl;
+  auto place = sys::fs_place(dir);
+  auto file_place = sys::fs_place(dir + "//./");
+  struct stat st {};
+  BOOST_TEST_REQUIRE(::stat(dir.c_str(), &st) == 0);
+  ::rmdir(dir.c_str());
+  BOOST_REQUIRE_MESSAGE(place.has_value(), place.error().message());
+  BOOST_TEST(place->dev == st.st_dev);
+  const std::string name = dir.substr(dir.rfind('/'));
+  BOOST_TEST(place->path.ends_with(name), place->path);
+  BOOST_TEST(place->path.front() == '/');
+  BOOST_REQUIRE(file_place.has_value());
+  BOOST_TEST(file_place->path == place->path);  // normalised
+  auto gone = sys::fs_place(dir);
+  BOOST_REQUIRE(!gone.has_value());
+  BOOST_TEST(gone.error().message() == "statx `" + dir + "`: ENOENT", gone.error().message());
 }
