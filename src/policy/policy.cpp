@@ -1270,7 +1270,12 @@ Result<void> bind_policy(Policy& p, const HostPathGuard& guard) {
   }
   // A pin is checked when a start is checked, and an executable in the working root is exec'd
   // by its path, which any job can replace in between: a pin there cannot hold (a review,
-  // session 34: 17 of 150 starts ran another program's content under the pin).
+  // session 34: 17 of 150 starts ran another program's content under the pin). Nor through
+  // another way to the root's files: another mount of the root or of a directory in it (a
+  // bind mount elsewhere), or a file system mounted under the root (the sandbox gets the
+  // root's mounts with it). Compared where each lies on its file system (session 37).
+  std::vector<sys::MountInfo> mounts;                 // read at the first pin
+  std::optional<std::vector<sys::FsPlace>> writable;  // made then
   for (const auto& e : p.allowed_executables) {
     if (!e.sha256) {
       continue;
@@ -1285,21 +1290,30 @@ Result<void> bind_policy(Policy& p, const HostPathGuard& guard) {
             e.path, root);
       }
     }
-    // The same place reached through another mount: a bind mount of the root, or of a
-    // directory in it, elsewhere on the host. Compared where both lie on their file system.
-    // Failure fixed (carried since session 34's review, fixed in session 37): such a pin
-    // loaded, and a job could replace the file through its root.
-    if (resolved) {
-      auto exe_place = sys::fs_place(*resolved);
-      CORDON_TRY_CTX(root_place, sys::fs_place(root), "policy: cwdRoot");
-      if (exe_place && exe_place->dev == root_place.dev &&
-          path_within(exe_place->path, root_place.path)) {
+    if (!resolved) {
+      continue;  // a missing executable: refused at each start, and no path to compare
+    }
+    if (!writable) {
+      CORDON_TRY_CTX(read, sys::read_mountinfo(), "policy: allowedExecutables `{}`", e.path);
+      mounts = std::move(read);
+      CORDON_TRY_CTX(root_place, sys::fs_place(root, mounts), "policy: cwdRoot");
+      writable.emplace(1, root_place);
+      for (const sys::MountInfo& m : mounts) {
+        if (path_within(m.mount_point, root)) {
+          writable->push_back(sys::mount_place(m));
+        }
+      }
+    }
+    CORDON_TRY_CTX(exe_place, sys::fs_place(*resolved, mounts), "policy: allowedExecutables `{}`",
+                   e.path);
+    for (const sys::FsPlace& w : *writable) {
+      if (exe_place.dev == w.dev && path_within(exe_place.path, w.path)) {
         return invalid(
-            "policy: allowedExecutables `{}` has a sha256 pin but is the working root's `{}` "
-            "reached through another mount of it, where any job can replace it between the "
-            "check and the exec; keep pinned executables outside the root (and bind their "
-            "directory with readOnlyPaths)",
-            e.path, normalize_path(root + "/" + exe_place->path.substr(root_place.path.size())));
+            "policy: allowedExecutables `{}` has a sha256 pin but the working root `{}` reaches "
+            "the same file through another mount (`{}` on file system {}), where any job can "
+            "replace it between the check and the exec; keep pinned executables outside the "
+            "root (and bind their directory with readOnlyPaths)",
+            e.path, root, exe_place.path, exe_place.dev);
       }
     }
   }

@@ -82,25 +82,13 @@ struct CgroupMount {
 };
 
 Result<std::vector<CgroupMount>> parse_cgroup_mounts(std::string_view mountinfo) {
+  CORDON_TRY(all, sys::parse_mountinfo(mountinfo));
   std::vector<CgroupMount> mounts;
-  for (std::string_view line : split_view(mountinfo, '\n')) {
-    if (trim(line).empty()) {
-      continue;
+  for (sys::MountInfo& m : all) {
+    if (m.fstype == "cgroup" || m.fstype == "cgroup2") {
+      mounts.push_back(CgroupMount{std::move(m.root), std::move(m.mount_point), std::move(m.fstype),
+                                   std::move(m.super_options)});
     }
-    size_t dash = line.find(" - ");
-    if (dash == std::string_view::npos) {
-      return invalid("mountinfo line without ` - `: `{}`", line);
-    }
-    std::vector<std::string_view> head = split_view(line.substr(0, dash), ' ');
-    std::vector<std::string_view> tail = split_view(line.substr(dash + 3), ' ');
-    if (head.size() < 6 || tail.size() < 3) {
-      return invalid("short mountinfo line: `{}`", line);
-    }
-    if (tail[0] != "cgroup" && tail[0] != "cgroup2") {
-      continue;
-    }
-    mounts.push_back(CgroupMount{unescape_mount_field(head[3]), unescape_mount_field(head[4]),
-                                 std::string(tail[0]), std::string(tail[2])});
   }
   return mounts;
 }

@@ -5,7 +5,6 @@
 #include <poll.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
-#include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -172,7 +171,51 @@ Result<std::string> fd_path(int fd) {
   return std::string(buf, static_cast<size_t>(n));
 }
 
-Result<FsPlace> fs_place(const std::string& path) {
+Result<std::vector<MountInfo>> parse_mountinfo(std::string_view text) {
+  // "36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue": id,
+  // parent, device, root, mount point, options, optional fields up to " - ", then the file
+  // system's type, source and options.
+  std::vector<MountInfo> out;
+  for (const std::string& line : split(text, '\n')) {
+    if (line.empty()) {
+      continue;
+    }
+    const size_t dash = line.find(" - ");
+    if (dash == std::string::npos) {
+      return invalid("mountinfo line without ` - `: `{}`", line);
+    }
+    std::vector<std::string> head = split(line.substr(0, dash), ' ');
+    std::vector<std::string> tail = split(line.substr(dash + 3), ' ');
+    if (head.size() < 6 || tail.size() < 3) {
+      return invalid("short mountinfo line: `{}`", line);
+    }
+    out.push_back(MountInfo{head[0], head[2], unescape_mount_field(head[3]),
+                            unescape_mount_field(head[4]), tail[0], unescape_mount_field(tail[1]),
+                            tail[2]});
+  }
+  return out;
+}
+
+Result<std::vector<MountInfo>> read_mountinfo() {
+  auto text = read_small_file("/proc/self/mountinfo");
+  if (!text) {
+    return sys_error("read /proc/self/mountinfo");
+  }
+  return parse_mountinfo(*text);
+}
+
+FsPlace mount_place(const MountInfo& m) {
+  if (m.fstype.starts_with("nfs")) {
+    const size_t colon = m.source.find(":/");
+    if (colon != std::string::npos) {
+      return FsPlace{m.source.substr(0, colon),
+                     normalize_path(m.source.substr(colon + 1) + "/" + m.root)};
+    }
+  }
+  return FsPlace{m.dev, normalize_path(m.root)};
+}
+
+Result<FsPlace> fs_place(const std::string& path, const std::vector<MountInfo>& mounts) {
   struct statx stx {};
   if (::statx(AT_FDCWD, path.c_str(), AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT, STATX_MNT_ID, &stx) !=
       0) {
@@ -181,29 +224,22 @@ Result<FsPlace> fs_place(const std::string& path) {
   if ((stx.stx_mask & STATX_MNT_ID) == 0) {
     return errno_error(EOPNOTSUPP, "statx `{}`: no mount id (before Linux 5.8)", path);
   }
-  auto mountinfo = read_small_file("/proc/self/mountinfo");
-  if (!mountinfo) {
-    return sys_error("read /proc/self/mountinfo");
-  }
-  // "36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw": id, parent, dev, the
-  // mount's root in its file system, its mount point.
   const std::string id = std::to_string(stx.stx_mnt_id);
-  for (const std::string& line : split(*mountinfo, '\n')) {
-    std::vector<std::string> f = split(line, ' ');
-    if (f.size() < 5 || f[0] != id) {
+  const std::string where = normalize_path(path);
+  for (const MountInfo& m : mounts) {
+    if (m.id != id) {
       continue;
     }
-    const std::string root = unescape_mount_field(f[3]);
-    const std::string mount_point = unescape_mount_field(f[4]);
-    const std::string where = normalize_path(path);
-    if (!path_within(where, mount_point)) {
-      return invalid("`{}` is on mount {} at `{}`, which does not hold it", path, id, mount_point);
+    if (!path_within(where, m.mount_point)) {
+      return invalid("`{}` is on mount {} at `{}`, which does not hold it", path, id,
+                     m.mount_point);
     }
-    return FsPlace{
-        makedev(stx.stx_dev_major, stx.stx_dev_minor),
-        normalize_path(root + "/" + where.substr(mount_point == "/" ? 0 : mount_point.size()))};
+    FsPlace place = mount_place(m);
+    place.path = normalize_path(place.path + "/" +
+                                where.substr(m.mount_point == "/" ? 0 : m.mount_point.size()));
+    return place;
   }
-  return invalid("`{}`: mount {} is not in /proc/self/mountinfo", path, id);
+  return invalid("`{}`: its mount {} is not in /proc/self/mountinfo", path, id);
 }
 
 std::optional<int> reaped_wait_status(int pidfd, int max_wait_ms) {

@@ -6,6 +6,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/error.hpp"
@@ -36,16 +37,36 @@ namespace cordon::sys {
 /// The path the kernel records for an fd (readlink of /proc/self/fd/N).
 [[nodiscard]] Result<std::string> fd_path(int fd);
 
-/// Where a path lies on its file system: the device, and the path from that file system's
-/// root (the root of the mount it is reached through, from /proc/self/mountinfo, joined with
-/// the rest of the path). Two paths reached through different mounts of one file system (a
-/// bind mount of a directory elsewhere) compare by these. `path` is absolute with no symlink
-/// in it (resolved); its last component is not followed.
+/// One line of /proc/self/mountinfo, its fields unescaped.
+struct MountInfo {
+  std::string id;             // the mount id (statx's STATX_MNT_ID)
+  std::string dev;            // "major:minor" of the file system (not of a btrfs subvolume)
+  std::string root;           // the directory of the file system this mount shows
+  std::string mount_point;    // where, in our mount namespace
+  std::string fstype;         // "ext4", "cgroup2", "nfs4", …
+  std::string source;         // "/dev/vda", "server:/export", …
+  std::string super_options;  // the file system's own options
+};
+/// Parses the text of /proc/self/mountinfo; a line it cannot read is an error.
+[[nodiscard]] Result<std::vector<MountInfo>> parse_mountinfo(std::string_view text);
+/// /proc/self/mountinfo, read and parsed.
+[[nodiscard]] Result<std::vector<MountInfo>> read_mountinfo();
+
+/// Where a path lies on its file system: the file system (mountinfo's device, the same for
+/// every mount, subvolume and overlay layer of it) and the path from its root. Two paths
+/// reached through different mounts of one file system (a bind mount of a directory
+/// elsewhere) compare by these. NFS shows every mount's root as `/`: there the path is taken
+/// from the mount's source (`server:/export/dir`), and the file system is the server's.
 struct FsPlace {
-  dev_t dev = 0;
+  std::string dev;
   std::string path;
 };
-[[nodiscard]] Result<FsPlace> fs_place(const std::string& path);
+/// The place of what `m` shows at its mount point.
+FsPlace mount_place(const MountInfo& m);
+/// The place of `path` (absolute, no symlink in it: resolved; its last component is not
+/// followed), found among `mounts` by statx's mount id.
+[[nodiscard]] Result<FsPlace> fs_place(const std::string& path,
+                                       const std::vector<MountInfo>& mounts);
 
 /// The wait status of the process behind `pidfd` once its parent (not necessarily us) has
 /// reaped it, from PIDFD_GET_INFO (Linux 6.15), asked every 2 ms for at most `max_wait_ms`;

@@ -81,26 +81,52 @@ BOOST_AUTO_TEST_CASE(writev_all_refuses_more_pieces_than_iov_max) {
              written.error().message());
 }
 
-// A path's place on its file system: the device statx gives, and the path from the file
-// system's root through the mount it is on (the policy's check of a pin reached through a bind
-// mount; the bind mounts themselves are in policy: a_sha256_pin_reached_through_a_bind_…).
-BOOST_AUTO_TEST_CASE(fs_place_gives_the_device_and_the_path_within_the_file_system) {
+// A path's place on its file system: mountinfo's device of the mount it is on, and the path
+// from the file system's root (the policy's check of a pin reached through a bind mount; the
+// bind mounts themselves are in policy: a_sha256_pin_reached_through_a_bind_mount_…).
+BOOST_AUTO_TEST_CASE(fs_place_gives_the_file_system_and_the_path_within_it) {
   char tmpl[] = "/var/tmp/cordon-fs-place.XXXXXX";
   BOOST_TEST_REQUIRE(::mkdtemp(tmpl) != nullptr);
   const std::string dir = tmpl;
-  auto place = sys::fs_place(dir);
-  auto file_place = sys::fs_place(dir + "//./");
-  struct stat st {};
-  BOOST_TEST_REQUIRE(::stat(dir.c_str(), &st) == 0);
+  auto mounts = sys::read_mountinfo();
+  BOOST_REQUIRE_MESSAGE(mounts.has_value(), (mounts ? "" : mounts.error().message()));
+  auto place = sys::fs_place(dir, *mounts);
+  auto same = sys::fs_place(dir + "//./", *mounts);
   ::rmdir(dir.c_str());
-  BOOST_REQUIRE_MESSAGE(place.has_value(), place.error().message());
-  BOOST_TEST(place->dev == st.st_dev);
-  const std::string name = dir.substr(dir.rfind('/'));
-  BOOST_TEST(place->path.ends_with(name), place->path);
-  BOOST_TEST(place->path.front() == '/');
-  BOOST_REQUIRE(file_place.has_value());
-  BOOST_TEST(file_place->path == place->path);  // normalised
-  auto gone = sys::fs_place(dir);
+  BOOST_REQUIRE_MESSAGE(place.has_value(), (place ? "" : place.error().message()));
+  BOOST_TEST(place->dev.find(':') != std::string::npos, place->dev);
+  BOOST_TEST(place->path.ends_with(dir.substr(dir.rfind('/'))), place->path);
+  BOOST_REQUIRE(same.has_value());
+  BOOST_TEST(same->path == place->path);  // normalised
+  BOOST_TEST(same->dev == place->dev);
+  auto gone = sys::fs_place(dir, *mounts);
   BOOST_REQUIRE(!gone.has_value());
   BOOST_TEST(gone.error().message() == "statx `" + dir + "`: ENOENT", gone.error().message());
+}
+
+// mountinfo as the kernel writes it: optional fields before ` - `, escaped spaces and
+// backslashes; a bind mount's root is the directory it shows; NFS shows `/` as every mount's
+// root, so its place comes from the source; a line without ` - ` is refused.
+BOOST_AUTO_TEST_CASE(mountinfo_lines_give_each_mounts_place) {
+  auto parsed = sys::parse_mountinfo(
+      "22 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw\n"
+      "40 22 254:0 /srv/a\\040b\\134c /mnt/al\\040ias rw shared:1 master:2 - ext4 /dev/vda rw\n"
+      "41 22 0:66 /@work /work rw - btrfs /dev/vdb rw,subvol=/@work\n"
+      "42 22 0:70 / /nfs/w rw - nfs4 srv:/export/work rw\n");
+  BOOST_REQUIRE_MESSAGE(parsed.has_value(), (parsed ? "" : parsed.error().message()));
+  BOOST_REQUIRE(parsed->size() == 4u);
+  const sys::MountInfo& alias = (*parsed)[1];
+  BOOST_TEST(alias.id == "40");
+  BOOST_TEST(alias.root == "/srv/a b\\c");
+  BOOST_TEST(alias.mount_point == "/mnt/al ias");
+  BOOST_TEST(alias.fstype == "ext4");
+  BOOST_TEST(alias.source == "/dev/vda");
+  BOOST_TEST(sys::mount_place(alias).dev == "254:0");
+  BOOST_TEST(sys::mount_place(alias).path == "/srv/a b\\c");
+  BOOST_TEST(sys::mount_place((*parsed)[2]).path == "/@work");
+  BOOST_TEST(sys::mount_place((*parsed)[3]).dev == "srv");
+  BOOST_TEST(sys::mount_place((*parsed)[3]).path == "/export/work");
+  auto bad = sys::parse_mountinfo("22 1 254:0 / / rw ext4 /dev/vda rw\n");
+  BOOST_REQUIRE(!bad.has_value());
+  BOOST_TEST(bad.error().message().find("without ` - `") != std::string::npos);
 }
