@@ -2380,6 +2380,13 @@ class Engine::Impl {
       j.state = "output-limit";
     } else if (j.timed_out) {
       j.state = "timeout";
+    } else if (j.setup_step == sandbox::SetupStep::kInitWait) {
+      // After the command started: not a setup failure (supervise.cpp, outcome()).
+      j.state = "failed";
+      j.error = fmt::format(
+          "the sandbox init died without reporting the command's status ({}: {}); output is "
+          "banked",
+          sandbox::step_name(j.setup_step), errno_name(j.setup_errno));
     } else if (j.setup_step != sandbox::SetupStep::kNone) {
       j.state = "failed";
       j.error = fmt::format("the sandbox could not start the command: {}: {}",

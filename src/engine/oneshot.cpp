@@ -318,7 +318,10 @@ Result<OneshotReport> run_oneshot(const OneshotRequest& req) {
                     req.memory_bytes, sandbox::kInitOomCause);
   } else if (o.state == RunState::kInitDied) {
     report.message = "the sandbox init died without reporting the command's status";
-    if (o.have_init_wait_status) {
+    if (o.failed_step == sandbox::SetupStep::kInitWait) {
+      report.message +=
+          fmt::format(" ({}: {})", sandbox::step_name(o.failed_step), errno_name(o.setup_errno));
+    } else if (o.have_init_wait_status) {
       report.message += " (" + init_end_text(o.init_wait_status) + ")";
     }
   } else if (o.state == RunState::kTimeout) {

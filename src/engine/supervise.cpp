@@ -1068,7 +1068,9 @@ class Supervisor {
         o.term_signal = WTERMSIG(wait_status_);
       }
     }
-    if (setup_failed_) {
+    // init's failed wait comes after the command started: not a setup failure, but an init
+    // that ends without the command's status, the step and errno its reason.
+    if (setup_failed_ && failed_step_ != sandbox::SetupStep::kInitWait) {
       o.state = RunState::kSetupFailed;
     } else if (forced_state_) {
       o.state = *forced_state_;

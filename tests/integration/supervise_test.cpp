@@ -488,6 +488,26 @@ BOOST_AUTO_TEST_CASE(eof_without_exit_record_is_init_died) {
   BOOST_TEST(init_end_text(SIGSYS) == "init was killed by SIGSYS");  // wait(2) encoding
 }
 
+// Init's failed wait for its command (init.cpp) comes after the command started: the run is
+// `init-died` with that reason, not a setup failure that would say the command never ran
+// (found by a review of session 37's change).
+BOOST_AUTO_TEST_CASE(inits_failed_wait_after_the_start_is_init_died_not_setup_failed) {
+  auto fake = spawn_fake([](const InitCtx& c) {
+    send_record(c.status, {RecordKind::kCommandStarted, SetupStep::kNone, 0, 0, 2, 0});
+    send_record(c.status, {RecordKind::kSetupError, SetupStep::kInitWait, ECHILD, 0, 0, 0});
+    return 125;
+  });
+  HookLog log;
+  SuperviseOptions opts;
+  opts.out_fd = -1;
+  opts.err_fd = -1;
+  auto r = supervise(fake.handles, opts, real_hooks(fake.handles.pidfd.get(), log));
+  BOOST_REQUIRE_MESSAGE(r.has_value(), describe(r));
+  BOOST_TEST(r->state == RunState::kInitDied);
+  BOOST_TEST(r->failed_step == SetupStep::kInitWait);
+  BOOST_TEST(r->setup_errno == ECHILD);
+}
+
 // Every step a setup error record can name has a name of its own: a failure reads "init:
 // wait for the command: ECHILD", never "unknown step".
 BOOST_AUTO_TEST_CASE(every_setup_step_has_a_name_of_its_own) {
