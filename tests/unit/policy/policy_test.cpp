@@ -3,10 +3,10 @@
 
 #include <fcntl.h>
 #include <sched.h>
-#include <sys/mount.h>
-#include <sys/wait.h>
 #include <stdlib.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <boost/test/unit_test.hpp>
