@@ -245,6 +245,15 @@ KillHooks real_hooks(int pidfd, HookLog& log) {
                    }};
 }
 
+// Supervises a fake that only sends records: its output goes nowhere, its hooks signal it.
+Result<Outcome> supervise_records_only(FakeSandbox& fake) {
+  HookLog log;
+  SuperviseOptions opts;
+  opts.out_fd = -1;
+  opts.err_fd = -1;
+  return supervise(fake.handles, opts, real_hooks(fake.handles.pidfd.get(), log));
+}
+
 UniqueFd make_memfd(const char* name) {
   UniqueFd fd(memfd_create(name, MFD_CLOEXEC));
   BOOST_REQUIRE(fd.valid());
@@ -471,11 +480,7 @@ BOOST_AUTO_TEST_CASE(eof_without_exit_record_is_init_died) {
     send_record(c.status, {RecordKind::kCommandStarted, SetupStep::kNone, 0, 0, 2, 0});
     return 3;  // init dies without reporting the command
   });
-  HookLog log;
-  SuperviseOptions opts;
-  opts.out_fd = -1;
-  opts.err_fd = -1;
-  auto r = supervise(fake.handles, opts, real_hooks(fake.handles.pidfd.get(), log));
+  auto r = supervise_records_only(fake);
   BOOST_REQUIRE_MESSAGE(r.has_value(), describe(r));
   BOOST_TEST(r->state == RunState::kInitDied);
   BOOST_TEST(!r->have_wait_status);
@@ -497,11 +502,7 @@ BOOST_AUTO_TEST_CASE(inits_failed_wait_after_the_start_is_init_died_not_setup_fa
     send_record(c.status, {RecordKind::kSetupError, SetupStep::kInitWait, ECHILD, 0, 0, 0});
     return 125;
   });
-  HookLog log;
-  SuperviseOptions opts;
-  opts.out_fd = -1;
-  opts.err_fd = -1;
-  auto r = supervise(fake.handles, opts, real_hooks(fake.handles.pidfd.get(), log));
+  auto r = supervise_records_only(fake);
   BOOST_REQUIRE_MESSAGE(r.has_value(), describe(r));
   BOOST_TEST(r->state == RunState::kInitDied);
   BOOST_TEST(r->failed_step == SetupStep::kInitWait);
@@ -525,11 +526,7 @@ BOOST_AUTO_TEST_CASE(setup_error_record_is_reported) {
     send_record(c.status, {RecordKind::kSetupError, SetupStep::kMountProc, EPERM, 0, 0, 0});
     return 1;
   });
-  HookLog log;
-  SuperviseOptions opts;
-  opts.out_fd = -1;
-  opts.err_fd = -1;
-  auto r = supervise(fake.handles, opts, real_hooks(fake.handles.pidfd.get(), log));
+  auto r = supervise_records_only(fake);
   BOOST_REQUIRE_MESSAGE(r.has_value(), describe(r));
   BOOST_TEST(r->state == RunState::kSetupFailed);
   BOOST_TEST(r->failed_step == SetupStep::kMountProc);
