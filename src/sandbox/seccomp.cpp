@@ -607,6 +607,14 @@ Result<SeccompCtx> build_fixed(const SeccompOptions& options) {
                           "setsockopt"));
   }
 
+  // IPv6 flow labels: the kernel counts them in one host-wide pool (4096, FL_MAX_SIZE), not
+  // per network namespace; one sandbox took 3068 and unprivileged users everywhere else got
+  // ENOBUFS until it ended (a red-team review, session 37). ENOPROTOOPT, as a kernel without
+  // the option answers. IPPROTO_IPV6 and IPV6_FLOWLABEL_MGR are ints.
+  constexpr uint64_t kIpv6FlowlabelMgr = 32;
+  CORDON_CHECK(add_rule(c, SCMP_ACT_ERRNO(ENOPROTOOPT), SCMP_SYS(setsockopt),
+                        {int_is(1, IPPROTO_IPV6), int_is(2, kIpv6FlowlabelMgr)}, "setsockopt"));
+
   // personality: the values Docker's default profile allows (moby profiles/seccomp/
   // default.json): PER_LINUX (0), PER_LINUX32 (0x8), UNAME26 (0x20000), both (0x20008) and
   // the query 0xffffffff. Everything else (ADDR_NO_RANDOMIZE, READ_IMPLIES_EXEC,

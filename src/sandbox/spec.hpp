@@ -73,12 +73,16 @@ struct SandboxSpec {
   uint64_t inotify_instances = 32;  // per-sandbox quota (user.max_inotify_instances)
   uint64_t inotify_watches = 8192;
   // No core dumps (they would land in the root), bounded fds, locked memory, message queues,
-  // no raised priorities. RLIMIT_NPROC is per uid and left to the pids cgroup.
+  // queued signals, no raised priorities. RLIMIT_NPROC is per uid and left to the pids cgroup.
+  // RLIMIT_SIGPENDING also bounds POSIX timers (each holds a queued signal): the host's
+  // default (~96,000 here) let one command fill the kernel's one hash of timers, and every
+  // timer call on the host took 10–20 times as long (a red-team review, session 37).
   std::vector<Rlimit> rlimits = {
       {RLIMIT_CORE, 0, 0},
       {RLIMIT_NOFILE, 4096, 4096},
       {RLIMIT_MEMLOCK, 64 << 10, 64 << 10},
       {RLIMIT_MSGQUEUE, 800 << 10, 800 << 10},
+      {RLIMIT_SIGPENDING, 1024, 1024},
       {RLIMIT_NICE, 0, 0},
       {RLIMIT_RTPRIO, 0, 0},
   };

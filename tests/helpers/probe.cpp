@@ -518,6 +518,31 @@ std::string probe_socket_filter(Args) {
   return rc < 0 ? denied(err) : allowed();
 }
 
+// Takes one IPv6 flow label (a host-wide pool of 4096, not per network namespace).
+std::string probe_flowlabel(Args) {
+  int s = socket(AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (s < 0) {
+    return "setup: socket " + errno_name(errno);
+  }
+  struct {  // struct in6_flowlabel_req
+    struct in6_addr dst;
+    uint32_t label;
+    uint8_t action, share;
+    uint16_t flags, expires, linger;
+    uint32_t pad;
+  } req{};
+  req.dst = in6addr_loopback;
+  req.label = htonl(0x1000 + static_cast<uint32_t>(getpid()) % 0x80000);
+  req.action = 0;     // IPV6_FL_A_GET
+  req.share = 1;      // IPV6_FL_S_EXCL
+  req.flags = 1 | 2;  // IPV6_FL_F_CREATE | IPV6_FL_F_EXCL
+  req.expires = req.linger = 1;
+  long rc = setsockopt(s, IPPROTO_IPV6, 32 /* IPV6_FLOWLABEL_MGR */, &req, sizeof req);
+  int err = errno;
+  close(s);
+  return rc < 0 ? denied(err) : allowed();
+}
+
 // clone3 passes its flags in memory, where seccomp cannot look, so the filter must answer
 // ENOSYS for all of clone3 (glibc then falls back to clone, whose flags it can check).
 std::string probe_clone3(Args) {
@@ -1368,6 +1393,23 @@ std::string probe_getpid(Args) { return value(std::to_string(getpid())); }
 // Resource walls (per-sandbox /proc/sys/user quotas, pids.max, memory.max, rlimits)
 // ---------------------------------------------------------------------------------------------
 
+// Makes POSIX timers (SIGEV_NONE) until the kernel refuses or `max` exist: "value N ERRNO" or
+// "value N max". Each holds a queued signal, counted against RLIMIT_SIGPENDING; all of the
+// host's timers share one hash.
+std::string probe_posix_timers(Args args) {
+  const long max = std::stol(args[0]);
+  struct sigevent sev {};
+  sev.sigev_notify = SIGEV_NONE;
+  long made = 0;
+  for (; made < max; ++made) {
+    int id = 0;
+    if (syscall(SYS_timer_create, CLOCK_MONOTONIC, &sev, &id) != 0) {
+      return value(std::to_string(made) + " " + errno_name(errno));
+    }
+  }
+  return value(std::to_string(made) + " max");
+}
+
 // inotify instances are a per-user kernel quota: one sandbox must not use up its uid's share.
 // With `hold`, the instances stay open after the line until stdin reaches EOF, so a test can
 // check a second sandbox and the host while this one holds its whole quota.
@@ -1702,6 +1744,8 @@ constexpr Probe kProbes[] = {
     {"posix-lock", "<dir>", 1, 1, probe_posix_lock},
     {"dnotify", "<dir>", 1, 1, probe_dnotify},
     {"socket-filter", "", 0, 0, probe_socket_filter},
+    {"flowlabel", "", 0, 0, probe_flowlabel},
+    {"posix-timers", "<max>", 1, 1, probe_posix_timers},
     {"mount-tmpfs", "", 0, 0, probe_mount_tmpfs},
     {"mount-cgroup-v1", "[controller]", 0, 1, probe_mount_cgroup_v1},
     {"fsopen", "", 0, 0, probe_fsopen},

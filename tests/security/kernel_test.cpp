@@ -432,6 +432,16 @@ BOOST_AUTO_TEST_CASE(ofd_locks_dnotify_and_socket_filters_are_refused_posix_lock
   BOOST_TEST(probe(s, filter, {"seccomp-fixed"}) == "allowed");
 }
 
+// IPv6 flow labels come from one host-wide pool of 4096, not one per network namespace: one
+// sandbox took 3068 and unprivileged users on the host and in every other namespace got
+// ENOBUFS until it ended (a red-team review, session 37). The fixed filter answers
+// ENOPROTOOPT, as a kernel without the option. Control: without it the kernel gives a label.
+BOOST_AUTO_TEST_CASE(ipv6_flow_labels_are_refused_by_the_fixed_filter) {
+  BOOST_TEST(probe(s, {"flowlabel"}) == "errno ENOPROTOOPT");
+  BOOST_TEST(probe(s, {"flowlabel"}, {"seccomp-profile"}) == "errno ENOPROTOOPT");
+  BOOST_TEST(probe(s, {"flowlabel"}, {"seccomp-fixed"}) == "allowed");
+}
+
 // clone3's flags live in memory seccomp cannot read, so clone3 as a whole is ENOSYS (glibc
 // falls back to clone, whose flags the fixed filter checks). Both filters say so.
 BOOST_AUTO_TEST_CASE(clone3_is_enosys_from_both_filters) {

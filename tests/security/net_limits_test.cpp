@@ -880,6 +880,19 @@ BOOST_AUTO_TEST_CASE(fork_bomb_stops_at_the_default_pids_limit_and_is_reported) 
   BOOST_TEST(stc["usage"]["pidsLimitHits"].get<int>() >= 1);
 }
 
+// POSIX timers each hold a queued signal, and all of the host's timers share one kernel hash:
+// with the host's RLIMIT_SIGPENDING (~96,000 here) one command made 96,000 of them in 2.7 s
+// and every timer call on the host took 10–20 times as long (a red-team review, session 37).
+// The sandbox's limit is 1024. Control: the same probe on the host makes 2000.
+BOOST_AUTO_TEST_CASE(posix_timers_stop_at_the_sandboxs_pending_signal_limit) {
+  Sandbox s;
+  auto r = s.run({}, {probe_bin(), "posix-timers", "2000"});
+  BOOST_TEST(r.exit_code() == 0, r.err);
+  BOOST_TEST(r.out == "probe posix-timers: value 1024 EAGAIN\n");
+  auto host = cordon::test::run_process({probe_bin(), "posix-timers", "2000"});
+  BOOST_TEST(host.out == "probe posix-timers: value 2000 max\n", host.err);
+}
+
 // --memory 64M: touching 96 MiB gets the command OOM-killed inside its cgroup, reported as
 // state oom, exit 122, with the kill counted. Control: the same hog under 256M completes.
 BOOST_AUTO_TEST_CASE(memory_hog_is_oom_killed_under_memory_and_reported) {
