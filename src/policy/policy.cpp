@@ -1298,8 +1298,10 @@ Result<void> bind_policy(Policy& p, const HostPathGuard& guard) {
       mounts = std::move(read);
       CORDON_TRY_CTX(root_place, sys::fs_place(root, mounts), "policy: cwdRoot");
       writable.emplace(1, root_place);
+      // A read-only one stays so in the sandbox (the root's tree is cloned with its mounts'
+      // flags, and a job can change no mount): the directory the error's advice binds.
       for (const sys::MountInfo& m : mounts) {
-        if (path_within(m.mount_point, root)) {
+        if (path_within(m.mount_point, root) && !sys::read_only(m)) {
           writable->push_back(sys::mount_place(m));
         }
       }

@@ -190,8 +190,8 @@ Result<std::vector<MountInfo>> parse_mountinfo(std::string_view text) {
       return invalid("short mountinfo line: `{}`", line);
     }
     out.push_back(MountInfo{head[0], head[2], unescape_mount_field(head[3]),
-                            unescape_mount_field(head[4]), tail[0], unescape_mount_field(tail[1]),
-                            tail[2]});
+                            unescape_mount_field(head[4]), head[5], tail[0],
+                            unescape_mount_field(tail[1]), tail[2]});
   }
   return out;
 }
@@ -202,6 +202,17 @@ Result<std::vector<MountInfo>> read_mountinfo() {
     return sys_error("read /proc/self/mountinfo");
   }
   return parse_mountinfo(*text);
+}
+
+bool read_only(const MountInfo& m) {
+  for (const std::string* options : {&m.options, &m.super_options}) {
+    for (const std::string& option : split(*options, ',')) {
+      if (option == "ro") {
+        return true;
+      }
+    }
+  }
+  return false;
 }
 
 FsPlace mount_place(const MountInfo& m) {

@@ -43,6 +43,7 @@ struct MountInfo {
   std::string dev;            // "major:minor" of the file system (not of a btrfs subvolume)
   std::string root;           // the directory of the file system this mount shows
   std::string mount_point;    // where, in our mount namespace
+  std::string options;        // this mount's own: "rw,nosuid,relatime", "ro,…"
   std::string fstype;         // "ext4", "cgroup2", "nfs4", …
   std::string source;         // "/dev/vda", "server:/export", …
   std::string super_options;  // the file system's own options
@@ -61,6 +62,8 @@ struct FsPlace {
   std::string dev;
   std::string path;
 };
+/// Whether the mount, or the file system under it, is read-only.
+bool read_only(const MountInfo& m);
 /// The place of what `m` shows at its mount point.
 FsPlace mount_place(const MountInfo& m);
 /// The place of `path` (absolute, no symlink in it: resolved; its last component is not

@@ -603,8 +603,15 @@ BOOST_AUTO_TEST_CASE(a_sha256_pin_reached_through_a_bind_mount_of_the_root_is_re
     }
     Tree::write_exe(tr.root + "/data/tools/tool", "#!/bin/false\n");
     bind(tr.root + "/data/tools", tr.t + "/alias-tools");
-    for (const std::string& path : {tr.t + "/alias-root/sub/tool", tr.t + "/alias-sub/tool",
-                                    tr.t + "/alias-tools/tool", tr.t + "/alias-bin/tool"}) {
+    // The pinned tool's own directory bound read-only under the root: no job writes there.
+    bind(tr.bin, tr.root + "/ro-bin");
+    if (::mount(nullptr, (tr.root + "/ro-bin").c_str(), nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY,
+                nullptr) != 0) {
+      say(std::string("setup: remount ro-bin read-only: ") + std::strerror(errno));
+    }
+    for (const std::string& path :
+         {tr.t + "/alias-root/sub/tool", tr.t + "/alias-sub/tool", tr.t + "/alias-tools/tool",
+          tr.t + "/alias-bin/tool", tr.tool}) {
       json j = tr.base();
       j["allowedExecutables"] = {{{"path", path}, {"sha256", pin}}};
       auto p = policy::parse_policy(j.dump());
@@ -645,8 +652,10 @@ BOOST_AUTO_TEST_CASE(a_sha256_pin_reached_through_a_bind_mount_of_the_root_is_re
                line);
     BOOST_TEST(line.find(place) != std::string::npos, line);
   }
-  // The control: a bind mount of a directory outside the root keeps its pin.
+  // The controls: a bind mount of a directory outside the root keeps its pin, and so does a
+  // read-only bind of it under the root (found by a review of session 37's change: refused).
   BOOST_TEST(got.find(tr.t + "/alias-bin/tool: bound\n") != std::string::npos, got);
+  BOOST_TEST(got.find(tr.tool + ": bound\n") != std::string::npos, got);
 }
 
 // An allowlisted path that check_start's no-shell rule would refuse at every start is refused

@@ -112,7 +112,7 @@ BOOST_AUTO_TEST_CASE(mountinfo_lines_give_each_mounts_place) {
       "22 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw\n"
       "40 22 254:0 /srv/a\\040b\\134c /mnt/al\\040ias rw shared:1 master:2 - ext4 /dev/vda rw\n"
       "41 22 0:66 /@work /work rw - btrfs /dev/vdb rw,subvol=/@work\n"
-      "42 22 0:70 / /nfs/w rw - nfs4 srv:/export/work rw\n");
+      "42 22 0:70 / /nfs/w ro,nosuid - nfs4 srv:/export/work rw\n");
   BOOST_REQUIRE_MESSAGE(parsed.has_value(), (parsed ? "" : parsed.error().message()));
   BOOST_REQUIRE(parsed->size() == 4u);
   const sys::MountInfo& alias = (*parsed)[1];
@@ -126,6 +126,10 @@ BOOST_AUTO_TEST_CASE(mountinfo_lines_give_each_mounts_place) {
   BOOST_TEST(sys::mount_place((*parsed)[2]).path == "/@work");
   BOOST_TEST(sys::mount_place((*parsed)[3]).dev == "srv");
   BOOST_TEST(sys::mount_place((*parsed)[3]).path == "/export/work");
+  BOOST_TEST(alias.options == "rw");
+  BOOST_TEST(!sys::read_only(alias));
+  BOOST_TEST(sys::read_only((*parsed)[3]));  // the mount's own flag
+  BOOST_TEST(sys::read_only(sys::MountInfo{.super_options = "ro,errors=continue"}));  // its sb
   auto bad = sys::parse_mountinfo("22 1 254:0 / / rw ext4 /dev/vda rw\n");
   BOOST_REQUIRE(!bad.has_value());
   BOOST_TEST(bad.error().message().find("without ` - `") != std::string::npos);
