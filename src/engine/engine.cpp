@@ -2380,14 +2380,8 @@ class Engine::Impl {
       j.state = "output-limit";
     } else if (j.timed_out) {
       j.state = "timeout";
-    } else if (j.setup_step == sandbox::SetupStep::kInitWait) {
-      // After the command started: not a setup failure (supervise.cpp, outcome()).
-      j.state = "failed";
-      j.error = fmt::format(
-          "the sandbox init died without reporting the command's status ({}: {}); output is "
-          "banked",
-          sandbox::step_name(j.setup_step), errno_name(j.setup_errno));
-    } else if (j.setup_step != sandbox::SetupStep::kNone) {
+    } else if (j.setup_step != sandbox::SetupStep::kNone &&
+               j.setup_step != sandbox::SetupStep::kInitWait) {
       j.state = "failed";
       j.error = fmt::format("the sandbox could not start the command: {}: {}",
                             sandbox::step_name(j.setup_step), errno_name(j.setup_errno));
@@ -2415,6 +2409,13 @@ class Engine::Impl {
       // Escalated to SIGKILL of the whole sandbox before init could report.
       j.state = "killed";
       j.signal = signal_name(SIGKILL);
+    } else if (j.setup_step == sandbox::SetupStep::kInitWait) {
+      // After the command started: not a setup failure (supervise.cpp, outcome()).
+      j.state = "failed";
+      j.error = fmt::format(
+          "the sandbox init died without reporting the command's status ({}: {}); output is "
+          "banked",
+          sandbox::step_name(j.setup_step), errno_name(j.setup_errno));
     } else if (j.usage.oom_kills > 0 && init_status && WIFSIGNALED(*init_status) &&
                WTERMSIG(*init_status) == SIGKILL) {
       // Failure fixed (session 16, found on a pure cgroup v2 kernel): the OOM killer picks the
