@@ -489,6 +489,7 @@ BOOST_FIXTURE_TEST_CASE(sweep_leaves_record_of_a_live_owner_alone, Host) {
 // the cgroups to the next engine's open) — in about one round in five, so ten rounds.
 BOOST_FIXTURE_TEST_CASE(destroy_outlasts_processes_that_arrive_after_it_saw_the_cgroup_empty,
                         Host) {
+  int arrived_during_destroy = 0;
   for (int round = 0; round < 10; ++round) {
     auto job = JobCgroup::create(layout, "latecomers-" + std::to_string(round), {});
     BOOST_TEST_REQUIRE(job.has_value(), why(job));
@@ -534,7 +535,9 @@ BOOST_FIXTURE_TEST_CASE(destroy_outlasts_processes_that_arrive_after_it_saw_the_
     for (int i = 0; i < kWaitMs && born < 20; ++i) {
       ::usleep(1000);
     }
+    const int before_destroy = born;
     auto d = job->destroy();
+    const int during_destroy = born - before_destroy;
     feeder.join();
     block.w.reset();
     for (pid_t pid : kids) {
@@ -542,8 +545,14 @@ BOOST_FIXTURE_TEST_CASE(destroy_outlasts_processes_that_arrive_after_it_saw_the_
     }
     BOOST_TEST_REQUIRE(born >= 20);
     BOOST_TEST(d.has_value(), "round " << round << ": " << why(d));
-    BOOST_TEST(clone_errno != 0,
-               "round " << round << ": the feeder ran on; the v2 cgroup was not removed");
+    // The race ran (summed over the rounds, below): processes arrived while destroy() worked.
+    // Whether the feeder then saw the v2 cgroup go (a clone3 error) or stopped at its cap
+    // first is the machine's speed (session 37: the cap came first in 2–6 rounds of 10 on
+    // this host, and a check that it never did failed with nothing wrong).
+    arrived_during_destroy += during_destroy;
+    BOOST_TEST_MESSAGE("round " << round << ": " << during_destroy
+                                << " arrived during destroy(); the feeder "
+                                << (clone_errno != 0 ? "saw the v2 cgroup go" : "stopped first"));
     for (const std::string& p : paths) {
       BOOST_TEST(!exists(p), p);
     }
@@ -551,4 +560,5 @@ BOOST_FIXTURE_TEST_CASE(destroy_outlasts_processes_that_arrive_after_it_saw_the_
       break;  // the fixture removes what is left
     }
   }
+  BOOST_TEST(arrived_during_destroy > 0, "no process arrived while destroy() worked");
 }
