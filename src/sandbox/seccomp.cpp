@@ -612,7 +612,7 @@ Result<SeccompCtx> build_fixed(const SeccompOptions& options) {
   // ENOBUFS until it ended (a red-team review, session 37). ENOPROTOOPT, as a kernel without
   // the option answers. IPPROTO_IPV6 and IPV6_FLOWLABEL_MGR are ints.
   constexpr uint64_t kIpv6FlowlabelMgr = 32;
-  CORDON_CHECK(add_rule(c, SCMP_ACT_ERRNO(ENOPROTOOPT), SCMP_SYS(setsockopt),
+  CORDON_CHECK(add_rule(c, SCMP_ACT_ERRNO(kErrnoEnoprotoopt), SCMP_SYS(setsockopt),
                         {int_is(1, IPPROTO_IPV6), int_is(2, kIpv6FlowlabelMgr)}, "setsockopt"));
 
   // personality: the values Docker's default profile allows (moby profiles/seccomp/

@@ -94,6 +94,7 @@ inline constexpr uint32_t kErrnoEnosys = 38;
 inline constexpr uint32_t kErrnoEafnosupport = 97;
 inline constexpr uint32_t kErrnoEprotonosupport = 93;
 inline constexpr uint32_t kErrnoEinval = 22;
+inline constexpr uint32_t kErrnoEnoprotoopt = 92;
 
 /// Compiles the profile and the fixed filter; errors name the rule (/syscalls/N) at fault.
 [[nodiscard]] Result<CompiledFilters> compile_filters(const SeccompProfile& profile,
