@@ -497,12 +497,20 @@ std::string probe_dnotify(Args args) {
   return rc < 0 ? denied(err) : allowed();
 }
 
-// A one-instruction classic BPF socket filter (`accept everything`) on a UDP socket.
-std::string probe_socket_filter(Args) {
-  int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+// Sets one option on a new UDP socket of `family`: the kernel's (or a filter's) answer.
+std::string udp_setsockopt(int family, int level, int name, const void* value, socklen_t len) {
+  int s = socket(family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (s < 0) {
     return "setup: socket " + errno_name(errno);
   }
+  long rc = setsockopt(s, level, name, value, len);
+  int err = errno;
+  close(s);
+  return rc < 0 ? denied(err) : allowed();
+}
+
+// A one-instruction classic BPF socket filter (`accept everything`) on a UDP socket.
+std::string probe_socket_filter(Args) {
   struct {
     uint16_t code;
     uint8_t jt, jf;
@@ -512,18 +520,11 @@ std::string probe_socket_filter(Args) {
     unsigned short len;
     void* filter;
   } prog = {1, insn};
-  long rc = setsockopt(s, SOL_SOCKET, 26 /* SO_ATTACH_FILTER */, &prog, sizeof prog);
-  int err = errno;
-  close(s);
-  return rc < 0 ? denied(err) : allowed();
+  return udp_setsockopt(AF_INET, SOL_SOCKET, 26 /* SO_ATTACH_FILTER */, &prog, sizeof prog);
 }
 
 // Takes one IPv6 flow label (a host-wide pool of 4096, not per network namespace).
 std::string probe_flowlabel(Args) {
-  int s = socket(AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (s < 0) {
-    return "setup: socket " + errno_name(errno);
-  }
   struct {  // struct in6_flowlabel_req
     struct in6_addr dst;
     uint32_t label;
@@ -537,10 +538,7 @@ std::string probe_flowlabel(Args) {
   req.share = 1;      // IPV6_FL_S_EXCL
   req.flags = 1 | 2;  // IPV6_FL_F_CREATE | IPV6_FL_F_EXCL
   req.expires = req.linger = 1;
-  long rc = setsockopt(s, IPPROTO_IPV6, 32 /* IPV6_FLOWLABEL_MGR */, &req, sizeof req);
-  int err = errno;
-  close(s);
-  return rc < 0 ? denied(err) : allowed();
+  return udp_setsockopt(AF_INET6, IPPROTO_IPV6, 32 /* IPV6_FLOWLABEL_MGR */, &req, sizeof req);
 }
 
 // clone3 passes its flags in memory, where seccomp cannot look, so the filter must answer
