@@ -2409,13 +2409,6 @@ class Engine::Impl {
       // Escalated to SIGKILL of the whole sandbox before init could report.
       j.state = "killed";
       j.signal = signal_name(SIGKILL);
-    } else if (j.setup_step == sandbox::SetupStep::kInitWait) {
-      // After the command started: not a setup failure (supervise.cpp, outcome()).
-      j.state = "failed";
-      j.error = fmt::format(
-          "the sandbox init died without reporting the command's status ({}: {}); output is "
-          "banked",
-          sandbox::step_name(j.setup_step), errno_name(j.setup_errno));
     } else if (j.usage.oom_kills > 0 && init_status && WIFSIGNALED(*init_status) &&
                WTERMSIG(*init_status) == SIGKILL) {
       // Failure fixed (session 16, found on a pure cgroup v2 kernel): the OOM killer picks the
@@ -2431,12 +2424,11 @@ class Engine::Impl {
           sandbox::kInitOomCause);
     } else {
       j.state = "failed";
-      j.error = "the sandbox init died without reporting the command's status";
-      if (init_status) {
-        j.error += " (" + engine::init_end_text(*init_status) + ")";
-      }
-      j.error += "; output is banked";
-      if (j.usage.oom_kills > 0 && !init_status) {
+      // Also init's failed wait after the command started (kInitWait, not a setup failure:
+      // supervise.cpp, outcome()), which no init_status is asked for.
+      j.error = engine::init_died_message(j.setup_step, j.setup_errno, init_status) +
+                "; output is banked";
+      if (j.usage.oom_kills > 0 && !init_status && j.setup_step == sandbox::SetupStep::kNone) {
         j.error += fmt::format(
             " ({} OOM kill(s) in the sandbox: the kernel may have chosen its init, which "
             "cordon could not confirm: Linux tells it from 6.15, once the init is reaped)",

@@ -317,13 +317,9 @@ Result<OneshotReport> run_oneshot(const OneshotRequest& req) {
         fmt::format("the sandbox was killed by the OOM killer at its memory limit of {} bytes ({})",
                     req.memory_bytes, sandbox::kInitOomCause);
   } else if (o.state == RunState::kInitDied) {
-    report.message = "the sandbox init died without reporting the command's status";
-    if (o.failed_step == sandbox::SetupStep::kInitWait) {
-      report.message +=
-          fmt::format(" ({}: {})", sandbox::step_name(o.failed_step), errno_name(o.setup_errno));
-    } else if (o.have_init_wait_status) {
-      report.message += " (" + init_end_text(o.init_wait_status) + ")";
-    }
+    report.message = init_died_message(
+        o.failed_step, o.setup_errno,
+        o.have_init_wait_status ? std::optional(o.init_wait_status) : std::nullopt);
   } else if (o.state == RunState::kTimeout) {
     report.message = fmt::format("timed out after {} ms", req.timeout.count());
   } else if (o.state == RunState::kOutputLimit) {

@@ -1157,6 +1157,17 @@ std::string init_end_text(int wait_status) {
   return fmt::format("init's wait status {:#x}", wait_status);
 }
 
+std::string init_died_message(sandbox::SetupStep step, int err,
+                              std::optional<int> init_wait_status) {
+  std::string message = "the sandbox init died without reporting the command's status";
+  if (step == sandbox::SetupStep::kInitWait) {
+    message += fmt::format(" ({}: {})", sandbox::step_name(step), errno_name(err));
+  } else if (init_wait_status) {
+    message += " (" + init_end_text(*init_wait_status) + ")";
+  }
+  return message;
+}
+
 const char* run_state_name(RunState state) {
   switch (state) {
     case RunState::kExited:

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "base/error.hpp"
@@ -60,6 +61,12 @@ const char* run_state_name(RunState state);
 /// died without reporting the command: "init exited with code 125", "init was killed by
 /// SIGSYS". Each of init's own ways out says something different (init.cpp).
 std::string init_end_text(int wait_status);
+
+/// The message of a job whose init died without reporting the command, with its reason when
+/// one is known: the failed wait init reported (kInitWait and its errno), else how init
+/// ended (init_end_text of its wait status). `cordon run` and the engine say the same.
+std::string init_died_message(sandbox::SetupStep step, int err,
+                              std::optional<int> init_wait_status);
 
 struct Outcome {
   RunState state = RunState::kInitDied;

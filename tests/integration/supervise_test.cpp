@@ -507,6 +507,10 @@ BOOST_AUTO_TEST_CASE(inits_failed_wait_after_the_start_is_init_died_not_setup_fa
   BOOST_TEST(r->state == RunState::kInitDied);
   BOOST_TEST(r->failed_step == SetupStep::kInitWait);
   BOOST_TEST(r->setup_errno == ECHILD);
+  // What `cordon run` and the engine say of it.
+  BOOST_TEST(init_died_message(r->failed_step, r->setup_errno, std::nullopt) ==
+             "the sandbox init died without reporting the command's status (init: wait for the "
+             "command: ECHILD)");
 }
 
 // Every step a setup error record can name has a name of its own: a failure reads "init:
