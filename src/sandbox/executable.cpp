@@ -5,7 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <functional>
 
 #include "base/strings.hpp"
 #include "sys/fs.hpp"
@@ -28,10 +30,111 @@ bool is_visible(const std::string& path, const std::vector<std::string>& visible
   return false;
 }
 
+// Whether the sandbox shows `path`, or a directory on the way to what it shows (`/`, or `/home`
+// for a root at /home/u/src).
+bool on_the_way(const std::string& path, const std::vector<std::string>& visible,
+                const std::vector<std::string>& hidden) {
+  for (const auto& h : hidden) {
+    if (path_within(path, h)) {
+      return false;
+    }
+  }
+  for (const auto& v : visible) {
+    if (path_within(path, v) || path_within(v, path)) {
+      return true;
+    }
+  }
+  return false;
+}
+
 struct Opened {
   UniqueFd fd;
   std::string resolved;  // kernel's path of what was opened
 };
+
+Result<Opened> check_program(UniqueFd fd, const std::string& path);
+
+// Opens `path` (absolute, outside the root) on the host for exec, one component at a time,
+// following its symlinks by hand, and looks no name up in a directory the sandbox does not
+// show: a `#!` line is the job's to write, and a lookup there is a host effect the sandbox
+// cannot have. It would trigger an automount (autofs `/net/<name>` asks the host's resolver
+// for any name the job writes), wait on a hung FUSE or NFS mount in the spawner, or ask a
+// FUSE server of another user. Until session 38 the spawner opened the whole path and only
+// then checked that the sandbox sees it. What the sandbox cannot see is refused as not
+// visible, with the host's answer for it not passed on.
+Result<Opened> open_visible(const std::string& path, const std::vector<std::string>& visible,
+                            const std::vector<std::string>& hidden,
+                            const std::function<Result<Opened>()>& not_visible) {
+  constexpr int kMaxLinks = 40;  // the kernel's own bound (ELOOP)
+  std::vector<std::string> todo = split(path.substr(1), '/');
+  std::reverse(todo.begin(), todo.end());  // the next component is at the back
+  CORDON_TRY(cur, sys::open_fd("/", O_PATH | O_DIRECTORY));
+  std::string cur_path = "/";
+  int links = 0;
+  while (!todo.empty()) {
+    std::string name = std::move(todo.back());
+    todo.pop_back();
+    if (name.empty() || name == ".") {
+      continue;
+    }
+    if (name == "..") {
+      int up = ::openat(cur.get(), "..", O_PATH | O_DIRECTORY | O_CLOEXEC);
+      if (up < 0) {
+        return sys_error("openat `{}/..`", cur_path);
+      }
+      cur = UniqueFd(up);
+      CORDON_TRY(up_path, sys::fd_path(cur.get()));
+      cur_path = std::move(up_path);
+      continue;
+    }
+    std::string next = cur_path == "/" ? "/" + name : cur_path + "/" + name;
+    std::string target;
+    if (on_the_way(next, visible, hidden)) {
+      int fd = ::openat(cur.get(), name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
+      if (fd < 0 && errno == ENOENT) {
+        return std::unexpected(
+            Error(ErrorCode::kNotFound, ENOENT, fmt::format("`{}` does not exist", path)));
+      }
+      if (fd < 0) {
+        return sys_error("openat `{}`", next);
+      }
+      UniqueFd opened(fd);
+      CORDON_TRY(st, sys::fstat_fd(opened.get()));
+      if (!S_ISLNK(st.st_mode)) {
+        cur = std::move(opened);
+        cur_path = std::move(next);
+        continue;
+      }
+      CORDON_TRY(t, sys::read_link_at(opened.get(), ""));
+      target = std::move(t);
+    } else {
+      // Not shown, unless it is a symlink to what is: the one lookup here is of `name` in a
+      // directory the sandbox shows (readlink follows no link and triggers no automount; on a
+      // mount point it reads the mounted root, which is no link).
+      auto t = sys::read_link_at(cur.get(), name);
+      if (!t) {
+        return not_visible();
+      }
+      target = std::move(*t);
+    }
+    if (++links > kMaxLinks || target.empty()) {
+      return refusal("`{}` leads through too many symbolic links", path);
+    }
+    std::vector<std::string> parts = split(target, '/');
+    for (auto it = parts.rbegin(); it != parts.rend(); ++it) {
+      todo.push_back(std::move(*it));
+    }
+    if (target[0] == '/') {
+      CORDON_TRY(top, sys::open_fd("/", O_PATH | O_DIRECTORY));
+      cur = std::move(top);
+      cur_path.assign(1, '/');
+    }
+  }
+  if (!is_visible(cur_path, visible, hidden)) {
+    return not_visible();
+  }
+  return check_program(std::move(cur), path);
+}
 
 // Opens `path` for exec: beneath the root when inside it, else from the host with magic
 // links refused. Checks: regular file with an execute bit.
@@ -57,7 +160,12 @@ Result<Opened> open_program(const std::string& path, const std::string& root, in
     }
     return std::unexpected(std::move(fd.error()));
   }
-  CORDON_TRY(st, sys::fstat_fd(fd->get()));
+  return check_program(std::move(*fd), path);
+}
+
+// Checks an opened program: a regular file with an execute bit.
+Result<Opened> check_program(UniqueFd fd, const std::string& path) {
+  CORDON_TRY(st, sys::fstat_fd(fd.get()));
   if (!S_ISREG(st.st_mode)) {
     return refusal("`{}` is not a regular file", path);
   }
@@ -66,8 +174,8 @@ Result<Opened> open_program(const std::string& path, const std::string& root, in
         Error(ErrorCode::kRefused, EACCES,
               fmt::format("`{}` is not executable (mode {:o})", path, st.st_mode & 07777)));
   }
-  CORDON_TRY(resolved, sys::fd_path(fd->get()));
-  return Opened{std::move(*fd), std::move(resolved)};
+  CORDON_TRY(resolved, sys::fd_path(fd.get()));
+  return Opened{std::move(fd), std::move(resolved)};
 }
 
 // Reads the `#!` line; empty interpreter when the file is not a script.
@@ -177,14 +285,13 @@ Result<ResolvedExecutable> resolve_executable(const std::vector<std::string>& ar
         path, interp);
   };
   const std::string interp_path = normalize_path(interp);
-  auto opened = open_program(interp_path, root, root_fd);
-  if (!opened && !is_visible(interp_path, visible, hidden)) {
-    // The host's answer for a path the sandbox cannot see (missing, its mode, not a file) is
-    // not passed on: a job that writes the `#!` line would learn of host paths it cannot
-    // see from the refusal its next caller reads (a red-team review, session 36: `#!` naming
-    // a file in a root-only directory gave "is not executable (mode 600)").
-    return not_visible();
-  }
+  // The host's answer for a path the sandbox cannot see (missing, its mode, not a file) is
+  // not passed on: a job that writes the `#!` line would learn of host paths it cannot see
+  // from the refusal its next caller reads (a red-team review, session 36: `#!` naming a file
+  // in a root-only directory gave "is not executable (mode 600)").
+  auto opened = path_within(interp_path, root)
+                    ? open_program(interp_path, root, root_fd)
+                    : open_visible(interp_path, visible, hidden, not_visible);
   CORDON_TRY_CTX(ip, std::move(opened), "`{}`: `#!` interpreter", path);
   if (!is_visible(ip.resolved, visible, hidden)) {
     return not_visible();

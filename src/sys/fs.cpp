@@ -171,6 +171,18 @@ Result<std::string> fd_path(int fd) {
   return std::string(buf, static_cast<size_t>(n));
 }
 
+Result<std::string> read_link_at(int dirfd, const std::string& name) {
+  char buf[4096];
+  ssize_t n = ::readlinkat(dirfd, name.c_str(), buf, sizeof buf);
+  if (n < 0) {
+    return sys_error("readlinkat `{}`", name);
+  }
+  if (static_cast<size_t>(n) == sizeof buf) {
+    return errno_error(ENAMETOOLONG, "readlinkat `{}`", name);
+  }
+  return std::string(buf, static_cast<size_t>(n));
+}
+
 Result<std::vector<MountInfo>> parse_mountinfo(std::string_view text) {
   // "36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue": id,
   // parent, device, root, mount point, options, optional fields up to " - ", then the file

@@ -36,6 +36,9 @@ namespace cordon::sys {
 [[nodiscard]] Result<std::vector<std::string>> dir_entries(int dirfd, const std::string& what);
 /// The path the kernel records for an fd (readlink of /proc/self/fd/N).
 [[nodiscard]] Result<std::string> fd_path(int fd);
+/// readlinkat(2): the target of the symlink `name` in `dirfd` (`""`: the O_PATH|O_NOFOLLOW
+/// descriptor's own link); EINVAL when it is no symlink.
+[[nodiscard]] Result<std::string> read_link_at(int dirfd, const std::string& name);
 
 /// One line of /proc/self/mountinfo, its fields unescaped.
 struct MountInfo {

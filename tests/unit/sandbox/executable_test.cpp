@@ -2,14 +2,21 @@
 #include <boost/test/unit_test.hpp>
 
 #include <fcntl.h>
+#include <linux/fuse.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <csignal>
+#include <cstring>
 
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <thread>
 
 #include "sandbox/executable.hpp"
 
@@ -247,4 +254,152 @@ BOOST_AUTO_TEST_CASE(a_leased_script_is_refused_at_once_not_waited_for) {
   BOOST_TEST(r.error().message().find("leased") != std::string::npos, r.error().message());
   auto after = resolve_executable({p}, root.path, root.fd, root.visible());
   BOOST_TEST(after.has_value(), why(after));
+}
+
+namespace {
+
+// A FUSE file system that only answers, mounted in a mount namespace of a child's own: it
+// records every name the kernel asks it to look up, the way an automounter (autofs `/net`)
+// or another user's FUSE server would see a host lookup.
+struct LookupRecorder {
+  int fd = -1;
+  std::mutex mu;
+  std::vector<std::string> names;
+
+  void serve() {
+    std::vector<char> buf(FUSE_MIN_READ_BUFFER + (1 << 17));
+    for (;;) {
+      ssize_t n = ::read(fd, buf.data(), buf.size());
+      if (n < 0 && (errno == EINTR || errno == ENOENT)) {
+        continue;
+      }
+      if (n < static_cast<ssize_t>(sizeof(fuse_in_header))) {
+        return;  // ENODEV: unmounted
+      }
+      fuse_in_header in{};
+      std::memcpy(&in, buf.data(), sizeof in);
+      fuse_out_header out{sizeof out, 0, in.unique};
+      if (in.opcode == FUSE_INIT) {
+        fuse_init_out init{};
+        init.major = FUSE_KERNEL_VERSION;
+        init.minor = FUSE_KERNEL_MINOR_VERSION;
+        init.max_write = 4096;
+        reply(out, &init, sizeof init);
+      } else if (in.opcode == FUSE_LOOKUP) {
+        {
+          std::lock_guard lock(mu);
+          names.emplace_back(buf.data() + sizeof in);
+        }
+        out.error = -ENOENT;
+        reply(out, nullptr, 0);
+      } else if (in.opcode == FUSE_GETATTR) {
+        fuse_attr_out attr{};
+        attr.attr.ino = FUSE_ROOT_ID;
+        attr.attr.mode = S_IFDIR | 0755;
+        attr.attr.nlink = 2;
+        reply(out, &attr, sizeof attr);
+      } else if (in.opcode != FUSE_FORGET && in.opcode != FUSE_BATCH_FORGET &&
+                 in.opcode != FUSE_INTERRUPT) {
+        out.error = -ENOSYS;
+        reply(out, nullptr, 0);
+      }
+    }
+  }
+  void reply(fuse_out_header out, const void* body, size_t size) {
+    out.len = static_cast<uint32_t>(sizeof out + size);
+    struct iovec iov[2] = {{&out, sizeof out}, {const_cast<void*>(body), size}};
+    (void)!::writev(fd, iov, size == 0 ? 1 : 2);
+  }
+  bool asked_for(const std::string& name) {
+    std::lock_guard lock(mu);
+    return std::find(names.begin(), names.end(), name) != names.end();
+  }
+};
+
+}  // namespace
+
+// The spawner looks no name up on the host in a directory the sandbox does not show, whatever
+// a script's `#!` line names (the job writes it): such a lookup would trigger an automount
+// (autofs `/net/<name>` resolves any host name the job chooses, a way out of a sandbox without
+// a network), wait on a hung FUSE or NFS mount, or reach another user's FUSE server. A FUSE
+// file system mounted outside what the sandbox sees records the lookups. Before session 38 the
+// interpreter's whole path was opened first and its visibility checked after: the file system
+// was asked for `probe`. Control: the same file system among the visible paths is asked, and
+// the host's answer (it does not exist) is given.
+BOOST_AUTO_TEST_CASE(no_name_is_looked_up_where_the_sandbox_cannot_see) {
+  Root root;
+  Root mnt;
+  int fds[2];
+  BOOST_REQUIRE(::pipe(fds) == 0);
+  pid_t child = ::fork();
+  BOOST_REQUIRE(child >= 0);
+  if (child == 0) {
+    ::close(fds[0]);
+    std::string out;
+    auto say = [&](const std::string& line) { out += line + "\n"; };
+    LookupRecorder fuse;
+    fuse.fd = ::open("/dev/fuse", O_RDWR | O_CLOEXEC);
+    std::string opts = "fd=" + std::to_string(fuse.fd) + ",rootmode=40000,user_id=0,group_id=0";
+    if (fuse.fd < 0 || ::unshare(CLONE_NEWNS) != 0 ||
+        ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        ::mount("cordon-test", mnt.path.c_str(), "fuse", MS_NOSUID | MS_NODEV, opts.c_str()) != 0) {
+      say(std::string("setup: /dev/fuse, unshare or mount: ") + std::strerror(errno));
+    } else {
+      std::thread(&LookupRecorder::serve, &fuse).detach();
+      for (const auto& [name, visible] :
+           std::vector<std::pair<std::string, std::vector<std::string>>>{
+               {"unseen", root.visible()}, {"seen", {"/usr", "/etc", root.path, mnt.path}}}) {
+        std::string probe = name + "-probe";
+        std::string m = refusal_for(root, mnt.path + "/" + probe + "/interp", visible);
+        say(name + ": " + (fuse.asked_for(probe) ? "asked" : "not asked") + ": " + m);
+      }
+    }
+    (void)!::write(fds[1], out.data(), out.size());
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string got;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) {
+    got.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fds[0]);
+  int ws = 0;
+  BOOST_REQUIRE(::waitpid(child, &ws, 0) == child);
+  BOOST_REQUIRE(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+  BOOST_TEST(got.find("setup: ") == std::string::npos, got);
+  BOOST_TEST(got.find("unseen: not asked: ") != std::string::npos, got);
+  BOOST_TEST(got.find("not visible inside the sandbox") != std::string::npos, got);
+  BOOST_TEST(got.find("seen: asked: ") != std::string::npos, got);
+  BOOST_TEST(got.find("does not exist") != std::string::npos, got);
+}
+
+// Symlinks on the way are followed by hand as the kernel would: relative, absolute, through
+// `..`, from a directory the sandbox does not show into one it does (`/bin` → `usr/bin`), and
+// a loop is refused rather than followed forever.
+BOOST_AUTO_TEST_CASE(an_interpreter_reached_through_symlinks_resolves_as_the_kernel_would) {
+  Root root;
+  Root links;
+  std::string base = std::filesystem::path(links.path).filename();
+  BOOST_REQUIRE(::mkdir((links.path + "/d").c_str(), 0755) == 0);
+  BOOST_REQUIRE(::symlink("/usr/bin", (links.path + "/abs").c_str()) == 0);
+  BOOST_REQUIRE(
+      ::symlink(("../../" + base + "/abs/dash").c_str(), (links.path + "/d/rel").c_str()) == 0);
+  BOOST_REQUIRE(::symlink("loop2", (links.path + "/loop1").c_str()) == 0);
+  BOOST_REQUIRE(::symlink("loop1", (links.path + "/loop2").c_str()) == 0);
+  std::vector<std::string> seen = root.visible();
+  seen.push_back(links.path);
+  for (const std::string& interp :
+       std::vector<std::string>{links.path + "/abs/dash", links.path + "/d/rel", "/bin/sh"}) {
+    std::string p = root.write("run", "#!" + interp + "\n", 0755);
+    auto r = resolve_executable({p}, root.path, root.fd, seen);
+    BOOST_REQUIRE_MESSAGE(r.has_value(), interp + ": " + why(r));
+    BOOST_TEST(r->interpreter == "/usr/bin/dash", interp);
+    BOOST_TEST(r->pinned);
+  }
+  BOOST_TEST(refusal_for(root, links.path + "/loop1", seen).find("too many symbolic links") !=
+             std::string::npos);
+  // Not shown: the links are not followed out of a directory the sandbox cannot see.
+  BOOST_TEST(refusal_for(root, links.path + "/abs/dash", root.visible()).find("not visible") !=
+             std::string::npos);
 }
