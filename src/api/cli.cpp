@@ -242,6 +242,7 @@ std::optional<sandbox::Wall> wall_by_name(const std::string& n) {
       {"etc-mask", Wall::kEtcMask},
       {"proc-readonly", Wall::kProcReadOnly},
       {"user-quotas", Wall::kUserQuotas},
+      {"tcp-orphans", Wall::kTcpOrphans},
       {"no-new-privs", Wall::kNoNewPrivs},
       {"dumpable", Wall::kDumpable},
       {"close-fds", Wall::kCloseFds},

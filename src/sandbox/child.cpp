@@ -233,6 +233,14 @@ void mount_proc(const ChildPlan& plan) {
       write_proc(plan.sysctls[i].path, plan.sysctls[i].value, SetupStep::kProcSysUser);
     }
   }
+  // The network namespace's own settings, while /proc/sys is still writable. Only in a
+  // namespace of the sandbox's own (loopback_up): in the host's (--network host, or the
+  // net-namespace test control) they would be the host's.
+  if (plan.loopback_up && wall_on(plan, Wall::kTcpOrphans)) {
+    for (size_t i = 0; i < plan.n_net_sysctls; ++i) {
+      write_proc(plan.net_sysctls[i].path, plan.net_sysctls[i].value, SetupStep::kNetSysctl);
+    }
+  }
   if (!wall_on(plan, Wall::kProcReadOnly)) {
     return;
   }

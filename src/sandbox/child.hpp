@@ -73,6 +73,9 @@ struct ChildPlan {
   size_t n_proc_read_only = 0;
   const SysctlEntry* sysctls = nullptr;
   size_t n_sysctls = 0;
+  // Settings of the sandbox's own network namespace (with loopback_up only: never the host's).
+  const SysctlEntry* net_sysctls = nullptr;
+  size_t n_net_sysctls = 0;
   // "size=...,mode=0755": the root tmpfs, whose tmp and dev/shm directories are /tmp and
   // /dev/shm (mount_tmp); sized for them plus the root's own few files.
   const char* root_options = nullptr;

@@ -567,6 +567,16 @@ Result<void> PreparedSandbox::prepare_mounts(const SandboxSpec& spec, uid_t host
       {"proc/sys/user/max_inotify_watches", keep(std::to_string(spec.inotify_watches))});
   plan.sysctls = sysctls_.data();
   plan.n_sysctls = sysctls_.size();
+  // TCP sockets closed with data still to send ("orphans") count against one host-wide limit,
+  // net.ipv4.tcp_max_orphans (131072 here), past which the kernel resets every orphan on the
+  // host, other users' connections and their unsent data included. An orphan behind a zero
+  // window lives ~200 s by default, so one job that closed such sockets in a loop held the
+  // count above the limit for its whole run (a red-team review, session 38). One retry in the
+  // sandbox's own namespace: its orphans go within ~2 s. The other long-lived kind, FIN_WAIT2
+  // kept by TCP_LINGER2, the fixed filter answers (seccomp.cpp).
+  net_sysctls_.push_back({"proc/sys/net/ipv4/tcp_orphan_retries", "1"});
+  plan.net_sysctls = net_sysctls_.data();
+  plan.n_net_sysctls = net_sysctls_.size();
   // One tmpfs for the root, /tmp and /dev/shm: what the command may write there (tmp_size_bytes)
   // plus the 4 MiB the root tmpfs had when it was a tmpfs of its own (generated /etc files).
   // Bounded: tmpfs reads size=0 as no limit, and a size near 2^64 wraps to 0 in its page count.

@@ -188,6 +188,7 @@ class PreparedSandbox {
   std::vector<GeneratedFile> generated_;
   std::vector<const char*> mask_files_, mask_dirs_, dev_nodes_, proc_ro_;
   std::vector<SysctlEntry> sysctls_;
+  std::vector<SysctlEntry> net_sysctls_;
   std::vector<LandlockPathRule> landlock_rules_;
   std::vector<Rlimit> rlimits_;
   std::vector<std::string> visible_;

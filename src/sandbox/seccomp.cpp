@@ -615,6 +615,24 @@ Result<SeccompCtx> build_fixed(const SeccompOptions& options) {
   CORDON_CHECK(add_rule(c, SCMP_ACT_ERRNO(kErrnoEnoprotoopt), SCMP_SYS(setsockopt),
                         {int_is(1, IPPROTO_IPV6), int_is(2, kIpv6FlowlabelMgr)}, "setsockopt"));
 
+  // Calls answered with success and not made: hints whose one effect the sandbox must not have.
+  // - posix_fadvise(POSIX_FADV_DONTNEED) drops a file's clean pages from the page cache on a
+  //   read-only descriptor, with no ownership check (MADV_PAGEOUT has one). The system trees
+  //   are the host's own files: a job that dropped gcc's every 50 ms made the host's `gcc -c`
+  //   5-8 times slower (a red-team review, session 38). The job's own files stay cached, so
+  //   charged to its memory cgroup as before.
+  // - TCP_LINGER2 keeps a closed socket in FIN_WAIT2 up to 120 s as a full socket, one of the
+  //   host's TCP orphans (net.ipv4.tcp_max_orphans, one host-wide count; past it the kernel
+  //   resets every orphan on the host). Without it FIN_WAIT2 is a time-wait entry at once. The
+  //   orphans behind a zero window are bounded by the namespace's tcp_orphan_retries
+  //   (prepare.cpp). IPPROTO_TCP, TCP_LINGER2 and the advice are ints.
+  const uint32_t no_effect = SCMP_ACT_ERRNO(kErrnoNone);
+  constexpr uint64_t kFadvDontneed = 4, kTcpLinger2 = 8;  // x86-64 ABI values
+  CORDON_CHECK(
+      add_rule(c, no_effect, SCMP_SYS(fadvise64), {int_is(3, kFadvDontneed)}, "fadvise64"));
+  CORDON_CHECK(add_rule(c, no_effect, SCMP_SYS(setsockopt),
+                        {int_is(1, IPPROTO_TCP), int_is(2, kTcpLinger2)}, "setsockopt"));
+
   // personality: the values Docker's default profile allows (moby profiles/seccomp/
   // default.json): PER_LINUX (0), PER_LINUX32 (0x8), UNAME26 (0x20000), both (0x20008) and
   // the query 0xffffffff. Everything else (ADDR_NO_RANDOMIZE, READ_IMPLIES_EXEC,

@@ -95,6 +95,9 @@ inline constexpr uint32_t kErrnoEafnosupport = 97;
 inline constexpr uint32_t kErrnoEprotonosupport = 93;
 inline constexpr uint32_t kErrnoEinval = 22;
 inline constexpr uint32_t kErrnoEnoprotoopt = 92;
+// Success without the call: for advice whose only effect would be on the host (the call is a
+// hint, so doing nothing is a correct answer).
+inline constexpr uint32_t kErrnoNone = 0;
 
 /// Compiles the profile and the fixed filter; errors name the rule (/syscalls/N) at fault.
 [[nodiscard]] Result<CompiledFilters> compile_filters(const SeccompProfile& profile,

@@ -34,6 +34,7 @@ enum class Wall : uint32_t {
   kIpcNamespace = 1 << 13,   // the host's SysV IPC and POSIX message queue namespace
   kUtsNamespace = 1 << 14,   // the host's hostname (the child then sets none)
   kCgroupPlacement = 1 << 15,  // the sandbox stays in cordon's own cgroups (no job placement)
+  kTcpOrphans = 1 << 16,       // the network namespace keeps the kernel's tcp_orphan_retries
 };
 
 struct Rlimit {

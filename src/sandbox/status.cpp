@@ -92,6 +92,8 @@ const char* step_name(SetupStep step) {
       return "init: receive the job";
     case SetupStep::kSession:
       return "setsid";
+    case SetupStep::kNetSysctl:
+      return "set /proc/sys/net of the sandbox's network namespace";
     case SetupStep::kInitWait:
       return "init: wait for the command";
     case SetupStep::kStepCount:

@@ -73,6 +73,7 @@ enum class SetupStep : uint32_t {
   kInitJob,      // a parked init receiving its job (warm pool)
   kSession,      // the child's setsid (a session apart from the caller's terminal)
   kInitWait,     // init's wait for its command failed (wait4: anything but EINTR)
+  kNetSysctl,    // the sandbox's own network namespace's settings (tcp_orphan_retries)
   kStepCount,
 };
 

@@ -38,6 +38,7 @@
 #include <linux/tiocl.h>
 #include <linux/vm_sockets.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -539,6 +540,136 @@ std::string probe_flowlabel(Args) {
   req.flags = 1 | 2;  // IPV6_FL_F_CREATE | IPV6_FL_F_EXCL
   req.expires = req.linger = 1;
   return udp_setsockopt(AF_INET6, IPPROTO_IPV6, 32 /* IPV6_FLOWLABEL_MGR */, &req, sizeof req);
+}
+
+// Resident pages of `fd`'s first `size` bytes (mincore of a mapping of them).
+long resident_pages(int fd, size_t size) {
+  void* map = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+  if (map == MAP_FAILED) {
+    return -1;
+  }
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> vec((size + page - 1) / page);
+  long n = mincore(map, size, vec.data()) == 0 ? 0 : -1;
+  for (unsigned char v : vec) {
+    n += (n >= 0 && (v & 1)) ? 1 : 0;
+  }
+  munmap(map, size);
+  return n;
+}
+
+// posix_fadvise(POSIX_FADV_DONTNEED) on a read-only descriptor of `file`, read whole first:
+// "<resident pages before> <after>" (the kernel drops the clean pages: after is 0).
+std::string probe_fadvise_dontneed(Args args) {
+  int fd = open(args[0], O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return "setup: open " + errno_name(errno);
+  }
+  struct stat st {};
+  char buf[65536];
+  if (fstat(fd, &st) != 0 || st.st_size == 0) {
+    close(fd);
+    return "setup: fstat or an empty file";
+  }
+  fdatasync(fd);  // clean pages only are dropped
+  while (read(fd, buf, sizeof buf) > 0) {
+  }
+  const auto size = static_cast<size_t>(st.st_size);
+  long before = resident_pages(fd, size);
+  int rc = posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  long after = resident_pages(fd, size);
+  close(fd);
+  if (rc != 0) {
+    return denied(rc);
+  }
+  return value(std::to_string(before) + " " + std::to_string(after));
+}
+
+// TCP sockets of this network namespace that are orphans (closed, no descriptor, not yet
+// gone): /proc/net/tcp lines with no inode in FIN_WAIT1, FIN_WAIT2, CLOSING or LAST_ACK,
+// time-wait entries (timer 3, which show their FIN_WAIT2 substate) left out.
+long tcp_orphans() {
+  FILE* f = fopen("/proc/net/tcp", "re");
+  if (f == nullptr) {
+    return -1;
+  }
+  char line[512];
+  long n = 0;
+  while (fgets(line, sizeof line, f) != nullptr) {
+    unsigned state = 0, timer = 0;
+    unsigned long inode = 1;
+    if (sscanf(line, " %*u: %*s %*s %x %*s %x:%*s %*s %*s %*s %lu", &state, &timer, &inode) == 3 &&
+        inode == 0 && timer != 3 && (state == 4 || state == 5 || state == 9 || state == 0xB)) {
+      ++n;
+    }
+  }
+  fclose(f);
+  return n;
+}
+
+// Makes `n` TCP orphans on loopback, then waits up to `secs` seconds for them to go:
+// "<orphans left>". `zero-window`: each closed with data queued behind its peer's zero window
+// (a listener that never accepts, with a 1-byte receive buffer). `linger2`: each with
+// TCP_LINGER2 120 s, its peer accepted and kept open, so the close ends in FIN_WAIT2.
+std::string probe_tcp_orphans(Args args) {
+  const bool linger2 = std::string_view(args[0]) == "linger2";
+  if (!linger2 && std::string_view(args[0]) != "zero-window") {
+    usage_error(std::string("tcp-orphans takes zero-window or linger2, not `") + args[0] + "`");
+  }
+  const long n = parse_long(args[1], "count");
+  const long secs = parse_long(args[2], "seconds");
+  std::vector<int> keep;
+  int listener = -1;
+  sockaddr_in addr{};
+  static char data[65536];
+  for (long k = 0; k < n; ++k) {
+    if (k % 2000 == 0) {  // a listener's backlog is at most somaxconn (4096)
+      listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      int one = 1;
+      if (!linger2) {
+        setsockopt(listener, SOL_SOCKET, SO_RCVBUF, &one, sizeof one);
+      }
+      addr = {};
+      addr.sin_family = AF_INET;
+      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      socklen_t len = sizeof addr;
+      if (bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+          listen(listener, 4096) != 0 ||
+          getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+        return "setup: listener " + errno_name(errno);
+      }
+      keep.push_back(listener);
+    }
+    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s < 0 || connect(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+      return "setup: connect " + errno_name(errno);
+    }
+    if (linger2) {
+      int secs120 = 120;
+      setsockopt(s, IPPROTO_TCP, TCP_LINGER2, &secs120, sizeof secs120);
+      int peer = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+      if (peer < 0) {
+        return "setup: accept " + errno_name(errno);
+      }
+      keep.push_back(peer);
+    } else {
+      int one = 1;
+      setsockopt(s, SOL_SOCKET, SO_SNDBUF, &one, sizeof one);
+      fcntl(s, F_SETFL, O_NONBLOCK);
+      while (write(s, data, sizeof data) > 0) {
+      }
+    }
+    close(s);
+  }
+  long left = tcp_orphans();
+  for (long waited = 0; left > 0 && waited < secs * 4; ++waited) {
+    usleep(250000);
+    left = tcp_orphans();
+  }
+  for (int fd : keep) {
+    close(fd);
+  }
+  return value(std::to_string(left));
 }
 
 // clone3 passes its flags in memory, where seccomp cannot look, so the filter must answer
@@ -1744,6 +1875,8 @@ constexpr Probe kProbes[] = {
     {"socket-filter", "", 0, 0, probe_socket_filter},
     {"flowlabel", "", 0, 0, probe_flowlabel},
     {"posix-timers", "<max>", 1, 1, probe_posix_timers},
+    {"fadvise-dontneed", "<file>", 1, 1, probe_fadvise_dontneed},
+    {"tcp-orphans", "<zero-window|linger2> <n> <secs>", 3, 3, probe_tcp_orphans},
     {"mount-tmpfs", "", 0, 0, probe_mount_tmpfs},
     {"mount-cgroup-v1", "[controller]", 0, 1, probe_mount_cgroup_v1},
     {"fsopen", "", 0, 0, probe_fsopen},

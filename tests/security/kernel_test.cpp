@@ -442,6 +442,53 @@ BOOST_AUTO_TEST_CASE(ipv6_flow_labels_are_refused_by_the_fixed_filter) {
   BOOST_TEST(probe(s, {"flowlabel"}, {"seccomp-fixed"}) == "allowed");
 }
 
+// posix_fadvise(POSIX_FADV_DONTNEED) drops a file's clean pages from the page cache on a
+// read-only descriptor, with no ownership check: the system trees are the host's files, and a
+// job that dropped gcc's every 50 ms made the host's `gcc -c` 5-8 times slower (a red-team
+// review, session 38). The fixed filter answers success and skips the call. The probe reads a
+// file of the root whole, asks, and counts its resident pages before and after. Control:
+// without the fixed filter the kernel drops every page.
+BOOST_AUTO_TEST_CASE(a_command_cannot_drop_a_files_pages_from_the_page_cache) {
+  {
+    std::ofstream f(s.root + "/data", std::ios::binary);
+    f << std::string(4 << 20, 'x');
+  }
+  auto pages = [](const std::string& outcome) {
+    std::istringstream in(outcome);
+    std::string word;
+    long before = -1, after = -1;
+    in >> word >> before >> after;
+    return std::pair{word == "value" ? before : -1, after};
+  };
+  const std::string inside = probe(s, {"fadvise-dontneed", s.root + "/data"});
+  auto [before, after] = pages(inside);
+  BOOST_TEST(before >= 1000, inside);  // 1024 pages of 4 KiB, read whole just before
+  BOOST_TEST(after == before, inside);
+  const std::string control = probe(s, {"fadvise-dontneed", s.root + "/data"}, {"seccomp-fixed"});
+  auto [cbefore, cafter] = pages(control);
+  BOOST_TEST(cbefore >= 1000, control);
+  BOOST_TEST(cafter == 0, control);
+}
+
+// TCP sockets closed with data still to send ("orphans") count against one host-wide limit,
+// net.ipv4.tcp_max_orphans (131072 here): past it the kernel resets every orphan on the host,
+// other users' connections and their unsent data included. One job held the count above it
+// for its whole run (a red-team review, session 38: host connections closed with data in
+// flight got ECONNRESET). Two walls bound how long a sandbox's orphans live:
+// - one behind its peer's zero window lives ~200 s by default; the sandbox's network
+//   namespace has tcp_orphan_retries 1, so its orphans go within ~2 s (control: the
+//   tcp-orphans wall removed, every one is still there after 4 s);
+// - TCP_LINGER2 keeps a closed socket in FIN_WAIT2 up to 120 s; the fixed filter answers it
+//   with success and no effect, so FIN_WAIT2 is a time-wait entry at once (control: without
+//   the fixed filter every one is still an orphan after 4 s).
+BOOST_AUTO_TEST_CASE(a_commands_tcp_orphans_do_not_outlive_a_few_seconds) {
+  BOOST_TEST(probe(s, {"tcp-orphans", "zero-window", "2000", "4"}) == "value 0");
+  BOOST_TEST(probe(s, {"tcp-orphans", "zero-window", "2000", "4"}, {"tcp-orphans"}) ==
+             "value 2000");
+  BOOST_TEST(probe(s, {"tcp-orphans", "linger2", "2000", "4"}) == "value 0");
+  BOOST_TEST(probe(s, {"tcp-orphans", "linger2", "2000", "4"}, {"seccomp-fixed"}) == "value 2000");
+}
+
 // clone3's flags live in memory seccomp cannot read, so clone3 as a whole is ENOSYS (glibc
 // falls back to clone, whose flags the fixed filter checks). Both filters say so.
 BOOST_AUTO_TEST_CASE(clone3_is_enosys_from_both_filters) {
