@@ -52,6 +52,7 @@ constexpr size_t kMaxRefusedTasks = 256;
 // URI of any size, unchecked, without limit (40 URIs of 8 MiB took a daemon from 6 to 383 MB),
 // and each refused task kept its whole refusal, which echoes the argv (4 MiB × 256 records).
 constexpr size_t kMaxSubscriptions = 1024;  // per connection
+constexpr size_t kMaxProgressToken = 256;   // bytes of a string progressToken
 constexpr size_t kMaxUriBytes = 512;        // a job's URI is the prefix and a short id
 constexpr size_t kMaxKeptTextBytes = 4096;  // per string of a refused task's stored record
 
@@ -722,6 +723,15 @@ class Server {
     if (auto m = r.params.find("_meta"); m != r.params.end() && m->is_object()) {
       if (auto t = m->find("progressToken");
           t != m->end() && (t->is_string() || t->is_number_integer())) {
+        // Sent back in every progress notification, once a second for as long as the call
+        // waits: a 15 MB token made 32 waits send 3.3 GB in 12 s and keep both CPUs busy (a
+        // red-team review, session 38).
+        if (t->is_string() && t->get_ref<const std::string&>().size() > kMaxProgressToken) {
+          return invalid_params(
+              r, reply,
+              fmt::format("`/_meta/progressToken` is longer than {} bytes; use a shorter token",
+                          kMaxProgressToken));
+        }
         token = *t;
       }
     }

@@ -605,6 +605,33 @@ BOOST_AUTO_TEST_CASE(progress_notifications_during_a_long_wait) {
   BOOST_TEST((*p)["params"]["total"] == 2500);
 }
 
+// A progress token is sent back in every progress notification, once a second for as long as
+// the call waits: a 15 MB token made 32 waits send 3.3 GB in 12 s (a red-team review, session
+// 38). One over 256 bytes is refused, naming the bound; one of 256 is kept (the control).
+BOOST_AUTO_TEST_CASE(a_progress_token_over_256_bytes_is_refused) {
+  EngineEnv env;
+  Server s(env);
+  std::string id = s.sc("run_command_bg", {{"argv", {"/bin/sleep", "300"}}})["taskId"];
+  auto r = s.proc.request("tools/call", {{"name", "command_status"},
+                                         {"arguments", {{"taskId", id}, {"waitMs", 1500}}},
+                                         {"_meta", {{"progressToken", std::string(257, 't')}}}});
+  BOOST_REQUIRE(r.has_value());
+  BOOST_TEST((*r)["error"]["code"] == -32602, r->dump());
+  BOOST_TEST((*r)["error"]["message"].get<std::string>().find("longer than 256 bytes") !=
+                 std::string::npos,
+             r->dump());
+  const std::string kept(256, 'k');
+  json ok = s.call("command_status", {{"taskId", id}, {"waitMs", 1500}}, {{"progressToken", kept}});
+  BOOST_TEST(ok["structuredContent"]["state"] == "running");
+  auto p = s.proc.notification(
+      [&](const json& m) {
+        return m.value("method", "") == "notifications/progress" &&
+               m["params"]["progressToken"] == kept;
+      },
+      1s);
+  BOOST_TEST(p.has_value());
+}
+
 BOOST_AUTO_TEST_CASE(jobs_are_resources_with_update_notifications) {
   EngineEnv env;
   Server s(env);
