@@ -165,7 +165,31 @@ Checked check_message(const json& msg) {
   return {std::move(r), nullptr};
 }
 
-void Dispatcher::run(const json& msg, const Reply& reply, const std::function<void()>& no_reply) {
+void BatchHold::after_sent(std::function<void()> fn) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!sent_) {
+      waiting_.push_back(std::move(fn));
+      return;
+    }
+  }
+  fn();
+}
+
+void BatchHold::sent() {
+  std::vector<std::function<void()>> run;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    sent_ = true;
+    run.swap(waiting_);
+  }
+  for (auto& fn : run) {
+    fn();
+  }
+}
+
+void Dispatcher::run(const json& msg, const Reply& reply, const std::function<void()>& no_reply,
+                     const std::shared_ptr<BatchHold>& batch) {
   Checked c = check_message(msg);
   if (!c.request) {
     if (c.error.is_null()) {
@@ -175,6 +199,7 @@ void Dispatcher::run(const json& msg, const Reply& reply, const std::function<vo
     }
     return;
   }
+  c.request->batch = batch;
   const Request& r = *c.request;
   if (r.notification) {
     if (auto n = notifications_.find(r.method); n != notifications_.end()) {
@@ -282,6 +307,7 @@ void Dispatcher::handle_line(std::string_view line) {
     size_t pending;
     json responses = json::array();
     Send send;
+    std::shared_ptr<BatchHold> hold = std::make_shared<BatchHold>();
   };
   auto batch = std::make_shared<Batch>();
   batch->pending = msg.size() + 1;  // +1: the loop below holds one until it is done
@@ -293,12 +319,15 @@ void Dispatcher::handle_line(std::string_view line) {
       if (response) {
         batch->responses.push_back(std::move(*response));
       }
-      if (--batch->pending != 0 || batch->responses.empty()) {
+      if (--batch->pending != 0) {
         return;
       }
       out = std::move(batch->responses);
     }
-    batch->send(out);
+    if (!out.empty()) {
+      batch->send(out);
+    }
+    batch->hold->sent();
   };
   for (const auto& m : msg) {
     run(
@@ -306,7 +335,7 @@ void Dispatcher::handle_line(std::string_view line) {
         [done_one](json r) {
           done_one(r.is_null() ? std::nullopt : std::optional<json>(std::move(r)));
         },
-        [done_one] { done_one(std::nullopt); });
+        [done_one] { done_one(std::nullopt); }, batch->hold);
   }
   done_one(std::nullopt);
 }

@@ -357,7 +357,8 @@ class Server {
     // Its response is going out: the id is the client's to reuse (run_on_worker), though the
     // call still counts as in flight until the response is written.
     std::atomic<bool> id_released{false};
-    std::shared_ptr<CallBudget> budget;  // the uid's slot this call holds, given back at done
+    std::shared_ptr<CallBudget> budget;     // the uid's slot this call holds, given back at done
+    std::shared_ptr<rpc::BatchHold> batch;  // a batch member's: its response waits for the rest
     // Marks the call done and gives its uid's slot back (once).
     void finish() {
       if (!done.exchange(true) && budget) {
@@ -645,6 +646,7 @@ class Server {
     auto call = std::make_shared<Call>();
     call->id = r.id;
     call->tool = what;
+    call->batch = r.batch;
     std::lock_guard<std::mutex> lock(mu_);
     size_t live = 0;
     for (const auto& c : calls_) {
@@ -762,6 +764,13 @@ class Server {
                      std::function<void(const rpc::Reply& answer)> body) {
     rpc::Reply answer = [call, reply](json response) {
       call->id_released = true;
+      if (call->batch) {
+        // Parked with the batch's other responses until the array is written: in flight
+        // until then, as a single call's response is until it is written.
+        call->batch->after_sent([call] { call->finish(); });
+        reply(std::move(response));
+        return;
+      }
       reply(std::move(response));
       call->finish();
     };
@@ -773,7 +782,9 @@ class Server {
           answer(rpc::make_error(call->id, rpc::kInternalError,
                                  fmt::format("internal error: {}", e.what())));
         }
-        call->finish();  // a body that did not answer
+        if (!call->id_released) {
+          call->finish();  // a body that did not answer
+        }
       });
     } catch (const std::system_error& e) {
       call->finish();
