@@ -29,6 +29,7 @@
 #include <system_error>
 #include <thread>
 
+#include "api/jsonrpc.hpp"
 #include "api/mcp.hpp"
 #include "base/json_fields.hpp"
 #include "base/json_unique.hpp"
@@ -54,7 +55,9 @@ constexpr int kRefusalReadMs = 2000;
 // One line, bounded in size and time: a client that stalls mid-handshake is dropped. The time
 // bounds the whole line. Failure fixed: it bounded each wait for more bytes, so a client
 // trickling one byte every few seconds held a connection (and its thread) for ever.
-std::optional<std::string> read_line(int fd, size_t max, int timeout_ms) {
+// With `overlong`, a line that reaches `max` bytes without its newline is returned as far as it
+// was read, and *overlong set; the rest stays in the socket.
+std::optional<std::string> read_line(int fd, size_t max, int timeout_ms, bool* overlong = nullptr) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   // Peeks, then takes exactly through the newline: what follows the line stays in the socket
   // for whoever reads next (the MCP server after a handshake, a relay), and a line costs a few
@@ -93,6 +96,10 @@ std::optional<std::string> read_line(int fd, size_t max, int timeout_ms) {
       return line;
     }
     line.append(buf, take);
+  }
+  if (overlong != nullptr) {
+    *overlong = true;
+    return line;
   }
   return std::nullopt;
 }
@@ -475,9 +482,44 @@ Result<policy::DaemonPolicy> daemon_policy(const std::string& policy_path) {
 // (its kill grace is longer) keeps its record, for retention.
 constexpr std::chrono::milliseconds kEndSessionSettle{15000};
 
+// The connection's first line: a handshake (at most kMaxHandshake bytes) or a JSON-RPC message,
+// which may be as long as any other (jsonrpc::kMaxLineBytes), all within the handshake time.
+// Failure fixed (a red-team review, session 38): an `initialize` of 5 KB sent without a
+// handshake was answered "no first line within the handshake time" and the connection closed.
+Hello read_hello(int fd) {
+  const auto start = std::chrono::steady_clock::now();
+  bool overlong = false;
+  auto line = read_line(fd, kMaxHandshake, kHandshakeTimeoutMs, &overlong);
+  if (!line || !overlong) {
+    return parse_hello(line);
+  }
+  const auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - start);
+  bool still_overlong = false;
+  auto rest = read_line(fd, jsonrpc::kMaxLineBytes - line->size(),
+                        static_cast<int>(std::max<int64_t>(kHandshakeTimeoutMs - spent.count(), 1)),
+                        &still_overlong);
+  Hello h;
+  if (!rest) {
+    h.error = "no whole first line within the handshake time";
+    return h;
+  }
+  if (still_overlong) {
+    h.error = fmt::format("the first line is longer than {} bytes; send smaller messages",
+                          jsonrpc::kMaxLineBytes);
+    return h;
+  }
+  h = parse_hello(*line + *rest);
+  if (h.error.empty() && h.reply) {
+    h = Hello{};
+    h.error = fmt::format("the handshake line is longer than {} bytes", kMaxHandshake);
+  }
+  return h;
+}
+
 void serve_connection(int fd, uid_t uid, const std::shared_ptr<Engine>& engine,
                       const ConnectionLimits& limits, const std::shared_ptr<log::Logger>& log) {
-  Hello hello = parse_hello(read_line(fd, kMaxHandshake, kHandshakeTimeoutMs));
+  Hello hello = read_hello(fd);
   if (!hello.error.empty()) {
     send_line(fd, {{"ok", false}, {"error", hello.error}});
     return;

@@ -1355,6 +1355,38 @@ BOOST_AUTO_TEST_CASE(a_handshake_and_a_request_in_one_write_are_both_answered) {
   BOOST_TEST(r.contains("result"), *reply);
 }
 
+// A connection may start with a JSON-RPC message instead of the handshake, as long as any
+// other message. Failure fixed (a red-team review, session 38): an `initialize` of 5 KB was
+// answered `no first line within the handshake time` and the connection closed, since the
+// first line was read with the handshake's bound of 4096 bytes. A handshake line over that
+// bound is still refused, saying so (the control).
+BOOST_AUTO_TEST_CASE(a_first_json_rpc_message_over_4_kib_is_served_without_a_handshake) {
+  DaemonProcess d;
+  LineClient c(d);
+  BOOST_REQUIRE(c.connected());
+  const json init = {{"jsonrpc", "2.0"},
+                     {"id", 1},
+                     {"method", "initialize"},
+                     {"params",
+                      {{"protocolVersion", "2025-06-18"},
+                       {"capabilities", json::object()},
+                       {"clientInfo", {{"name", std::string(6000, 'n')}, {"version", "1"}}}}}};
+  BOOST_REQUIRE(c.send(init));
+  auto reply = c.line();
+  BOOST_REQUIRE_MESSAGE(reply.has_value(), "the long first message was not answered");
+  json r = json::parse(*reply, nullptr, false);
+  BOOST_TEST(r.value("id", 0) == 1, *reply);
+  BOOST_TEST(r.contains("result"), *reply);
+
+  LineClient h(d);
+  BOOST_REQUIRE(h.send({{"cordon", "connect"}, {"session", "s"}, {"pad", std::string(5000, 'p')}}));
+  auto refused = h.line();
+  BOOST_REQUIRE(refused.has_value());
+  json e = json::parse(*refused, nullptr, false);
+  BOOST_TEST(e.value("ok", true) == false, *refused);
+  BOOST_TEST(e.value("error", "") == "the handshake line is longer than 4096 bytes", *refused);
+}
+
 // The rest of `cordon run --socket`: the environment options as the standalone run takes them
 // (each --pass-env must be set; --env wins over it), --json-status gets the daemon's final
 // status (or the refusal), and a signal without a name still maps to 128+N.
