@@ -1385,6 +1385,24 @@ BOOST_AUTO_TEST_CASE(a_first_json_rpc_message_over_4_kib_is_served_without_a_han
   json e = json::parse(*refused, nullptr, false);
   BOOST_TEST(e.value("ok", true) == false, *refused);
   BOOST_TEST(e.value("error", "") == "the handshake line is longer than 4096 bytes", *refused);
+
+  // A first line is parsed only within the bounds of every other line: 15 MB of `[` took the
+  // daemon to 1.2 GB when the first version of this parsed it whole (a review, session 38).
+  // It is refused as any line nested too deep, and the daemon's peak stays far below.
+  LineClient deep(d);
+  BOOST_REQUIRE(deep.send_raw(std::string(15u << 20, '[') + "\n"));
+  auto answer = deep.line();
+  BOOST_REQUIRE(answer.has_value());
+  BOOST_TEST(answer->find("nests arrays and objects deeper") != std::string::npos, *answer);
+  std::ifstream status("/proc/" + std::to_string(d.pid()) + "/status");
+  long peak_kib = -1;
+  for (std::string l; std::getline(status, l);) {
+    if (l.rfind("VmHWM:", 0) == 0) {
+      peak_kib = std::stol(l.substr(6));
+    }
+  }
+  BOOST_TEST(peak_kib > 0);
+  BOOST_TEST(peak_kib < 200 * 1024, peak_kib << " KiB");
 }
 
 // The rest of `cordon run --socket`: the environment options as the standalone run takes them
