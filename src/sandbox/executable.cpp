@@ -7,9 +7,10 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <functional>
+#include <optional>
 
 #include "base/strings.hpp"
+#include "sandbox/spec.hpp"
 #include "sys/fs.hpp"
 
 namespace cordon::sandbox {
@@ -31,7 +32,7 @@ bool is_visible(const std::string& path, const std::vector<std::string>& visible
 }
 
 // Whether the sandbox shows `path`, or a directory on the way to what it shows (`/`, or `/home`
-// for a root at /home/u/src).
+// for a root at /home/u/src), where it shows only the names on that way.
 bool on_the_way(const std::string& path, const std::vector<std::string>& visible,
                 const std::vector<std::string>& hidden) {
   for (const auto& h : hidden) {
@@ -55,16 +56,18 @@ struct Opened {
 Result<Opened> check_program(UniqueFd fd, const std::string& path);
 
 // Opens `path` (absolute, outside the root) on the host for exec, one component at a time,
-// following its symlinks by hand, and looks no name up in a directory the sandbox does not
-// show: a `#!` line is the job's to write, and a lookup there is a host effect the sandbox
-// cannot have. It would trigger an automount (autofs `/net/<name>` asks the host's resolver
-// for any name the job writes), wait on a hung FUSE or NFS mount in the spawner, or ask a
-// FUSE server of another user. Until session 38 the spawner opened the whole path and only
-// then checked that the sandbox sees it. What the sandbox cannot see is refused as not
-// visible, with the host's answer for it not passed on.
-Result<Opened> open_visible(const std::string& path, const std::vector<std::string>& visible,
-                            const std::vector<std::string>& hidden,
-                            const std::function<Result<Opened>()>& not_visible) {
+// following its symlinks by hand, and looks up only names the sandbox itself could: a `#!`
+// line is the job's to write, and a lookup of any other name is a host effect the sandbox
+// cannot have. It would trigger an automount (autofs `/net/<name>` or `/home/<name>` asks the
+// host's resolver or directory for any name the job writes), wait on a hung FUSE or NFS mount
+// in the spawner, or ask a FUSE server of another user. Names are looked up in a directory
+// the sandbox shows whole; in one on the way to what it shows (`/`, `/home` for a root at
+// /home/u/src) only the names on that way and the system trees' own symlinks (`/bin`).
+// Until session 38 the spawner opened the whole path and only then checked that the sandbox
+// sees it. nullopt: not visible (the host's answer for it is not passed on).
+Result<std::optional<Opened>> open_visible(const std::string& path,
+                                           const std::vector<std::string>& visible,
+                                           const std::vector<std::string>& hidden) {
   constexpr int kMaxLinks = 40;  // the kernel's own bound (ELOOP)
   std::vector<std::string> todo = split(path.substr(1), '/');
   std::reverse(todo.begin(), todo.end());  // the next component is at the back
@@ -108,12 +111,18 @@ Result<Opened> open_visible(const std::string& path, const std::vector<std::stri
       CORDON_TRY(t, sys::read_link_at(opened.get(), ""));
       target = std::move(t);
     } else {
-      // Not shown, unless it is a symlink to what is: the one lookup here is of `name` in a
-      // directory the sandbox shows (readlink follows no link and triggers no automount; on a
-      // mount point it reads the mounted root, which is no link).
+      // Not shown, unless it is a symlink to what is. Read as one only where the sandbox could
+      // read it too: in a directory it shows whole, or a system tree's link it recreates. A
+      // job's name in a directory only on the way is never looked up (a review of session 38:
+      // `#!/<dir on the way>/<name>/x` still asked for <name>).
+      const bool system_link = std::any_of(std::begin(kSystemDirs), std::end(kSystemDirs),
+                                           [&](const char* d) { return next == d; });
+      if (!system_link && !is_visible(cur_path, visible, hidden)) {
+        return std::optional<Opened>();
+      }
       auto t = sys::read_link_at(cur.get(), name);
       if (!t) {
-        return not_visible();
+        return std::optional<Opened>();
       }
       target = std::move(*t);
     }
@@ -131,9 +140,10 @@ Result<Opened> open_visible(const std::string& path, const std::vector<std::stri
     }
   }
   if (!is_visible(cur_path, visible, hidden)) {
-    return not_visible();
+    return std::optional<Opened>();
   }
-  return check_program(std::move(cur), path);
+  CORDON_TRY(opened, check_program(std::move(cur), path));
+  return std::optional<Opened>(std::move(opened));
 }
 
 // Opens `path` for exec: beneath the root when inside it, else from the host with magic
@@ -289,10 +299,20 @@ Result<ResolvedExecutable> resolve_executable(const std::vector<std::string>& ar
   // not passed on: a job that writes the `#!` line would learn of host paths it cannot see
   // from the refusal its next caller reads (a red-team review, session 36: `#!` naming a file
   // in a root-only directory gave "is not executable (mode 600)").
-  auto opened = path_within(interp_path, root)
-                    ? open_program(interp_path, root, root_fd)
-                    : open_visible(interp_path, visible, hidden, not_visible);
-  CORDON_TRY_CTX(ip, std::move(opened), "`{}`: `#!` interpreter", path);
+  std::optional<Opened> found;
+  if (path_within(interp_path, root)) {
+    CORDON_TRY_CTX(in_root, open_program(interp_path, root, root_fd), "`{}`: `#!` interpreter",
+                   path);
+    found = std::move(in_root);
+  } else {
+    CORDON_TRY_CTX(outside, open_visible(interp_path, visible, hidden), "`{}`: `#!` interpreter",
+                   path);
+    if (!outside) {
+      return not_visible();
+    }
+    found = std::move(outside);
+  }
+  Opened& ip = *found;
   if (!is_visible(ip.resolved, visible, hidden)) {
     return not_visible();
   }

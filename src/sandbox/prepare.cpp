@@ -51,7 +51,6 @@ const char* const kEtcSecrets[] = {
 // Host keys of other names are masked too (etc_secret_paths).
 constexpr const char* kSshHostKeyDir = "/etc/ssh";
 constexpr const char* kSshHostKeys = "/etc/ssh/ssh_host_*key";
-const char* const kSystemDirs[] = {"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"};
 const char* const kDevNodes[] = {"null", "zero", "full", "random", "urandom", "tty"};
 // proc/pressure: its files are world-writable, and each write makes a PSI trigger, whose
 // release waits for an RCU grace period: 200 processes holding 4000 triggers each took

@@ -13,6 +13,11 @@
 
 namespace cordon::sandbox {
 
+/// The system's program trees: each bound read-only where the host has a directory, recreated
+/// as the host's symlink where it has one (merged /usr: /bin -> usr/bin).
+inline constexpr const char* kSystemDirs[] = {"/usr",   "/bin",   "/sbin",  "/lib",
+                                              "/lib32", "/lib64", "/libx32"};
+
 enum class NetworkMode { kNone, kHost };
 
 /// The walls a test-only build may remove one at a time, for security-probe controls.

@@ -95,6 +95,9 @@ BOOST_AUTO_TEST_CASE(interpreter_the_sandbox_cannot_see_is_refused_by_name) {
   BOOST_REQUIRE(!r.has_value());
   BOOST_TEST(r.error().message().find(interp) != std::string::npos, r.error().message());
   BOOST_TEST(r.error().message().find("not visible") != std::string::npos);
+  // Said once, not under a context naming the script again (session 38's first walk did).
+  BOOST_TEST(r.error().message().rfind("`" + p + "`: its `#!` interpreter", 0) == 0u,
+             r.error().message());
   // What to do names both ways in: the CLI's flag and the daemon's policy key (an agent over
   // MCP has no --ro; its operator has the policy).
   BOOST_TEST(r.error().message().find("--ro PATH") != std::string::npos, r.error().message());
@@ -322,10 +325,10 @@ struct LookupRecorder {
 // a script's `#!` line names (the job writes it): such a lookup would trigger an automount
 // (autofs `/net/<name>` resolves any host name the job chooses, a way out of a sandbox without
 // a network), wait on a hung FUSE or NFS mount, or reach another user's FUSE server. A FUSE
-// file system mounted outside what the sandbox sees records the lookups. Before session 38 the
-// interpreter's whole path was opened first and its visibility checked after: the file system
-// was asked for `probe`. Control: the same file system among the visible paths is asked, and
-// the host's answer (it does not exist) is given.
+// file system mounted outside what the sandbox sees, or only on the way to it, records the
+// lookups. Before session 38 the interpreter's whole path was opened first and its
+// visibility checked after: the file system was asked for `probe`. Control: the same file system
+// among the visible paths is asked, and the host's answer (it does not exist) is given.
 BOOST_AUTO_TEST_CASE(no_name_is_looked_up_where_the_sandbox_cannot_see) {
   Root root;
   Root mnt;
@@ -348,7 +351,12 @@ BOOST_AUTO_TEST_CASE(no_name_is_looked_up_where_the_sandbox_cannot_see) {
       std::thread(&LookupRecorder::serve, &fuse).detach();
       for (const auto& [name, visible] :
            std::vector<std::pair<std::string, std::vector<std::string>>>{
-               {"unseen", root.visible()}, {"seen", {"/usr", "/etc", root.path, mnt.path}}}) {
+               {"unseen", root.visible()},
+               // The file system's root only on the way to what the sandbox shows: it shows
+               // `shown` there and nothing else (a review of session 38's first version: the
+               // job's name was looked up in such a directory).
+               {"ancestor", {"/usr", "/etc", root.path, mnt.path + "/shown"}},
+               {"seen", {"/usr", "/etc", root.path, mnt.path}}}) {
         std::string probe = name + "-probe";
         std::string m = refusal_for(root, mnt.path + "/" + probe + "/interp", visible);
         say(name + ": " + (fuse.asked_for(probe) ? "asked" : "not asked") + ": " + m);
@@ -369,6 +377,7 @@ BOOST_AUTO_TEST_CASE(no_name_is_looked_up_where_the_sandbox_cannot_see) {
   BOOST_REQUIRE(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
   BOOST_TEST(got.find("setup: ") == std::string::npos, got);
   BOOST_TEST(got.find("unseen: not asked: ") != std::string::npos, got);
+  BOOST_TEST(got.find("ancestor: not asked: ") != std::string::npos, got);
   BOOST_TEST(got.find("not visible inside the sandbox") != std::string::npos, got);
   BOOST_TEST(got.find("seen: asked: ") != std::string::npos, got);
   BOOST_TEST(got.find("does not exist") != std::string::npos, got);
