@@ -18,6 +18,7 @@
 #include <stop_token>
 #include <thread>
 
+#include "base/scope_exit.hpp"
 #include "helpers/cordon_fixture.hpp"
 
 using namespace cordon::test;
@@ -1001,6 +1002,23 @@ BOOST_AUTO_TEST_CASE(a_refusal_quoting_a_scripts_shebang_shows_its_controls_esca
 // a second signal, SIGKILLed the sandbox). The control: not ignored, SIGHUP goes on to the
 // command (129).
 BOOST_AUTO_TEST_CASE(signals_the_caller_ignores_are_not_taken) {
+  // The control needs the signals at their default in the shell that starts cordon, and a shell
+  // cannot reset a signal ignored when it started: a suite run under `nohup`, or as a script's
+  // background job, has SIGHUP or SIGINT and SIGQUIT ignored. Failure fixed (session 38: under
+  // `nohup .ci/run` the control's SIGHUP was ignored, "done rc=0").
+  std::vector<std::pair<int, struct sigaction>> saved;
+  for (int sig : {SIGHUP, SIGINT, SIGQUIT}) {
+    struct sigaction dfl {
+    }, old{};
+    dfl.sa_handler = SIG_DFL;
+    BOOST_REQUIRE(sigaction(sig, &dfl, &old) == 0);
+    saved.emplace_back(sig, old);
+  }
+  cordon::ScopeExit restore([&] {
+    for (auto& [sig, old] : saved) {
+      sigaction(sig, &old, nullptr);
+    }
+  });
   Sandbox s;
   std::string run = shell_words(s.args({}, {"/bin/sh", "-c", "sleep 1.5; echo done"}));
   auto sent = [&](const std::string& ignore) {
