@@ -39,6 +39,41 @@ struct ProcessOptions {
   int stdout_fd = -1;  // use this fd as stdout/stderr instead of pipes
 };
 
+// Runs `body` (returning a report) in a forked child and returns that report, passed back
+// through a pipe, for a test whose setup must not touch the test process (a namespace of the
+// child's own, its mounts). A line starting "setup: " is added when the child did not exit 0.
+template <typename Body>
+inline std::string report_from_child(Body body) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) {
+    return "setup: pipe2 failed";
+  }
+  pid_t child = ::fork();
+  if (child < 0) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    return "setup: fork failed";
+  }
+  if (child == 0) {
+    ::close(fds[0]);
+    std::string out = body();
+    (void)!::write(fds[1], out.data(), out.size());
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string got;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) {
+    got.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fds[0]);
+  int ws = 0;
+  if (::waitpid(child, &ws, 0) != child || !WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
+    got += "\nsetup: the child did not exit 0\n";
+  }
+  return got;
+}
+
 // `words` as one shell word each, for pipelines a test runs with bash on the host.
 inline std::string shell_words(const std::vector<std::string>& words) {
   std::string s;

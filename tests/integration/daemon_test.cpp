@@ -1339,17 +1339,26 @@ BOOST_AUTO_TEST_CASE(arguments_that_are_not_utf8_are_refused_before_the_daemon_r
 
 // The handshake reader takes exactly its line: a client that sends the handshake and its first
 // JSON-RPC request in one write gets both answered (nothing of the request is read away).
+namespace {
+
+// An MCP `initialize` request of id 1 from a client of this name.
+json initialize_request(const std::string& client_name) {
+  return {{"jsonrpc", "2.0"},
+          {"id", 1},
+          {"method", "initialize"},
+          {"params",
+           {{"protocolVersion", "2025-06-18"},
+            {"capabilities", json::object()},
+            {"clientInfo", {{"name", client_name}, {"version", "1"}}}}}};
+}
+
+}  // namespace
+
 BOOST_AUTO_TEST_CASE(a_handshake_and_a_request_in_one_write_are_both_answered) {
   DaemonProcess d;
   LineClient c(d);
   BOOST_REQUIRE(c.connected());
-  const json init = {{"jsonrpc", "2.0"},
-                     {"id", 1},
-                     {"method", "initialize"},
-                     {"params",
-                      {{"protocolVersion", "2025-06-18"},
-                       {"capabilities", json::object()},
-                       {"clientInfo", {{"name", "t"}, {"version", "1"}}}}}};
+  const json init = initialize_request("t");
   BOOST_REQUIRE(c.send_raw(R"({"cordon":"connect","session":"one-write"})"
                            "\n" +
                            init.dump() + "\n"));
@@ -1372,14 +1381,7 @@ BOOST_AUTO_TEST_CASE(a_first_json_rpc_message_over_4_kib_is_served_without_a_han
   DaemonProcess d;
   LineClient c(d);
   BOOST_REQUIRE(c.connected());
-  const json init = {{"jsonrpc", "2.0"},
-                     {"id", 1},
-                     {"method", "initialize"},
-                     {"params",
-                      {{"protocolVersion", "2025-06-18"},
-                       {"capabilities", json::object()},
-                       {"clientInfo", {{"name", std::string(6000, 'n')}, {"version", "1"}}}}}};
-  BOOST_REQUIRE(c.send(init));
+  BOOST_REQUIRE(c.send(initialize_request(std::string(6000, 'n'))));
   auto reply = c.line();
   BOOST_REQUIRE_MESSAGE(reply.has_value(), "the long first message was not answered");
   json r = json::parse(*reply, nullptr, false);

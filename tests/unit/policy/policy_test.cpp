@@ -19,6 +19,7 @@
 #include <string>
 
 #include "base/sha256.hpp"
+#include "helpers/process.hpp"
 
 using cordon::ErrorCode;
 using nlohmann::json;
@@ -560,12 +561,7 @@ BOOST_AUTO_TEST_CASE(a_sha256_pin_reached_through_a_bind_mount_of_the_root_is_re
   Tree tr;
   const std::string pin(64, 'a');
   Tree::write_exe(tr.root + "/sub/tool", "#!/bin/false\n");
-  int fds[2];
-  BOOST_REQUIRE(::pipe(fds) == 0);
-  pid_t child = ::fork();
-  BOOST_REQUIRE(child >= 0);
-  if (child == 0) {
-    ::close(fds[0]);
+  const std::string got = cordon::test::report_from_child([&] {
     std::string out;
     auto say = [&](const std::string& line) { out += line + "\n"; };
     auto bind = [&](const std::string& from, const std::string& to) {
@@ -621,19 +617,8 @@ BOOST_AUTO_TEST_CASE(a_sha256_pin_reached_through_a_bind_mount_of_the_root_is_re
            : b ? std::string("bound")
                : b.error().message()));
     }
-    (void)!::write(fds[1], out.data(), out.size());
-    ::_exit(0);
-  }
-  ::close(fds[1]);
-  std::string got;
-  char buf[4096];
-  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) {
-    got.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fds[0]);
-  int ws = 0;
-  BOOST_REQUIRE(::waitpid(child, &ws, 0) == child);
-  BOOST_REQUIRE(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+    return out;
+  });
   BOOST_TEST(got.find("setup: ") == std::string::npos, got);
   // Each alias's line: refused, naming the file's path on its file system (from the file
   // system's root, which is not `/` where /tmp is a mount of its own).

@@ -18,6 +18,7 @@
 #include <mutex>
 #include <thread>
 
+#include "helpers/process.hpp"
 #include "sandbox/executable.hpp"
 
 using namespace cordon;
@@ -332,12 +333,7 @@ struct LookupRecorder {
 BOOST_AUTO_TEST_CASE(no_name_is_looked_up_where_the_sandbox_cannot_see) {
   Root root;
   Root mnt;
-  int fds[2];
-  BOOST_REQUIRE(::pipe(fds) == 0);
-  pid_t child = ::fork();
-  BOOST_REQUIRE(child >= 0);
-  if (child == 0) {
-    ::close(fds[0]);
+  const std::string got = cordon::test::report_from_child([&] {
     std::string out;
     auto say = [&](const std::string& line) { out += line + "\n"; };
     LookupRecorder fuse;
@@ -362,19 +358,8 @@ BOOST_AUTO_TEST_CASE(no_name_is_looked_up_where_the_sandbox_cannot_see) {
         say(name + ": " + (fuse.asked_for(probe) ? "asked" : "not asked") + ": " + m);
       }
     }
-    (void)!::write(fds[1], out.data(), out.size());
-    ::_exit(0);
-  }
-  ::close(fds[1]);
-  std::string got;
-  char buf[4096];
-  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) {
-    got.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fds[0]);
-  int ws = 0;
-  BOOST_REQUIRE(::waitpid(child, &ws, 0) == child);
-  BOOST_REQUIRE(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+    return out;
+  });
   BOOST_TEST(got.find("setup: ") == std::string::npos, got);
   BOOST_TEST(got.find("unseen: not asked: ") != std::string::npos, got);
   BOOST_TEST(got.find("ancestor: not asked: ") != std::string::npos, got);
