@@ -2974,13 +2974,24 @@ class Engine::Impl {
   // Banks what reached the logs and writes the meta; the job is `abandoned` even when that
   // write fails (a full disk), and the next read or open tries again.
   Result<void> abandon(Job& j) {
+    // A job recorded `queued` whose logs were never made did not start: launch() records it
+    // `running`, then makes its logs, and only then hands it to a starter. Saying so matters to
+    // a caller of a command that must not run twice (a push, a deploy). Failure fixed (a
+    // red-team review, session 38): queued jobs read "whatever of it still ran was killed",
+    // like the jobs that ran.
+    struct stat log_st {};
+    const bool never_started = j.state == "queued" && ::stat(j.out.path.c_str(), &log_st) != 0 &&
+                               errno == ENOENT && ::stat(j.err.path.c_str(), &log_st) != 0 &&
+                               errno == ENOENT;
     j.state = "abandoned";
     // Failure fixed: the error said "it was killed", but the engine can die between the
     // command's exit and the settle (the chaos soak saw it in ~1 job in 30); the end was not
     // recorded, and that is all that is known.
-    j.error =
-        "the engine restarted before this command's end was recorded; whatever of it still "
-        "ran was killed, and the output it wrote until then is banked";
+    j.error = never_started
+                  ? "the engine stopped while this command was queued: it never started, and "
+                    "nothing of it ran; start it again if it is still wanted"
+                  : "the engine restarted before this command's end was recorded; whatever of "
+                    "it still ran was killed, and the output it wrote until then is banked";
     // Its end was not recorded: the last time its output or its record changed is the end
     // known (a lower bound), not the restart, which may come hours later and would stretch
     // its age for retention; the duration agrees with it.

@@ -786,6 +786,39 @@ BOOST_AUTO_TEST_CASE(restart_answers_for_every_job_and_marks_running_ones_abando
   BOOST_TEST(ro->content == "before\n");
 }
 
+// A job still queued when its engine went away never ran, and the next engine says so: a
+// caller must know whether a command that may not run twice (a push, a deploy) did. Failure
+// fixed (a red-team review, session 38): it read "whatever of it still ran was killed", as a
+// job that ran. Control: the job that was running reads that way still.
+BOOST_AUTO_TEST_CASE(a_job_queued_when_the_engine_ended_reads_as_never_started) {
+  EngineEnv env(nlohmann::json{{"concurrency", {{"perSession", 1}}}});
+  std::string running_id, queued_id;
+  {
+    auto e = open_or_fail(env);
+    auto r = e->start("s", {.argv = {"/bin/sh", "-c", "echo before; exec sleep 1000"}});
+    BOOST_REQUIRE_MESSAGE(r.has_value(), describe(r));
+    running_id = r->task_id;
+    auto q = e->start("s", {.argv = {"/bin/sh", "-c", "echo ran > ran.txt"}});
+    BOOST_REQUIRE_MESSAGE(q.has_value(), describe(q));
+    queued_id = q->task_id;
+    BOOST_TEST(q->state == "queued");
+    BOOST_REQUIRE(eventually([&] {
+      auto p = e->output("s", running_id, {});
+      return p && p->content == "before\n";
+    }));
+  }  // the engine ends: the running job is killed, the queued one never launched
+  auto e2 = open_or_fail(env);
+  auto q = e2->status("s", queued_id);
+  BOOST_REQUIRE_MESSAGE(q.has_value(), describe(q));
+  BOOST_TEST(q->state == "abandoned");
+  BOOST_TEST(contains(q->error, "it never started, and nothing of it ran"), q->error);
+  BOOST_TEST(!std::filesystem::exists(env.box.root + "/ran.txt"));
+  auto r = e2->status("s", running_id);
+  BOOST_REQUIRE_MESSAGE(r.has_value(), describe(r));
+  BOOST_TEST(r->state == "abandoned");
+  BOOST_TEST(contains(r->error, "whatever of it still ran was killed"), r->error);
+}
+
 BOOST_AUTO_TEST_CASE(second_engine_on_the_same_state_dir_is_refused) {
   EngineEnv env;
   auto e = open_or_fail(env);
