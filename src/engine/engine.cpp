@@ -2400,7 +2400,14 @@ class Engine::Impl {
         j.signal = signal_name(sig);
         j.state = sig == SIGKILL && j.usage.oom_kills > 0 && !j.killed_by_caller ? "oom" : "killed";
         if (j.state == "oom") {
-          j.error = "the command was killed by the OOM killer (memory limit); its output is banked";
+          // A SIGKILL after an OOM kill in its cgroup: the kernel does not say whose. Worded as
+          // what is known (a red-team review, session 38: a shell that killed itself after a
+          // child's OOM kill read "was killed by the OOM killer").
+          j.error = fmt::format(
+              "the command died of SIGKILL after the OOM killer acted in its sandbox ({} OOM "
+              "kill{} at the memory limit): most likely it was the one chosen; its output is "
+              "banked",
+              j.usage.oom_kills, j.usage.oom_kills == 1 ? "" : "s");
         }
       } else {
         j.state = "failed";

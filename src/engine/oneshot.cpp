@@ -287,8 +287,12 @@ Result<OneshotReport> run_oneshot(const OneshotRequest& req) {
   // grandchild's OOM kill while the command exits normally stays `exited`, with oomKills.
   if (o.state == RunState::kKilled && o.term_signal == SIGKILL && report.oom_kills > 0) {
     report.state = "oom";
-    report.message = fmt::format("the command was killed by the OOM killer (memory limit {} bytes)",
-                                 req.memory_bytes);
+    // The kernel does not say whose SIGKILL it was: worded as what is known (a red-team
+    // review, session 38).
+    report.message = fmt::format(
+        "the command died of SIGKILL after the OOM killer acted in its sandbox ({} OOM kill{} at "
+        "the memory limit of {} bytes): most likely it was the one chosen",
+        report.oom_kills, report.oom_kills == 1 ? "" : "s", req.memory_bytes);
   }
   if (o.state == RunState::kSetupFailed) {
     report.setup_step = sandbox::step_name(o.failed_step);

@@ -206,6 +206,26 @@ BOOST_AUTO_TEST_CASE(a_short_timeout_set_after_a_long_one_still_fires) {
 // the fix (session 16) this settled `failed`: "the sandbox init died without reporting". Since
 // session 17 the engine asks the kernel how the init ended (PIDFD_GET_INFO, Linux 6.15): only a
 // SIGKILL after an OOM kill reads as `oom`.
+// A command that dies of SIGKILL after an OOM kill in its sandbox settles `oom`, and the
+// message says what the kernel told: the SIGKILL came after the OOM killer acted, not that the
+// command was its pick (a red-team review, session 38: a shell that SIGKILLed itself after a
+// child's OOM kill read "the command was killed by the OOM killer").
+BOOST_AUTO_TEST_CASE(an_oom_settle_says_what_the_kernel_told) {
+  EngineEnv env(nlohmann::json{{"limits", {{"memoryBytes", 64 << 20}}}});
+  auto e = open_or_fail(env);
+  auto s = e->start("s1", {.argv = {"/bin/sh", "-c",
+                                    "(/usr/bin/python3 -c 'b = bytearray(96 << 20); "
+                                    "b[::4096] = b\"x\" * len(b[::4096])'); kill -KILL $$"}});
+  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+  auto st = e->status("s1", s->task_id, 30s);
+  BOOST_REQUIRE(st.has_value());
+  BOOST_TEST(st->state == "oom", st->state << ": " << st->error);
+  BOOST_TEST(st->error.starts_with("the command died of SIGKILL after the OOM killer acted in its "
+                                   "sandbox (1 OOM kill at the memory limit)"),
+             st->error);
+  BOOST_TEST(st->error.find("most likely") != std::string::npos, st->error);
+}
+
 BOOST_AUTO_TEST_CASE(an_oom_kill_that_takes_the_sandbox_init_settles_as_oom) {
   EngineEnv env(nlohmann::json{{"limits", {{"memoryBytes", 64 << 20}}}});
   auto e = open_or_fail(env);

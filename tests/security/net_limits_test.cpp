@@ -912,6 +912,26 @@ BOOST_AUTO_TEST_CASE(memory_hog_is_oom_killed_under_memory_and_reported) {
   BOOST_TEST(stc["usage"]["oomKills"] == 0);
 }
 
+// The kernel does not say whose SIGKILL ended a command after an OOM kill in its cgroup, so
+// the message says what is known, not that the OOM killer chose the command. Failure fixed (a
+// red-team review, session 38): a shell that SIGKILLed itself after a child's OOM kill read
+// "the command was killed by the OOM killer". The hog itself reads the same way.
+BOOST_AUTO_TEST_CASE(an_oom_report_says_what_the_kernel_told) {
+  Sandbox s;
+  auto [r, st] =
+      s.run_status({"--memory", "64M"},
+                   {"/bin/sh", "-c", "(\"$0\" memory-hog 96); echo child-oom-done; kill -KILL $$",
+                    probe_in_root(s)});
+  BOOST_TEST(r.exit_code() == 122, r.err);
+  BOOST_TEST(r.out == "child-oom-done\n", r.out);
+  BOOST_TEST(st["state"] == "oom");
+  const std::string m = st.value("message", "");
+  BOOST_TEST(m.starts_with("the command died of SIGKILL after the OOM killer acted in its "
+                           "sandbox (1 OOM kill at the memory limit of 67108864 bytes)"),
+             m);
+  BOOST_TEST(m.find("most likely") != std::string::npos, m);
+}
+
 namespace {
 
 // One `probe cpu-burn` under --cpus: the CPU time the probe got against the wall-clock time it
