@@ -513,8 +513,7 @@ Hello read_hello(int fd) {
   // Parsed here only within the bounds every line of the MCP server has (it took a daemon to
   // 1.1 GB for 15 MB of `[`: a review, session 38); beyond them it goes to the server as its
   // first message, which refuses it there without parsing it.
-  if (jsonrpc::nesting_depth(whole) > jsonrpc::kMaxDepth ||
-      jsonrpc::value_count(whole) > jsonrpc::kMaxValues) {
+  if (jsonrpc::over_parse_bounds(whole)) {
     h.first_message = std::move(whole);
     h.reply = false;
     return h;

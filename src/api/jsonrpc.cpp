@@ -232,23 +232,26 @@ void Dispatcher::run(const json& msg, const Reply& reply, const std::function<vo
   }
 }
 
+std::optional<std::string> over_parse_bounds(std::string_view line) {
+  if (nesting_depth(line) > kMaxDepth) {
+    return fmt::format("the message nests arrays and objects deeper than {} levels", kMaxDepth);
+  }
+  if (value_count(line) > kMaxValues) {
+    return fmt::format(
+        "the message holds more than {} values (arrays, objects and their elements); send "
+        "smaller messages",
+        kMaxValues);
+  }
+  return std::nullopt;
+}
+
 void Dispatcher::handle_line(std::string_view line) {
   size_t b = line.find_first_not_of(" \t\r");
   if (b == std::string_view::npos) {
     return;  // blank lines between messages are tolerated
   }
-  if (nesting_depth(line) > kMaxDepth) {
-    send_(make_error(nullptr, kInvalidRequest,
-                     fmt::format("Invalid Request: the message nests arrays and objects deeper "
-                                 "than {} levels",
-                                 kMaxDepth)));
-    return;
-  }
-  if (value_count(line) > kMaxValues) {
-    send_(make_error(nullptr, kInvalidRequest,
-                     fmt::format("Invalid Request: the message holds more than {} values "
-                                 "(arrays, objects and their elements); send smaller messages",
-                                 kMaxValues)));
+  if (auto over = over_parse_bounds(line)) {
+    send_(make_error(nullptr, kInvalidRequest, "Invalid Request: " + *over));
     return;
   }
   // A key twice in one object is refused (base/json_unique.hpp), as the policy file's parser

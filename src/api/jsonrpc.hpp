@@ -52,6 +52,10 @@ size_t nesting_depth(std::string_view text, size_t limit = kMaxDepth);
 /// an argv of ~65000 arguments still fits; one big string is one value).
 inline constexpr size_t kMaxValues = 65536;
 
+/// Why `line` is not to be parsed at all (nesting_depth or value_count over its bound), or
+/// nullopt. Every line the server parses is checked by this first.
+std::optional<std::string> over_parse_bounds(std::string_view line);
+
 /// The most requests in one JSON-RPC batch (2024-11-05 and 2025-03-26 sessions). Failure fixed
 /// (the same review): a 559 KB batch of 10 000 `tools/list` grew the daemon by 1 GB and made
 /// one 190 MB reply.

@@ -768,11 +768,11 @@ class Server {
         // Parked with the batch's other responses until the array is written: in flight
         // until then, as a single call's response is until it is written.
         call->batch->after_sent([call] { call->finish(); });
-        reply(std::move(response));
-        return;
       }
       reply(std::move(response));
-      call->finish();
+      if (!call->batch) {
+        call->finish();
+      }
     };
     try {
       workers_.run([call, answer, body = std::move(body)] {

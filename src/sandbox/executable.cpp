@@ -16,12 +16,16 @@
 namespace cordon::sandbox {
 namespace {
 
+// Whether the sandbox shows `path` masked: an empty file or directory.
+bool is_hidden(const std::string& path, const std::vector<std::string>& hidden) {
+  return std::any_of(hidden.begin(), hidden.end(),
+                     [&](const std::string& h) { return path_within(path, h); });
+}
+
 bool is_visible(const std::string& path, const std::vector<std::string>& visible,
                 const std::vector<std::string>& hidden) {
-  for (const auto& h : hidden) {
-    if (path_within(path, h)) {
-      return false;  // shown masked: an empty file or directory
-    }
+  if (is_hidden(path, hidden)) {
+    return false;
   }
   for (const auto& v : visible) {
     if (path_within(path, v)) {
@@ -35,10 +39,8 @@ bool is_visible(const std::string& path, const std::vector<std::string>& visible
 // for a root at /home/u/src), where it shows only the names on that way.
 bool on_the_way(const std::string& path, const std::vector<std::string>& visible,
                 const std::vector<std::string>& hidden) {
-  for (const auto& h : hidden) {
-    if (path_within(path, h)) {
-      return false;
-    }
+  if (is_hidden(path, hidden)) {
+    return false;
   }
   for (const auto& v : visible) {
     if (path_within(path, v) || path_within(v, path)) {
