@@ -621,15 +621,24 @@ Result<SeccompCtx> build_fixed(const SeccompOptions& options) {
   //   are the host's own files: a job that dropped gcc's every 50 ms made the host's `gcc -c`
   //   5-8 times slower (a red-team review, session 38). The job's own files stay cached, so
   //   charged to its memory cgroup as before.
+  // - madvise(MADV_COLD) moves a mapped file's pages to the inactive list, so the host's page
+  //   cache evicts them first, again with no ownership check: one mapping of a host file the
+  //   host reads (not maps) made all 1024 of its active pages inactive (session 39). Pages
+  //   another process maps are skipped by the kernel, and the job's own memory is the job's
+  //   to age, but the advice cannot tell those apart. The same for process_madvise, which the
+  //   default profile does not allow.
   // - TCP_LINGER2 keeps a closed socket in FIN_WAIT2 up to 120 s as a full socket, one of the
   //   host's TCP orphans (net.ipv4.tcp_max_orphans, one host-wide count; past it the kernel
   //   resets every orphan on the host). Without it FIN_WAIT2 is a time-wait entry at once. The
   //   orphans behind a zero window are bounded by the namespace's tcp_orphan_retries
   //   (prepare.cpp). IPPROTO_TCP, TCP_LINGER2 and the advice are ints.
   const uint32_t no_effect = SCMP_ACT_ERRNO(kErrnoNone);
-  constexpr uint64_t kFadvDontneed = 4, kTcpLinger2 = 8;  // x86-64 ABI values
+  constexpr uint64_t kFadvDontneed = 4, kTcpLinger2 = 8, kMadvCold = 20;  // x86-64 ABI values
   CORDON_CHECK(
       add_rule(c, no_effect, SCMP_SYS(fadvise64), {int_is(3, kFadvDontneed)}, "fadvise64"));
+  CORDON_CHECK(add_rule(c, no_effect, SCMP_SYS(madvise), {int_is(2, kMadvCold)}, "madvise"));
+  CORDON_CHECK(
+      add_rule(c, no_effect, SCMP_SYS(process_madvise), {int_is(3, kMadvCold)}, "process_madvise"));
   CORDON_CHECK(add_rule(c, no_effect, SCMP_SYS(setsockopt),
                         {int_is(1, IPPROTO_TCP), int_is(2, kTcpLinger2)}, "setsockopt"));
 

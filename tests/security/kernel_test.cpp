@@ -14,6 +14,8 @@
 #include <poll.h>
 #include <pty.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <termios.h>
@@ -468,6 +470,73 @@ BOOST_AUTO_TEST_CASE(a_command_cannot_drop_a_files_pages_from_the_page_cache) {
   auto [cbefore, cafter] = pages(control);
   BOOST_TEST(cbefore >= 1000, control);
   BOOST_TEST(cafter == 0, control);
+}
+
+// How many of a file's pages are on the active LRU list, read as root from outside any
+// sandbox: the file mapped here and each page touched (a fault maps the cached page, it does
+// not activate it), its frame numbers from /proc/self/pagemap and their flags from
+// /proc/kpageflags (KPF_ACTIVE, bit 6). -1 when that cannot be read.
+long active_pages(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  struct stat st {};
+  if (fd < 0 || ::fstat(fd, &st) != 0) return -1;
+  const auto size = static_cast<size_t>(st.st_size);
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (map == MAP_FAILED) return -1;
+  const int pagemap = ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  const int flags = ::open("/proc/kpageflags", O_RDONLY | O_CLOEXEC);
+  long active = pagemap >= 0 && flags >= 0 ? 0 : -1;
+  const auto first = reinterpret_cast<uintptr_t>(map) / 4096;
+  for (size_t i = 0; active >= 0 && i < size / 4096; ++i) {
+    (void)static_cast<volatile const char*>(map)[i * 4096];
+    uint64_t entry = 0, kflags = 0;
+    if (::pread(pagemap, &entry, 8, static_cast<off_t>((first + i) * 8)) != 8 ||
+        (entry >> 63) == 0 || (entry & ((uint64_t{1} << 55) - 1)) == 0) {
+      active = -1;  // not present, or no frame number shown (not root)
+      break;
+    }
+    const uint64_t pfn = entry & ((uint64_t{1} << 55) - 1);
+    if (::pread(flags, &kflags, 8, static_cast<off_t>(pfn * 8)) != 8) {
+      active = -1;
+      break;
+    }
+    active += static_cast<long>((kflags >> 6) & 1);
+  }
+  ::munmap(map, size);
+  if (pagemap >= 0) ::close(pagemap);
+  if (flags >= 0) ::close(flags);
+  return active;
+}
+
+// madvise(MADV_COLD) moves a mapped file's cached pages to the inactive list, where reclaim
+// takes them first, with no ownership check: a job could age the host's hot files (those the
+// host reads rather than maps; the kernel skips pages another process maps) so the host's
+// page cache drops them first under pressure (session 39). The fixed filter answers it with
+// success and no effect. The file's pages are made active by three reads here first.
+BOOST_AUTO_TEST_CASE(a_command_cannot_age_a_files_pages_in_the_page_cache) {
+  const std::string data = s.root + "/cold-data";
+  {
+    std::ofstream f(data, std::ios::binary);
+    f << std::string(4 << 20, 'x');
+  }
+  auto heat = [&] {
+    std::vector<char> buf(1 << 20);
+    for (int i = 0; i < 3; ++i) {
+      std::ifstream in(data, std::ios::binary);
+      while (in.read(buf.data(), static_cast<std::streamsize>(buf.size()))) {
+      }
+    }
+    return active_pages(data);
+  };
+  const long hot = heat();
+  BOOST_REQUIRE_MESSAGE(hot >= 1000, "active pages after three reads: " << hot);
+  BOOST_TEST(probe(s, {"madvise-cold", data}) == "value 0");
+  BOOST_TEST(active_pages(data) >= 1000);
+  // Control: without the fixed filter the same advice deactivates them.
+  BOOST_REQUIRE(heat() >= 1000);
+  BOOST_TEST(probe(s, {"madvise-cold", data}, {"seccomp-fixed"}) == "value 0");
+  BOOST_TEST(active_pages(data) <= 24);
 }
 
 // TCP sockets closed with data still to send ("orphans") count against one host-wide limit,
