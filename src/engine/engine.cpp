@@ -2175,7 +2175,7 @@ class Engine::Impl {
     }
     // Failure fixed: a write to a stdin the command had closed raised SIGPIPE, which ends an
     // embedding program that keeps the default action (the test process died of it).
-    sys::SigpipeBlock no_sigpipe;
+    sys::WriteSignalsBlock no_write_signals;
     while (j.pending_off < j.pending_stdin.size()) {
       ssize_t n = ::write(fd, j.pending_stdin.data() + j.pending_off,
                           j.pending_stdin.size() - j.pending_off);
@@ -3338,6 +3338,7 @@ Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 const std::vector<std::string>& Engine::warnings() const { return impl_->warnings; }
 
 Engine::~Engine() {
+  sys::WriteSignalsBlock write_signals;  // an embedder's SIGPIPE and SIGXFSZ
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->stopping_starters = true;
@@ -3388,6 +3389,7 @@ Engine::~Engine() {
 }
 
 Result<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
+  sys::WriteSignalsBlock write_signals;  // an embedder's SIGPIPE and SIGXFSZ
   // Threads the kernel refuses (EAGAIN: RLIMIT_NPROC, a pids limit) make std::thread throw:
   // each start of one is caught and the open fails, naming it, instead of ending the process.
   std::unique_ptr<Impl> impl;
@@ -3545,21 +3547,25 @@ Result<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
     // Named for `top -H` and for capture_bench, which reports each thread's CPU per GiB.
     impl->loop = std::thread([raw] {
       ::pthread_setname_np(::pthread_self(), "cordon-loop");
+      sys::block_write_signals_for_thread();
       raw->run_loop();
     });
     for (size_t i = 0; i < kStarters; ++i) {
       impl->starters.emplace_back([raw, i] {
         ::pthread_setname_np(::pthread_self(), "cordon-start");
+        sys::block_write_signals_for_thread();
         raw->starter_loop(i);
       });
     }
     impl->releaser = std::thread([raw] {
       ::pthread_setname_np(::pthread_self(), "cordon-release");
+      sys::block_write_signals_for_thread();
       raw->release_loop();
     });
     if (!impl->strict_sync()) {
       impl->flusher = std::thread([raw] {
         ::pthread_setname_np(::pthread_self(), "cordon-flush");
+        sys::block_write_signals_for_thread();
         raw->flush_loop();
       });
     }
@@ -3571,6 +3577,7 @@ Result<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
 }
 
 Result<JobStatus> Engine::start(const std::string& session, const StartOptions& options) {
+  sys::WriteSignalsBlock write_signals;  // an embedder's SIGPIPE and SIGXFSZ
   auto& m = *impl_;
   std::optional<Result<JobStatus>> started;
   Impl::Wakes wakes;
@@ -3788,6 +3795,7 @@ Result<JobStatus> Engine::start_job(const std::string& session, const StartOptio
 
 Result<JobStatus> Engine::status(const std::string& session, const std::string& task_id,
                                  std::chrono::milliseconds wait) {
+  sys::WriteSignalsBlock write_signals;  // an embedder's SIGPIPE and SIGXFSZ
   auto& m = *impl_;
   std::unique_lock<std::mutex> lock(m.mu);
   CORDON_TRY(j, m.owned(session, task_id));
@@ -3809,6 +3817,7 @@ Result<JobStatus> Engine::status(const std::string& session, const std::string& 
 Result<std::vector<JobStatus>> Engine::wait(const std::string& session,
                                             const std::vector<std::string>& task_ids,
                                             std::chrono::milliseconds timeout, bool all) {
+  sys::WriteSignalsBlock write_signals;  // an embedder's SIGPIPE and SIGXFSZ
   auto& m = *impl_;
   if (task_ids.empty()) {
     return invalid("command_wait needs at least one taskId");
@@ -3926,6 +3935,7 @@ Result<OutputPage> page_file(const std::string& path, bool complete, SharedIndex
 
 Result<OutputPage> Engine::output(const std::string& session, const std::string& task_id,
                                   const OutputRequest& request) {
+  sys::WriteSignalsBlock write_signals;  // an embedder's SIGPIPE and SIGXFSZ
   auto& m = *impl_;
   std::unique_lock<std::mutex> lock(m.mu);
   CORDON_TRY(j, m.owned(session, task_id));
@@ -3965,6 +3975,7 @@ Result<OutputPage> Engine::output(const std::string& session, const std::string&
 }
 
 Result<JobStatus> Engine::kill(const std::string& session, const std::string& task_id, int signal) {
+  sys::WriteSignalsBlock write_signals;  // an embedder's SIGPIPE and SIGXFSZ
   auto& m = *impl_;
   std::unique_lock<std::mutex> lock(m.mu);
   CORDON_TRY(j, m.owned(session, task_id));
@@ -3974,6 +3985,7 @@ Result<JobStatus> Engine::kill(const std::string& session, const std::string& ta
 Result<std::vector<JobStatus>> Engine::kill_many(const std::string& session,
                                                  const std::vector<std::string>& task_ids,
                                                  int signal) {
+  sys::WriteSignalsBlock write_signals;  // an embedder's SIGPIPE and SIGXFSZ
   auto& m = *impl_;
   std::unique_lock<std::mutex> lock(m.mu);
   // Every id first: an unknown one refuses the call before any job is signalled.
@@ -4141,6 +4153,7 @@ Result<LineState> canonical_line(Job& j, const struct termios& t, std::string& b
 
 Result<void> Engine::write(const std::string& session, const std::string& task_id,
                            const WriteInput& input) {
+  sys::WriteSignalsBlock write_signals;  // an embedder's SIGPIPE and SIGXFSZ
   auto& m = *impl_;
   std::unique_lock<std::mutex> lock(m.mu);
   CORDON_TRY(j, m.owned(session, task_id));
@@ -4235,6 +4248,7 @@ Result<void> Engine::write(const std::string& session, const std::string& task_i
 
 Result<void> Engine::resize(const std::string& session, const std::string& task_id, uint16_t cols,
                             uint16_t rows) {
+  sys::WriteSignalsBlock write_signals;  // an embedder's SIGPIPE and SIGXFSZ
   auto& m = *impl_;
   std::unique_lock<std::mutex> lock(m.mu);
   CORDON_TRY(j, m.owned(session, task_id));
@@ -4269,11 +4283,13 @@ Result<void> Engine::resize(const std::string& session, const std::string& task_
 
 Result<std::vector<JobStatus>> Engine::list(const std::string& session,
                                             const std::optional<std::string>& state) {
+  sys::WriteSignalsBlock write_signals;  // an embedder's SIGPIPE and SIGXFSZ
   CORDON_TRY(page, list_page(session, {.state = state}));
   return std::move(page.jobs);
 }
 
 Result<ListPage> Engine::list_page(const std::string& session, const ListRequest& request) {
+  sys::WriteSignalsBlock write_signals;  // an embedder's SIGPIPE and SIGXFSZ
   auto& m = *impl_;
   std::unique_lock<std::mutex> lock(m.mu);
   ListPage page;
@@ -4295,6 +4311,7 @@ Result<ListPage> Engine::list_page(const std::string& session, const ListRequest
 }
 
 Result<JobStatus> Engine::peek(const std::string& session, const std::string& task_id) {
+  sys::WriteSignalsBlock write_signals;  // an embedder's SIGPIPE and SIGXFSZ
   auto& m = *impl_;
   std::unique_lock<std::mutex> lock(m.mu);
   CORDON_TRY(j, m.owned(session, task_id));
@@ -4302,6 +4319,7 @@ Result<JobStatus> Engine::peek(const std::string& session, const std::string& ta
 }
 
 Result<void> Engine::remove(const std::string& session, const std::string& task_id) {
+  sys::WriteSignalsBlock write_signals;  // an embedder's SIGPIPE and SIGXFSZ
   auto& m = *impl_;
   std::unique_lock<std::mutex> lock(m.mu);
   CORDON_TRY(j, m.owned(session, task_id));
@@ -4316,6 +4334,7 @@ Result<void> Engine::remove(const std::string& session, const std::string& task_
 
 Result<OutputPage> Engine::retrieve(const std::string& session, const std::string& artifact_id,
                                     const OutputRequest& request) {
+  sys::WriteSignalsBlock write_signals;  // an embedder's SIGPIPE and SIGXFSZ
   auto& m = *impl_;
   auto unknown = [&] {
     return std::unexpected(
@@ -4384,6 +4403,7 @@ void Engine::unsubscribe_settled(uint64_t id) {
 }
 
 Counters Engine::counters(const std::string& session) {
+  sys::WriteSignalsBlock write_signals;  // an embedder's SIGPIPE and SIGXFSZ
   std::lock_guard<std::mutex> lock(impl_->mu);
   // Read only: every unnamed daemon connection is a session of its own, and an entry made
   // here for each would stay for the engine's life.
@@ -4392,16 +4412,19 @@ Counters Engine::counters(const std::string& session) {
 }
 
 Result<std::vector<std::string>> Engine::known_ids(const std::string& session) {
+  sys::WriteSignalsBlock write_signals;  // an embedder's SIGPIPE and SIGXFSZ
   std::lock_guard<std::mutex> lock(impl_->mu);
   return impl_->session_ids(session);
 }
 
 Result<std::vector<std::string>> Engine::sessions() {
+  sys::WriteSignalsBlock write_signals;  // an embedder's SIGPIPE and SIGXFSZ
   std::lock_guard<std::mutex> lock(impl_->mu);
   return impl_->session_names();
 }
 
 Result<size_t> Engine::end_session(const std::string& session, std::chrono::milliseconds settle) {
+  sys::WriteSignalsBlock write_signals;  // an embedder's SIGPIPE and SIGXFSZ
   auto& m = *impl_;
   Result<size_t> removed = 0;
   {
@@ -4436,6 +4459,7 @@ Result<size_t> Engine::end_session(const std::string& session, std::chrono::mill
 // session kept its root's fd and directory for the daemon's life (200 `cordon run --socket`
 // calls: 200 fds, 200 directories), and the directory was made even for a refused start.
 void Engine::release_session(const std::string& session) {
+  sys::WriteSignalsBlock write_signals;  // an embedder's SIGPIPE and SIGXFSZ
   auto& m = *impl_;
   std::lock_guard<std::mutex> lock(m.mu);
   if (m.session_policies.erase(session) == 0 || !m.pol) {
@@ -4446,6 +4470,7 @@ void Engine::release_session(const std::string& session) {
 }
 
 std::optional<GitSettings> Engine::git_settings() {
+  sys::WriteSignalsBlock write_signals;  // an embedder's SIGPIPE and SIGXFSZ
   std::lock_guard<std::mutex> lock(impl_->mu);
   if (!impl_->pol || !impl_->pol->git) {
     return std::nullopt;

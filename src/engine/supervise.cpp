@@ -103,7 +103,7 @@ class SignalMask {
   Result<void> block(sigset_t set) {
     sigaddset(&set, SIGPIPE);
     sigaddset(&set, SIGXFSZ);
-    sigpipe_was_pending_ = sys::sigpipe_pending();
+    sigpipe_was_pending_ = sys::signal_pending(SIGPIPE);
     sigxfsz_was_pending_ = sys::signal_pending(SIGXFSZ);
     int rc = pthread_sigmask(SIG_BLOCK, &set, &old_);
     if (rc != 0) {
@@ -118,7 +118,7 @@ class SignalMask {
     }
     // A SIGPIPE our own write raised is pending on this thread; unblocking would deliver it
     // and kill cordon after the fact.
-    sys::consume_raised_sigpipe(old_, sigpipe_was_pending_);
+    sys::consume_raised(old_, sigpipe_was_pending_, SIGPIPE);
     sys::consume_raised(old_, sigxfsz_was_pending_, SIGXFSZ);
     (void)pthread_sigmask(SIG_SETMASK, &old_, nullptr);  // cannot fail with a valid set
   }

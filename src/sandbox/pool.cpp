@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "sys/fs.hpp"
+#include "sys/sigpipe.hpp"
 #include "sys/syscalls.hpp"
 
 namespace cordon::sandbox {
@@ -88,7 +89,10 @@ void WarmPool::start() {
   if (thread_.joinable()) {
     return;
   }
-  thread_ = std::thread([this] { refill_loop(); });
+  thread_ = std::thread([this] {
+    sys::block_write_signals_for_thread();  // the library's thread: see sigpipe.hpp
+    refill_loop();
+  });
 }
 
 void WarmPool::refill_loop() {

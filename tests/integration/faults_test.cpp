@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -937,4 +938,43 @@ BOOST_AUTO_TEST_CASE(strict_sync_reports_a_disk_that_fails_its_writes) {
       s3->error.find("its end could not be recorded on disk when it settled") != std::string::npos,
       s3->error);
   BOOST_TEST_MESSAGE("the waiter's error: " << s3->error);
+}
+
+// A program embedding the engine with a file-size limit (`ulimit -f`) and SIGXFSZ's default
+// action: a write past the limit raises SIGXFSZ on the writing thread, and the default ends
+// the whole process. Failure fixed (a red-team review, session 39): a job printing 6 MiB
+// under a 4 MiB limit killed its embedder from the engine's loop thread (the log's write),
+// and Engine::open under 512 KiB killed it at the reserve's fallocate. The library blocks
+// SIGXFSZ (and SIGPIPE) on its own threads and around each public call: the job settles
+// `failed` with EFBIG, the open answers, and the embedder lives on.
+BOOST_AUTO_TEST_CASE(an_embedder_with_a_file_size_limit_is_not_killed_by_sigxfsz) {
+  auto under_limit = [](const EngineEnv& env, rlim_t bytes, bool start_a_job) {
+    return report_from_child([&]() -> std::string {
+      ::signal(SIGXFSZ, SIG_DFL);
+      sigset_t none;
+      sigemptyset(&none);
+      ::sigprocmask(SIG_SETMASK, &none, nullptr);
+      struct rlimit limit {
+        bytes, bytes
+      };
+      if (::setrlimit(RLIMIT_FSIZE, &limit) != 0) return "setup: setrlimit";
+      auto e = env.open();
+      if (!e) return "open: " + e.error().message();
+      if (!start_a_job) return "opened";
+      auto s = (*e)->start("s", {.argv = {"/usr/bin/head", "-c", "6M", "/dev/zero"}});
+      if (!s) return "start: " + s.error().message();
+      auto st = (*e)->status("s", s->task_id, 60s);
+      if (!st) return "status: " + st.error().message();
+      return st->state + ": " + st->error;
+    });
+  };
+  const std::string job = under_limit(EngineEnv(), 4 << 20, true);
+  BOOST_TEST(job.starts_with("failed: "), job);
+  BOOST_TEST(job.find("EFBIG") != std::string::npos, job);
+  BOOST_TEST(job.find("setup: ") == std::string::npos, job);  // it exited 0, not by SIGXFSZ
+  // Below the 1 MiB reserve, on a state dir that has none yet: the open answers (opened, or
+  // refused saying why), and lives on.
+  const std::string open = under_limit(EngineEnv(), 512 << 10, false);
+  BOOST_TEST(open.find("setup: ") == std::string::npos, open);
+  BOOST_TEST(!open.empty());
 }
