@@ -26,6 +26,7 @@
 #include "base/utf8.hpp"
 #include "engine/oneshot.hpp"
 #include "policy/host_paths.hpp"
+#include "sandbox/userns.hpp"
 #include "sys/fs.hpp"
 
 extern char** environ;
@@ -621,7 +622,7 @@ int run_main(const RunArgs& a) {
     auto parts = split(*a.host_ids, ':');
     auto start = parts.size() == 2 ? parse_uint(parts[0]) : std::nullopt;
     auto count = parts.size() == 2 ? parse_uint(parts[1]) : std::nullopt;
-    if (!start || !count || *count == 0 || *start < 65536 || *start + *count > 0xFFFFFFFEULL) {
+    if (!start || !count || !sandbox::check_host_id_range(*start, *count)) {
       return refuse_run(a,
                         "--host-ids must be START:COUNT with START >= 65536 and the range below "
                         "4294967294, e.g. 1879048192:65536");

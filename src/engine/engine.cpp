@@ -195,6 +195,43 @@ bool valid_name(const std::string& s) {
   });
 }
 
+// The moment a caller's wait ends. A wait is at most ~290 years: `now + milliseconds::max()`
+// overflowed into the past, and a caller asking to wait for ever got an answer at once (status
+// and wait said `running`; end_session removed nothing and left the job running: a red-team
+// review of the library, session 39).
+Clock::time_point deadline_after(std::chrono::milliseconds wait) {
+  using namespace std::chrono;
+  const auto now = Clock::now();
+  const auto room = duration_cast<milliseconds>(Clock::time_point::max() - now) - hours(24);
+  return now + std::clamp(wait, milliseconds::zero(), room);
+}
+
+// kill and kill_many send a signal, 1 to 64. Any int went through before session 39 (a
+// red-team review of the library): 9999 and -1 read Ok and the job was SIGKILLed after the
+// grace, and 0 (the kernel's "does it exist") ended it too, with no caller named.
+Result<void> check_signal(int signal) {
+  if (signal == 0) {
+    return invalid(
+        "signal 0 sends nothing (it asks whether a process exists): read the job's "
+        "state with status instead");
+  }
+  if (signal < 1 || signal > 64) {
+    return invalid("signal {} is not a signal number: 1 to 64 (SIGTERM 15, SIGKILL 9)", signal);
+  }
+  return {};
+}
+
+// Every call that names a session's files checks its name first: `list`, `known_ids` and
+// `end_session` joined any name into the index's path, so `../../x` read the lines of any
+// `x.jobs` on the host and ended by deleting it (a red-team review of the library, session
+// 39). The refusal start gives.
+Result<void> check_session_name(const std::string& session) {
+  if (!valid_name(session)) {
+    return refusal("session name `{}` must be 1-128 letters, digits, `-`, `_` or `.`", session);
+  }
+  return {};
+}
+
 // temp file, rename: a crash of cordon leaves the old or the new file. With `sync`, the temp
 // file and then the directory are fsynced, so a machine crash does too; without, the engine's
 // flusher syncs the state dir shortly after.
@@ -1333,6 +1370,7 @@ class Engine::Impl {
   }
   // The same, an unreadable index an error that names it (never an empty session).
   Result<std::vector<std::string>> session_ids(const std::string& session) {
+    CORDON_CHECK(check_session_name(session));  // it names the index file
     auto ids = read_session_ids(session);
     if (!ids) {
       return sys_error("read the session's job index `{}`", session_index_path(session));
@@ -3407,6 +3445,7 @@ Result<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
   if (o.state_dir.empty() || o.state_dir[0] != '/') {
     return invalid("the state dir must be an absolute path");
   }
+  CORDON_CHECK(sandbox::check_host_id_range(o.host_id_base, o.host_id_count));
   char self[PATH_MAX];
   ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
   std::string bin_dir = n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string("/");
@@ -3604,9 +3643,7 @@ Result<JobStatus> Engine::start(const std::string& session, const StartOptions& 
 
 Result<JobStatus> Engine::start_job(const std::string& session, const StartOptions& options) {
   auto& m = *impl_;
-  if (!valid_name(session)) {
-    return refusal("session name `{}` must be 1-128 letters, digits, `-`, `_` or `.`", session);
-  }
+  CORDON_CHECK(check_session_name(session));
   if (options.pty) {
     CORDON_CHECK(check_terminal_size(options.cols, options.rows));
   }
@@ -3800,7 +3837,7 @@ Result<JobStatus> Engine::status(const std::string& session, const std::string& 
   std::unique_lock<std::mutex> lock(m.mu);
   CORDON_TRY(j, m.owned(session, task_id));
   if (!j->settled() && wait.count() > 0) {
-    auto until = Clock::now() + wait;
+    auto until = deadline_after(wait);
     const std::vector<std::string> ids{task_id};
     Impl::Awaiting awaiting(m, ids);
     m.cv.wait_until(lock, until, [&] {
@@ -3838,7 +3875,7 @@ Result<std::vector<JobStatus>> Engine::wait(const std::string& session,
   };
   if (timeout.count() > 0) {
     Impl::Awaiting awaiting(m, task_ids);
-    m.cv.wait_until(lock, Clock::now() + timeout, done);
+    m.cv.wait_until(lock, deadline_after(timeout), done);
   }
   std::vector<JobStatus> out;
   for (const auto& id : task_ids) {
@@ -3977,6 +4014,7 @@ Result<OutputPage> Engine::output(const std::string& session, const std::string&
 Result<JobStatus> Engine::kill(const std::string& session, const std::string& task_id, int signal) {
   sys::WriteSignalsBlock write_signals;  // an embedder's SIGPIPE and SIGXFSZ
   auto& m = *impl_;
+  CORDON_CHECK(check_signal(signal));
   std::unique_lock<std::mutex> lock(m.mu);
   CORDON_TRY(j, m.owned(session, task_id));
   return m.kill_job(*j, signal);
@@ -3987,6 +4025,7 @@ Result<std::vector<JobStatus>> Engine::kill_many(const std::string& session,
                                                  int signal) {
   sys::WriteSignalsBlock write_signals;  // an embedder's SIGPIPE and SIGXFSZ
   auto& m = *impl_;
+  CORDON_CHECK(check_signal(signal));
   std::unique_lock<std::mutex> lock(m.mu);
   // Every id first: an unknown one refuses the call before any job is signalled.
   for (const auto& id : task_ids) {
@@ -4425,6 +4464,7 @@ Result<std::vector<std::string>> Engine::sessions() {
 
 Result<size_t> Engine::end_session(const std::string& session, std::chrono::milliseconds settle) {
   sys::WriteSignalsBlock write_signals;  // an embedder's SIGPIPE and SIGXFSZ
+  CORDON_CHECK(check_session_name(session));
   auto& m = *impl_;
   Result<size_t> removed = 0;
   {
@@ -4448,7 +4488,7 @@ Result<size_t> Engine::end_session(const std::string& session, std::chrono::mill
       return std::any_of(m.live.begin(), m.live.end(),
                          [&](const auto& entry) { return entry.second->session == session; });
     };
-    m.cv.wait_for(lock, settle, [&] { return !still_running(); });
+    m.cv.wait_until(lock, deadline_after(settle), [&] { return !still_running(); });
     removed = m.remove_settled_session(session, lock);
   }
   release_session(session);
@@ -4460,6 +4500,9 @@ Result<size_t> Engine::end_session(const std::string& session, std::chrono::mill
 // calls: 200 fds, 200 directories), and the directory was made even for a refused start.
 void Engine::release_session(const std::string& session) {
   sys::WriteSignalsBlock write_signals;  // an embedder's SIGPIPE and SIGXFSZ
+  if (!valid_name(session)) {
+    return;  // never one of ours: its directory is no session's to remove
+  }
   auto& m = *impl_;
   std::lock_guard<std::mutex> lock(m.mu);
   if (m.session_policies.erase(session) == 0 || !m.pol) {

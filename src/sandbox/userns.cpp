@@ -138,6 +138,16 @@ constexpr int kTriesPerId = 4;
 
 }  // namespace
 
+Result<void> check_host_id_range(uint64_t base, uint64_t count) {
+  if (count == 0 || base < 65536 || base + count > 0xFFFFFFFEULL) {
+    return invalid(
+        "host ids {}:{} (START:COUNT): START must be >= 65536, COUNT > 0 and the range below "
+        "4294967294, e.g. {}:{}",
+        base, count, kHostIdBase, kHostIdCount);
+  }
+  return {};
+}
+
 Result<HostIdLease> HostIdLease::acquire(const std::string& lock_dir, uid_t base, uid_t count) {
   CORDON_TRY(dir, open_lease_dir(lock_dir));
   // Random start: concurrent runs rarely probe the same files.

@@ -21,6 +21,14 @@ inline constexpr uid_t kHostIdCount = 65536;
 /// across a boot.
 inline constexpr const char* kHostIdLeaseDir = "/run/cordon/uids";
 
+/// Whether sandboxes may run as the host ids [base, base + count): not empty, above the host's
+/// system and login ids (base >= 65536), and below (uid_t)-2, which the kernel reserves. A
+/// refusal saying what to pass when they may not. The CLI's --host-ids and Engine::open both
+/// check it: an embedder's count 0 divided by zero at the first start, a base of 0 ran a
+/// sandbox as host uid 44, and a range past 2^32 wrapped to 3604 (a red-team review, session
+/// 39).
+Result<void> check_host_id_range(uint64_t base, uint64_t count);
+
 /// A host uid (== gid) leased for one sandbox: an flock'd file in `lock_dir`, named by the id,
 /// holds it for as long as this object lives (and the kernel drops the lock if cordon dies).
 /// The file is removed on release, so the dir (on tmpfs) holds about as many files as there

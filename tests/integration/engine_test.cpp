@@ -1196,3 +1196,108 @@ BOOST_AUTO_TEST_CASE(bytes_that_are_not_utf8_reach_the_command_and_are_recorded_
   BOOST_TEST(again->state == "failed");
   BOOST_TEST(e->status("s", echo->task_id)->state == "exited");
 }
+
+// ---- what an embedding program passes (a red-team review of the library, session 39) ----
+
+// Every call that names a session's files checks the name as start does. Before: list,
+// known_ids and end_session joined `../../victim/important` into the index's path, read the
+// lines of `victim/important.jobs` back as task ids, and end_session deleted the file.
+BOOST_AUTO_TEST_CASE(a_session_name_with_a_path_in_it_is_refused_by_every_call) {
+  EngineEnv env;
+  std::filesystem::create_directories(env.box.base + "/victim");
+  const std::string victim = env.box.base + "/victim/important.jobs";
+  std::ofstream(victim) << "some user data line 1\nline 2\n";
+  auto e = open_engine(env);
+  const std::string name = "../../victim/important";
+  auto refused = [&](const Error& err) {
+    return err.code() == ErrorCode::kRefused &&
+           err.message().find("session name") != std::string::npos;
+  };
+  auto ids = e->known_ids(name);
+  BOOST_TEST((!ids && refused(ids.error())), describe(ids));
+  auto listed = e->list(name, std::nullopt);
+  BOOST_TEST((!listed && refused(listed.error())), describe(listed));
+  auto paged = e->list_page(name, {});
+  BOOST_TEST((!paged && refused(paged.error())), describe(paged));
+  auto ended = e->end_session(name, 1s);
+  BOOST_TEST((!ended && refused(ended.error())), describe(ended));
+  e->release_session(name);
+  BOOST_TEST(read_file(victim) == "some user data line 1\nline 2\n");
+  // Control: the same calls on a session of ours answer.
+  BOOST_TEST(e->known_ids("s").has_value());
+  BOOST_TEST(e->end_session("s", 1s).value_or(99) == 0u);
+}
+
+// Engine::open checks the host-id range as the CLI's --host-ids does. Before: a count of 0
+// divided by zero at the first start (SIGFPE), a base of 0 ran the sandbox as host uid 44 (a
+// system account), and a range past 2^32 wrapped to host uid 3604.
+BOOST_AUTO_TEST_CASE(an_embedders_host_id_range_is_checked_at_open) {
+  struct Case {
+    uint32_t base, count;
+  };
+  for (const Case c : {Case{0x70000000, 0}, Case{0, 65536}, Case{1000, 10}, Case{0xFFFFFF00, 65536},
+                       Case{0xFFFFFF00, 0xFF}}) {
+    BOOST_TEST_CONTEXT(c.base << ":" << c.count) {
+      EngineEnv env;
+      env.host_id_base = c.base;
+      env.host_id_count = c.count;
+      auto e = env.open();
+      BOOST_REQUIRE(!e.has_value());
+      BOOST_TEST((e.error().code() == ErrorCode::kInvalid));
+      BOOST_TEST(e.error().message().find("START must be >= 65536") != std::string::npos,
+                 e.error().message());
+    }
+  }
+  EngineEnv ok;  // control: a private block of the host's range opens and runs a job
+  auto e = open_engine(ok);
+  auto s = e->start("s", {.argv = {"/bin/true"}});
+  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+  BOOST_TEST(e->status("s", s->task_id, 20s).value().state == "exited");
+}
+
+// A wait of milliseconds::max() waits. Before: `now + wait` overflowed into the past and the
+// call answered at once: status and wait said `running`, end_session removed nothing and
+// left the job running.
+BOOST_AUTO_TEST_CASE(a_wait_for_ever_waits_for_the_job) {
+  EngineEnv env;
+  auto e = open_engine(env);
+  const auto forever = std::chrono::milliseconds::max();
+  auto a = e->start("s", {.argv = {"/bin/sleep", "0.5"}});
+  BOOST_REQUIRE_MESSAGE(a.has_value(), describe(a));
+  auto st = e->status("s", a->task_id, forever);
+  BOOST_REQUIRE_MESSAGE(st.has_value(), describe(st));
+  BOOST_TEST(st->state == "exited");
+  auto b = e->start("s", {.argv = {"/bin/sleep", "0.5"}});
+  BOOST_REQUIRE_MESSAGE(b.has_value(), describe(b));
+  auto w = e->wait("s", {b->task_id}, forever, true);
+  BOOST_REQUIRE_MESSAGE(w.has_value(), describe(w));
+  BOOST_TEST(w->at(0).state == "exited");
+  auto c = e->start("s", {.argv = {"/bin/sleep", "1000"}});
+  BOOST_REQUIRE_MESSAGE(c.has_value(), describe(c));
+  auto ended = e->end_session("s", forever);
+  BOOST_REQUIRE_MESSAGE(ended.has_value(), describe(ended));
+  BOOST_TEST(*ended == 3u);  // the sleep was ended by its SIGTERM, then all three removed
+  BOOST_TEST(env.sandbox_pids().empty());
+}
+
+// kill and kill_many send 1 to 64. Before: 9999 and -1 read Ok and the job was SIGKILLed
+// after the grace; 0 ended it too, its error empty as if no caller had.
+BOOST_AUTO_TEST_CASE(a_kill_with_no_signal_number_is_refused_and_the_job_runs_on) {
+  EngineEnv env;
+  auto e = open_engine(env);
+  auto s = e->start("s", {.argv = {"/bin/sleep", "1000"}});
+  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+  for (int sig : {0, -1, 65, 9999}) {
+    BOOST_TEST_CONTEXT("signal " << sig) {
+      auto k = e->kill("s", s->task_id, sig);
+      BOOST_TEST((!k && k.error().code() == ErrorCode::kInvalid), describe(k));
+      auto km = e->kill_many("s", {s->task_id}, sig);
+      BOOST_TEST((!km && km.error().code() == ErrorCode::kInvalid), describe(km));
+    }
+  }
+  std::this_thread::sleep_for(300ms);  // past a grace a signal sent would have begun
+  BOOST_TEST(e->status("s", s->task_id).value().state == "running");
+  auto k = e->kill("s", s->task_id, SIGTERM);  // control
+  BOOST_REQUIRE_MESSAGE(k.has_value(), describe(k));
+  BOOST_TEST(e->status("s", s->task_id, 20s).value().state == "killed");
+}
