@@ -241,8 +241,8 @@ class Engine {
   /// The policy's git section, or nullopt when the git tools are not enabled.
   [[nodiscard]] std::optional<GitSettings> git_settings();
   /// Calls `callback` for every job of every session that settles from now on, on the thread
-  /// that settled it with the engine's lock held: it must return quickly and must not call
-  /// this engine. Returns the id for unsubscribe_settled.
+  /// that settled it with the engine's lock held: it must return quickly, must not call this
+  /// engine and must not throw (std::terminate). Returns the id for unsubscribe_settled.
   uint64_t subscribe_settled(SettleCallback callback);
   /// Once this returns, the callback is not running and is never called again.
   void unsubscribe_settled(uint64_t id);

@@ -1542,13 +1542,8 @@ int cli_main(int argc, char** argv) {
   // written into it (a review, session 35: 50 MB into the lease file; stderr over the status
   // JSON). Each closed one is /dev/null instead: what goes there is dropped, as the caller
   // asked by closing it.
-  for (int fd = 0; fd <= 2; ++fd) {
-    if (::fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
-      int null = ::open("/dev/null", O_RDWR);
-      if (null != fd) {
-        return kExitRefused;  // no /dev/null: nothing safe to put there, and nowhere to say so
-      }
-    }
+  if (!sys::fill_closed_std_fds()) {
+    return kExitRefused;  // no /dev/null: nothing safe to put there, and nowhere to say so
   }
   // The supervisor must see EPIPE on a closed stdout, not die of SIGPIPE mid-run.
   ::signal(SIGPIPE, SIG_IGN);

@@ -3427,7 +3427,8 @@ Engine::~Engine() {
 }
 
 Result<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
-  sys::WriteSignalsBlock write_signals;  // an embedder's SIGPIPE and SIGXFSZ
+  sys::WriteSignalsBlock write_signals;      // an embedder's SIGPIPE and SIGXFSZ
+  CORDON_CHECK(sys::fill_closed_std_fds());  // before the first descriptor the engine opens
   // Threads the kernel refuses (EAGAIN: RLIMIT_NPROC, a pids limit) make std::thread throw:
   // each start of one is caught and the open fails, naming it, instead of ending the process.
   std::unique_ptr<Impl> impl;

@@ -714,6 +714,10 @@ void child_main(const ChildPlan& plan) {
       fail(SetupStep::kRlimits);
     }
   }
+  // The command's umask is the caller's, never looser than 022: an embedder's umask 0 made
+  // every file a job created in the working root writable by every host user (a red-team
+  // review of the library, session 39). A stricter one (077) is kept.
+  ::umask(::umask(0) | 022);
 
   // 5. The pty and the Landlock rulesets.
   int pty_slave = plan.tty ? open_pty(plan.tty_cols, plan.tty_rows) : -1;

@@ -158,6 +158,22 @@ Result<std::string> read_file_at(int dirfd, const std::string& name) {
   }
 }
 
+Result<void> fill_closed_std_fds() {
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (::fcntl(fd, F_GETFD) >= 0 || errno != EBADF) {
+      continue;
+    }
+    const int null = ::open("/dev/null", O_RDWR);
+    if (null < 0) {
+      return sys_error("fd {} is closed, and /dev/null to put there: open", fd);
+    }
+    if (null != fd) {  // another thread took this one meanwhile: it is open now
+      ::close(null);
+    }
+  }
+  return {};
+}
+
 Result<std::string> fd_path(int fd) {
   std::string link = "/proc/self/fd/" + std::to_string(fd);
   char buf[4096];

@@ -34,6 +34,12 @@ namespace cordon::sys {
 /// The names in the directory open at `dirfd` ("." and ".." included), read through a
 /// descriptor of its own so `dirfd` keeps its offset; `what` names the dir in errors.
 [[nodiscard]] Result<std::vector<std::string>> dir_entries(int dirfd, const std::string& what);
+/// Puts /dev/null on each of fds 0, 1 and 2 that is closed (no close-on-exec: they are the
+/// process's standard streams), so no descriptor opened later takes one of them: a caller's
+/// `>&-` made cordon's own files its stdout (the CLI, session 35), and an embedder with fd 0-2
+/// closed had the engine's lock file as fd 0 and its spawner socket as fd 1 (session 39).
+/// An error when /dev/null cannot be opened.
+[[nodiscard]] Result<void> fill_closed_std_fds();
 /// The path the kernel records for an fd (readlink of /proc/self/fd/N).
 [[nodiscard]] Result<std::string> fd_path(int fd);
 /// readlinkat(2): the target of the symlink `name` in `dirfd` (`""`: the O_PATH|O_NOFOLLOW

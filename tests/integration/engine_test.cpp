@@ -1301,3 +1301,51 @@ BOOST_AUTO_TEST_CASE(a_kill_with_no_signal_number_is_refused_and_the_job_runs_on
   BOOST_REQUIRE_MESSAGE(k.has_value(), describe(k));
   BOOST_TEST(e->status("s", s->task_id, 20s).value().state == "killed");
 }
+
+// The command's umask is its caller's, never looser than 022. Before: an embedder's umask 0
+// reached the job, and every file it made in the working root was writable by every host
+// user. A stricter umask (077) is the job's too.
+BOOST_AUTO_TEST_CASE(a_jobs_umask_is_its_embedders_never_looser_than_022) {
+  auto run_under = [](mode_t mask) {
+    EngineEnv env;
+    return report_from_child([&]() -> std::string {
+      ::umask(mask);
+      auto e = env.open();
+      if (!e) return "open: " + e.error().message();
+      auto s = (*e)->start("s", {.argv = {"/bin/sh", "-c", "umask; echo x > made"}});
+      if (!s) return "start: " + s.error().message();
+      auto st = (*e)->status("s", s->task_id, 20s);
+      if (!st || st->state != "exited") return "status: " + describe(st);
+      struct stat made {};
+      if (::stat((env.box.root + "/made").c_str(), &made) != 0) return "stat failed";
+      return fmt::format("{} {:o}", (*e)->output("s", s->task_id, {}).value().content,
+                         made.st_mode & 0777);
+    });
+  };
+  BOOST_TEST(run_under(0) == "0022\n 644");
+  BOOST_TEST(run_under(077) == "0077\n 600");
+  BOOST_TEST(run_under(002) == "0022\n 644");
+}
+
+// An embedder with its standard descriptors closed: the engine's own descriptors must not
+// take 0, 1 and 2, where the embedder's next printf (and the spawner's stderr) would go. Before:
+// fd 0 was the engine's lock file, fd 1 its spawner's socket, fd 2 the working root.
+BOOST_AUTO_TEST_CASE(an_embedder_with_its_standard_descriptors_closed_keeps_them_for_itself) {
+  EngineEnv env;
+  const std::string report = report_from_child([&]() -> std::string {
+    ::close(0);
+    ::close(1);
+    ::close(2);
+    auto e = env.open();
+    if (!e) return "open: " + e.error().message();
+    auto s = (*e)->start("s", {.argv = {"/bin/echo", "hi"}});
+    if (!s) return "start: " + s.error().message();
+    auto st = (*e)->status("s", s->task_id, 20s);
+    std::string out = st ? st->state : describe(st);
+    for (int fd = 0; fd <= 2; ++fd) {
+      out += " " + std::filesystem::read_symlink("/proc/self/fd/" + std::to_string(fd)).string();
+    }
+    return out;
+  });
+  BOOST_TEST(report == "exited /dev/null /dev/null /dev/null");
+}
