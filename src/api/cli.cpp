@@ -1482,12 +1482,34 @@ int client_command(const std::string& cmd, int argc, char** argv) {
                 static_cast<unsigned long long>(jf::u64(sc, "cols")),
                 static_cast<unsigned long long>(jf::u64(sc, "rows")));
   } else if (cmd == "output") {
-    auto content = page_bytes(sc);
-    if (!content) {
-      std::fprintf(stderr, "cordon: output: the daemon sent a page that is not base64\n");
-      return 3;
+    // Without --limit, every page there is now, like cat: `cordon output T > log` printed the
+    // first 50000 units alone and said nothing of the rest (a red-team review, session 39).
+    // With --limit, the one page asked for, and stderr says where the next one starts.
+    const bool one_page = args.contains("limit");
+    for (;;) {
+      auto content = page_bytes(sc);
+      if (!content) {
+        std::fprintf(stderr, "cordon: output: the daemon sent a page that is not base64\n");
+        return 3;
+      }
+      const bool more = jf::boolean(sc, "hasMore");
+      emit(*content, one_page || !more);
+      if (!more) {
+        break;
+      }
+      if (one_page) {
+        std::fflush(stdout);
+        std::fprintf(stderr, "cordon: output: more follows: --offset %llu\n",
+                     static_cast<unsigned long long>(jf::u64(sc, "nextOffset")));
+        break;
+      }
+      args["offset"] = jf::u64(sc, "nextOffset");
+      auto page = call(tool, args);
+      if (!page || failed(*page)) {
+        return page ? 1 : 3;
+      }
+      sc = jf::object(*page, "structuredContent");
     }
-    emit(*content, true);
   } else {
     auto line = [](const json& j) {
       std::string out = jf::str(j, "taskId");
