@@ -1638,6 +1638,8 @@ class Engine::Impl {
 
   // A job file over kFreeStep, opened before its unlink: once no name is left it goes to the
   // releaser, which frees it in steps. Files no larger are freed by their unlink, as before.
+  // A settled log is read-only (0444, its artifact's mode): root's CAP_DAC_OVERRIDE opens it
+  // for writing; an engine without it is refused (EACCES) and frees it whole, as before.
   static UniqueFd open_big_log(const std::string& path) {
     UniqueFd fd(::open(path.c_str(), O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
     struct stat st {};
