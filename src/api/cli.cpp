@@ -1503,6 +1503,15 @@ int client_command(const std::string& cmd, int argc, char** argv) {
                      static_cast<unsigned long long>(jf::u64(sc, "nextOffset")));
         break;
       }
+      if (jf::u64(sc, "nextOffset") <= jf::u64(sc, "offset")) {
+        // A daemon's reply, not trusted: a page that does not move forward would be asked for
+        // again for ever.
+        std::fprintf(stderr,
+                     "cordon: output: the daemon's page at offset %llu does not move "
+                     "forward; stopped there\n",
+                     static_cast<unsigned long long>(jf::u64(sc, "offset")));
+        return 3;
+      }
       args["offset"] = jf::u64(sc, "nextOffset");
       auto page = call(tool, args);
       if (!page || failed(*page)) {

@@ -1130,6 +1130,15 @@ class Engine::Impl {
   }
   void wake_releaser() { wake({.releaser = true}); }  // mu held
 
+  // The releaser holds each log it frees open until the last step, all of them in turn: at
+  // most kFreeingMax at once, so an end_session of many big logs does not take descriptors
+  // starts, settles and pages need (a review, session 39). mu held.
+  static constexpr size_t kFreeingMax = 16;
+  bool room_to_free_later(size_t adding) {
+    std::lock_guard<std::mutex> lock(release_mu);
+    return to_free.size() + adding < kFreeingMax;
+  }
+
   // Hands the releaser the unlinked logs no other name holds (an artifact a caller linked
   // elsewhere keeps its bytes whole): it frees them a step at a time. mu held.
   void free_later(std::vector<UniqueFd> fds) {
@@ -1655,6 +1664,9 @@ class Engine::Impl {
     count_on_disk(session, 0, -static_cast<int64_t>(j.out_bytes + j.err_bytes));
     std::vector<UniqueFd> big;
     for (const char* f : kLogFiles) {
+      if (!room_to_free_later(big.size())) {
+        break;  // the rest are freed whole by their unlink, as before
+      }
       if (UniqueFd fd = open_big_log(dir + f)) {
         big.push_back(std::move(fd));
       }
@@ -4389,7 +4401,8 @@ Result<OutputPage> Engine::retrieve(const std::string& session, const std::strin
     return unknown();
   }
   std::shared_ptr<SharedIndex> job_index;
-  std::string log_path;
+  std::string log_path, path;
+  int fd = -1, open_errno = 0;
   {
     std::unique_lock<std::mutex> lock(m.mu);
     Job* j = m.find("t" + artifact_id.substr(1, dash - 1));
@@ -4404,20 +4417,26 @@ Result<OutputPage> Engine::retrieve(const std::string& session, const std::strin
       job_index = s->index;
       log_path = s->path;
     }
-  }
-  std::string path = m.artifacts_dir() + "/" + artifact_id;
-  int fd = open_log(path);
-  if (fd < 0 && errno == ENOENT && !log_path.empty()) {
-    // The link could not be made when the job settled (the state dir out of space or inodes:
-    // its error says so); the artifact is its log all the same.
-    path = log_path;
+    // Opened under the lock, while the job is known to exist, as output opens its log: an
+    // open let go of the lock first could find the file before a remove and be in the
+    // process's table only after the releaser checked it had no reader (an on-access scanner's
+    // FAN_OPEN_PERM holds an open that long), and the page read the log cut to nothing (a
+    // review, session 39).
+    path = m.artifacts_dir() + "/" + artifact_id;
     fd = open_log(path);
+    if (fd < 0 && errno == ENOENT && !log_path.empty()) {
+      // The link could not be made when the job settled (the state dir out of space or
+      // inodes: its error says so); the artifact is its log all the same.
+      path = log_path;
+      fd = open_log(path);
+    }
+    open_errno = errno;
   }
   if (fd < 0) {
-    if (errno == ENOENT) {
+    if (open_errno == ENOENT) {
       return unknown();
     }
-    return sys_error("open `{}`", path);
+    return errno_error(open_errno, "open `{}`", path);
   }
   UniqueFd guard(fd);
   CORDON_TRY(st, sys::fstat_fd(fd));

@@ -5,9 +5,14 @@
 // die of the signal. The engine is a library; the program it is embedded in may keep their
 // default actions, so they cannot simply be ignored.
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <time.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
 
 namespace cordon::sys {
 
@@ -17,12 +22,38 @@ inline bool signal_pending(int sig) {
   return sigpending(&pending) == 0 && sigismember(&pending, sig) == 1;
 }
 
+/// Whether `sig` is pending for this thread alone, not for the whole process: what a write of
+/// this thread raised (the kernel sends SIGPIPE and SIGXFSZ to the writing thread). Read from
+/// SigPnd in /proc/thread-self/status (ShdPnd is the process's); without /proc, any pending
+/// one counts, as sigpending() says.
+inline bool thread_pending(int sig) {
+  const int fd = open("/proc/thread-self/status", O_RDONLY | O_CLOEXEC);
+  char buf[4096];
+  const ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof buf - 1);
+  if (fd >= 0) {
+    close(fd);
+  }
+  if (n <= 0) {
+    return signal_pending(sig);
+  }
+  buf[n] = '\0';
+  const char* line = strstr(buf, "\nSigPnd:\t");
+  if (line == nullptr) {
+    return signal_pending(sig);
+  }
+  const unsigned long long mask = strtoull(line + 9, nullptr, 16);
+  return sig >= 1 && sig <= 64 && ((mask >> (sig - 1)) & 1ULL) != 0;
+}
+
 /// After writes made with `sig` (SIGPIPE, SIGXFSZ) blocked on this thread: takes the one they
 /// raised, so that restoring `old` does not deliver it after the fact. Left alone when `old`
-/// had it blocked (the caller's own business) or it was pending before the writes
-/// (`was_pending`).
+/// had it blocked (the caller's own business), when it was pending before the writes
+/// (`was_pending`), and when only the process has it pending: a kill() of the process meanwhile
+/// is the embedder's, delivered when the mask comes back (a review, session 39: it was taken,
+/// and the embedder's handler never ran). sigtimedwait takes a thread's own signal before the
+/// process's.
 inline void consume_raised(const sigset_t& old, bool was_pending, int sig) {
-  if (sigismember(&old, sig) == 0 && !was_pending && signal_pending(sig)) {
+  if (sigismember(&old, sig) == 0 && !was_pending && signal_pending(sig) && thread_pending(sig)) {
     sigset_t only;
     sigemptyset(&only);
     sigaddset(&only, sig);

@@ -1,4 +1,7 @@
 #define BOOST_TEST_MODULE engine_sessions
+#include <poll.h>
+#include <sys/fanotify.h>
+
 #include <algorithm>
 #include <atomic>
 #include <boost/test/unit_test.hpp>
@@ -303,14 +306,18 @@ BOOST_AUTO_TEST_CASE(a_removed_big_log_is_freed_in_steps_after_the_remove_return
   auto e = open_engine(env);
   auto [id, ino] = big_log_job(*e, env, 512);
   BOOST_TEST(sizes_open_on(ino).empty());  // a settled job holds no descriptor on its log
-  std::set<off_t> seen;
-  std::atomic<bool> stop{false};
+  // Each size seen, and whether the remove had returned by then: a cut under the lock, in
+  // the remove, would show sizes only before it returned.
+  std::set<std::pair<off_t, bool>> seen;
+  std::atomic<bool> stop{false}, returned{false};
   std::thread watch([&, ino = ino] {
     while (!stop) {
-      for (off_t size : sizes_open_on(ino)) seen.insert(size);
+      const bool after = returned;
+      for (off_t size : sizes_open_on(ino)) seen.insert({size, after});
     }
   });
   auto r = e->remove("s", id);
+  returned = true;
   BOOST_TEST(r.has_value(), describe(r));
   BOOST_TEST(!fs::exists(env.job_dir(id)));
   // Every descriptor on it closed: its blocks are the file system's again.
@@ -320,10 +327,15 @@ BOOST_AUTO_TEST_CASE(a_removed_big_log_is_freed_in_steps_after_the_remove_return
   watch.join();
   BOOST_TEST(freed);
   std::string sizes;
-  for (off_t size : seen) sizes += std::to_string(size >> 20) + " MiB ";
-  // The releaser held it open, and was seen cutting it down: some size between none and all.
+  for (auto [size, after] : seen) {
+    sizes += std::to_string(size >> 20) + " MiB" + (after ? " (after) " : " (during) ");
+  }
+  // The releaser held it open after the remove returned, and was seen cutting it down then:
+  // some size between none and all.
   BOOST_TEST(std::any_of(seen.begin(), seen.end(),
-                         [](off_t size) { return size > 0 && size < off_t{512} << 20; }),
+                         [](const std::pair<off_t, bool>& s) {
+                           return s.second && s.first > 0 && s.first < off_t{512} << 20;
+                         }),
              "sizes seen: " << sizes);
   BOOST_TEST(e->known_ids("s").value().empty());
 }
@@ -358,6 +370,72 @@ BOOST_AUTO_TEST_CASE(a_log_removed_while_a_page_is_read_from_it_keeps_every_byte
   BOOST_TEST(zeros);
   reader.reset();
   BOOST_TEST(sizes_open_on(ino).empty());
+}
+
+// retrieve opens its artifact under the engine's lock, as output does. Failure fixed (a
+// review, session 39): it let go of the lock first, so an open held between finding the file
+// and taking a descriptor (an on-access scanner's FAN_OPEN_PERM holds every open that long)
+// was not among the descriptors the releaser checks, the remove's releaser cut the log, and
+// the page read a log of 0 bytes. Here the test is that scanner: it holds retrieve's open for
+// 500 ms, and the remove comes meanwhile.
+BOOST_AUTO_TEST_CASE(a_page_whose_open_is_held_across_a_remove_reads_the_whole_log) {
+  EngineEnv env(nlohmann::json{{"maxOutputBytes", 600 << 20}});
+  auto e = open_engine(env);
+  auto [id, ino] = big_log_job(*e, env, 192);
+  const std::string log = env.job_dir(id) + "/stdout.log";
+  UniqueFd fan(::fanotify_init(FAN_CLASS_CONTENT | FAN_CLOEXEC | FAN_NONBLOCK, O_RDONLY));
+  BOOST_REQUIRE_MESSAGE(fan, "fanotify_init: " << std::strerror(errno));
+  BOOST_REQUIRE(::fanotify_mark(fan.get(), FAN_MARK_ADD, FAN_OPEN_PERM, AT_FDCWD, log.c_str()) ==
+                0);
+  std::atomic<bool> held{false}, stop{false};
+  std::thread scanner([&] {
+    char buf[4096];
+    int first = -1;  // retrieve's open: held for 500 ms while every later one goes through
+    auto held_since = std::chrono::steady_clock::now();
+    // The event's descriptor is closed at once: it is a descriptor of this process (the
+    // engine's) on the log, which the releaser would count as a reader. The kernel matches a
+    // response by the number alone.
+    auto allow = [&](int event_fd) {
+      fanotify_response r{event_fd, FAN_ALLOW};
+      (void)!::write(fan.get(), &r, sizeof r);
+    };
+    while (!stop || first >= 0) {
+      if (first >= 0 && std::chrono::steady_clock::now() - held_since > 500ms) {
+        allow(std::exchange(first, -2));
+      }
+      struct pollfd p {
+        fan.get(), POLLIN, 0
+      };
+      if (::poll(&p, 1, 10) <= 0) continue;
+      ssize_t n = ::read(fan.get(), buf, sizeof buf);
+      for (auto* m = reinterpret_cast<fanotify_event_metadata*>(buf); n > 0 && FAN_EVENT_OK(m, n);
+           m = FAN_EVENT_NEXT(m, n)) {
+        ::close(m->fd);
+        if (first == -1) {
+          first = m->fd;
+          held_since = std::chrono::steady_clock::now();
+          held = true;
+        } else {
+          allow(m->fd);
+        }
+      }
+    }
+  });
+  Result<OutputPage> page = std::unexpected(Error(ErrorCode::kInternal, 0, "not run"));
+  std::thread reader([&] {
+    page = e->retrieve("s", "a" + id.substr(1) + "-stdout",
+                       {.offset = 150u << 20, .limit = 16, .unit = OutputUnit::kBytes});
+  });
+  BOOST_REQUIRE(eventually([&] { return held.load(); }, 10s));
+  auto r = e->remove("s", id);
+  BOOST_TEST(r.has_value(), describe(r));
+  reader.join();
+  stop = true;
+  scanner.join();
+  BOOST_REQUIRE_MESSAGE(page.has_value(), describe(page));
+  BOOST_TEST(page->total_size == uint64_t{192} << 20);
+  BOOST_TEST(base64_decode(page->content) == std::string(16, '\0'));
+  BOOST_TEST(eventually([&, ino = ino] { return sizes_open_on(ino).empty(); }, 30s));
 }
 
 // Engine::end_session (a daemon connection's unnamed session, when the connection ends): the

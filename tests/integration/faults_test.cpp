@@ -978,3 +978,40 @@ BOOST_AUTO_TEST_CASE(an_embedder_with_a_file_size_limit_is_not_killed_by_sigxfsz
   BOOST_TEST(open.find("setup: ") == std::string::npos, open);
   BOOST_TEST(!open.empty());
 }
+
+namespace {
+volatile sig_atomic_t g_sigpipes = 0;
+void count_sigpipe(int) { g_sigpipes = g_sigpipes + 1; }
+}  // namespace
+
+// A SIGPIPE someone sends the embedding process while it is inside a call is the embedder's:
+// the call blocks SIGPIPE and SIGXFSZ and takes back only one its own writes raised (pending
+// for its thread), so this one is delivered when the call returns. Failure fixed (a review,
+// session 39): the call took any pending one, and the embedder's handler never ran.
+BOOST_AUTO_TEST_CASE(a_signal_sent_to_the_embedder_during_a_call_reaches_its_handler) {
+  EngineEnv env;
+  auto e = open_engine(env);
+  auto s = e->start("s", {.argv = {"/bin/sleep", "1"}});
+  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+  struct sigaction handler {
+  }, old{};
+  handler.sa_handler = count_sigpipe;
+  BOOST_REQUIRE(::sigaction(SIGPIPE, &handler, &old) == 0);
+  g_sigpipes = 0;
+  const pid_t self = ::getpid();
+  const pid_t sender = ::fork();
+  BOOST_REQUIRE(sender >= 0);
+  if (sender == 0) {
+    ::usleep(300 * 1000);
+    ::kill(self, SIGPIPE);
+    ::_exit(0);
+  }
+  auto st = e->status("s", s->task_id, 5s);  // returns after ~1 s, the SIGPIPE sent meanwhile
+  int ws = 0;
+  BOOST_REQUIRE(::waitpid(sender, &ws, 0) == sender);
+  BOOST_REQUIRE_MESSAGE(st.has_value(), describe(st));
+  BOOST_TEST(st->state == "exited");
+  const int delivered = g_sigpipes;
+  BOOST_REQUIRE(::sigaction(SIGPIPE, &old, nullptr) == 0);
+  BOOST_TEST(delivered == 1);
+}
