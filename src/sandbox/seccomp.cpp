@@ -627,6 +627,12 @@ Result<SeccompCtx> build_fixed(const SeccompOptions& options) {
   //   another process maps are skipped by the kernel, and the job's own memory is the job's
   //   to age, but the advice cannot tell those apart. The same for process_madvise, which the
   //   default profile does not allow.
+  // - sync() writes back every dirty page of the host and waits for it, and syncfs() every one
+  //   of the file system a descriptor is on: the host's own disk, where the working root
+  //   lies. A job made the host's writeback its own (the cost of other users' writes), and a
+  //   SIGKILLed job cannot die inside either: 4 processes in sync() ended ~2.5 s after their
+  //   SIGKILL (a red-team review, session 39), and with the host's dirty data it is not bound
+  //   by the job's memory limit. fsync and fdatasync write the job's own file and stay.
   // - TCP_LINGER2 keeps a closed socket in FIN_WAIT2 up to 120 s as a full socket, one of the
   //   host's TCP orphans (net.ipv4.tcp_max_orphans, one host-wide count; past it the kernel
   //   resets every orphan on the host). Without it FIN_WAIT2 is a time-wait entry at once. The
@@ -639,6 +645,8 @@ Result<SeccompCtx> build_fixed(const SeccompOptions& options) {
   CORDON_CHECK(add_rule(c, no_effect, SCMP_SYS(madvise), {int_is(2, kMadvCold)}, "madvise"));
   CORDON_CHECK(
       add_rule(c, no_effect, SCMP_SYS(process_madvise), {int_is(3, kMadvCold)}, "process_madvise"));
+  CORDON_CHECK(add_rule(c, no_effect, SCMP_SYS(sync), {}, "sync"));
+  CORDON_CHECK(add_rule(c, no_effect, SCMP_SYS(syncfs), {}, "syncfs"));
   CORDON_CHECK(add_rule(c, no_effect, SCMP_SYS(setsockopt),
                         {int_is(1, IPPROTO_TCP), int_is(2, kTcpLinger2)}, "setsockopt"));
 

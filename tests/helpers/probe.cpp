@@ -610,6 +610,28 @@ std::string probe_madvise_cold(Args args) {
   return rc == 0 ? value("0") : denied(err);
 }
 
+// sync() or syncfs() on a file's descriptor: what they wrote back is read from outside
+// (kpageflags' dirty bit of the file's pages).
+std::string probe_sync(Args args) {
+  const std::string how = args[0];
+  int fd = open(args[1], O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return "setup: open " + errno_name(errno);
+  }
+  int rc = 0;
+  if (how == "sync") {
+    sync();
+  } else if (how == "syncfs") {
+    rc = syncfs(fd);
+  } else {
+    close(fd);
+    return "setup: sync or syncfs, not " + how;
+  }
+  int err = errno;
+  close(fd);
+  return rc == 0 ? value("0") : denied(err);
+}
+
 // TCP sockets of this network namespace that are orphans (closed, no descriptor, not yet
 // gone): /proc/net/tcp lines with no inode in FIN_WAIT1, FIN_WAIT2, CLOSING or LAST_ACK,
 // time-wait entries (timer 3, which show their FIN_WAIT2 substate) left out.
@@ -1902,6 +1924,7 @@ constexpr Probe kProbes[] = {
     {"posix-timers", "<max>", 1, 1, probe_posix_timers},
     {"fadvise-dontneed", "<file>", 1, 1, probe_fadvise_dontneed},
     {"madvise-cold", "<file>", 1, 1, probe_madvise_cold},
+    {"sync", "<sync|syncfs> <file>", 2, 2, probe_sync},
     {"tcp-orphans", "<zero-window|linger2> <n> <secs>", 3, 3, probe_tcp_orphans},
     {"mount-tmpfs", "", 0, 0, probe_mount_tmpfs},
     {"mount-cgroup-v1", "[controller]", 0, 1, probe_mount_cgroup_v1},
