@@ -1392,12 +1392,19 @@ int client_command(const std::string& cmd, int argc, char** argv) {
   json sc = jf::object(*r, "structuredContent");
   // `list` shows every job: command_list answers a page at a time, so read on while there
   // is a next page (one that does not move forward ends it: a daemon's reply, not trusted).
+  // A page that answers the offset asked for (0 when none was) and ends past it; a review
+  // (session 39): compared with the page's own `offset`, a daemon answering {offset 0,
+  // nextOffset 10} to every call kept the loops below going for ever.
+  auto moves_on = [&args](const json& page) {
+    const json* next = jf::find(page, "nextOffset");
+    const uint64_t asked = jf::u64(args, "offset");
+    return next != nullptr && next->is_number_unsigned() && jf::u64(page, "offset") == asked &&
+           next->get<uint64_t>() > asked;
+  };
   if (cmd == "list") {
     json all = jf::array(sc, "jobs");
-    for (const json* next = jf::find(sc, "nextOffset");
-         next != nullptr && next->is_number_unsigned() &&
-         next->get<uint64_t>() > jf::u64(sc, "offset");
-         next = jf::find(sc, "nextOffset")) {
+    while (moves_on(sc)) {
+      const json* next = jf::find(sc, "nextOffset");
       args["offset"] = next->get<uint64_t>();
       args["limit"] = 500;
       auto more = call(tool, args);
@@ -1503,13 +1510,13 @@ int client_command(const std::string& cmd, int argc, char** argv) {
                      static_cast<unsigned long long>(jf::u64(sc, "nextOffset")));
         break;
       }
-      if (jf::u64(sc, "nextOffset") <= jf::u64(sc, "offset")) {
-        // A daemon's reply, not trusted: a page that does not move forward would be asked for
-        // again for ever.
+      if (!moves_on(sc)) {
+        // A daemon's reply, not trusted: a page that is not the one asked for, or does not
+        // move forward, would be asked for again for ever.
         std::fprintf(stderr,
-                     "cordon: output: the daemon's page at offset %llu does not move "
+                     "cordon: output: the daemon's page for offset %llu does not move "
                      "forward; stopped there\n",
-                     static_cast<unsigned long long>(jf::u64(sc, "offset")));
+                     static_cast<unsigned long long>(jf::u64(args, "offset")));
         return 3;
       }
       args["offset"] = jf::u64(sc, "nextOffset");

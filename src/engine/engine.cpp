@@ -1131,12 +1131,17 @@ class Engine::Impl {
   void wake_releaser() { wake({.releaser = true}); }  // mu held
 
   // The releaser holds each log it frees open until the last step, all of them in turn: at
-  // most kFreeingMax at once, so an end_session of many big logs does not take descriptors
-  // starts, settles and pages need (a review, session 39). mu held.
-  static constexpr size_t kFreeingMax = 16;
+  // most a sixteenth of the open-file limit at once (16 to 1024), so an end_session of many
+  // big logs does not take the descriptors starts, settles and pages need (a review, session
+  // 39). A log past the bound is freed whole by its unlink, under the lock. mu held.
+  size_t freeing_max() const {
+    struct rlimit nofile {};
+    const rlim_t soft = ::getrlimit(RLIMIT_NOFILE, &nofile) == 0 ? nofile.rlim_cur : 1024;
+    return std::clamp<size_t>(soft == RLIM_INFINITY ? 1024 : soft / 16, 16, 1024);
+  }
   bool room_to_free_later(size_t adding) {
     std::lock_guard<std::mutex> lock(release_mu);
-    return to_free.size() + adding < kFreeingMax;
+    return to_free.size() + adding < freeing_max();
   }
 
   // Hands the releaser the unlinked logs no other name holds (an artifact a caller linked

@@ -632,7 +632,8 @@ Result<SeccompCtx> build_fixed(const SeccompOptions& options) {
   //   lies. A job made the host's writeback its own (the cost of other users' writes), and a
   //   SIGKILLed job cannot die inside either: 4 processes in sync() ended ~2.5 s after their
   //   SIGKILL (a red-team review, session 39), and with the host's dirty data it is not bound
-  //   by the job's memory limit. fsync and fdatasync write the job's own file and stay.
+  //   by the job's memory limit. fsync, fdatasync and sync_file_range stay: they write back
+  //   one file (though any the job can open: docs/security.md, Known limits).
   // - TCP_LINGER2 keeps a closed socket in FIN_WAIT2 up to 120 s as a full socket, one of the
   //   host's TCP orphans (net.ipv4.tcp_max_orphans, one host-wide count; past it the kernel
   //   resets every orphan on the host). Without it FIN_WAIT2 is a time-wait entry at once. The

@@ -13,6 +13,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 namespace cordon::sys {
 
@@ -28,20 +29,26 @@ inline bool signal_pending(int sig) {
 /// one counts, as sigpending() says.
 inline bool thread_pending(int sig) {
   const int fd = open("/proc/thread-self/status", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return signal_pending(sig);
+  }
+  // Read until the SigPnd line is whole: a long Groups line before it (hundreds of
+  // supplementary groups on a directory-service host) puts it past any fixed buffer.
+  std::string text;
   char buf[4096];
-  const ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof buf - 1);
-  if (fd >= 0) {
-    close(fd);
+  size_t at = std::string::npos;
+  for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) {
+    text.append(buf, static_cast<size_t>(n));
+    at = text.find("\nSigPnd:\t");
+    if (at != std::string::npos && text.find('\n', at + 1) != std::string::npos) {
+      break;
+    }
   }
-  if (n <= 0) {
+  close(fd);
+  if (at == std::string::npos) {
     return signal_pending(sig);
   }
-  buf[n] = '\0';
-  const char* line = strstr(buf, "\nSigPnd:\t");
-  if (line == nullptr) {
-    return signal_pending(sig);
-  }
-  const unsigned long long mask = strtoull(line + 9, nullptr, 16);
+  const unsigned long long mask = strtoull(text.c_str() + at + 9, nullptr, 16);
   return sig >= 1 && sig <= 64 && ((mask >> (sig - 1)) & 1ULL) != 0;
 }
 

@@ -392,12 +392,18 @@ BOOST_AUTO_TEST_CASE(a_page_whose_open_is_held_across_a_remove_reads_the_whole_l
     char buf[4096];
     int first = -1;  // retrieve's open: held for 500 ms while every later one goes through
     auto held_since = std::chrono::steady_clock::now();
-    // The event's descriptor is closed at once: it is a descriptor of this process (the
-    // engine's) on the log, which the releaser would count as a reader. The kernel matches a
-    // response by the number alone.
+    // The event's descriptor is a descriptor of this process (the engine's) on the log, which
+    // the releaser would count as a reader: /dev/null takes its number at once (the kernel
+    // matches a response by the number, so the number stays taken until the answer).
+    auto take_number = [](int event_fd) {
+      const int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+      ::dup3(null, event_fd, O_CLOEXEC);
+      ::close(null);
+    };
     auto allow = [&](int event_fd) {
       fanotify_response r{event_fd, FAN_ALLOW};
       (void)!::write(fan.get(), &r, sizeof r);
+      ::close(event_fd);
     };
     while (!stop || first >= 0) {
       if (first >= 0 && std::chrono::steady_clock::now() - held_since > 500ms) {
@@ -410,7 +416,7 @@ BOOST_AUTO_TEST_CASE(a_page_whose_open_is_held_across_a_remove_reads_the_whole_l
       ssize_t n = ::read(fan.get(), buf, sizeof buf);
       for (auto* m = reinterpret_cast<fanotify_event_metadata*>(buf); n > 0 && FAN_EVENT_OK(m, n);
            m = FAN_EVENT_NEXT(m, n)) {
-        ::close(m->fd);
+        take_number(m->fd);
         if (first == -1) {
           first = m->fd;
           held_since = std::chrono::steady_clock::now();
