@@ -1637,10 +1637,9 @@ class Engine::Impl {
       return false;
     }
     ScopeExit close_dir([d] { ::closedir(d); });
-    const std::string listing = std::to_string(::dirfd(d));
+    const std::string listing = std::to_string(::dirfd(d)), info = std::to_string(dir.get());
     while (const dirent* e = ::readdir(d)) {
-      if (e->d_name[0] == '.' || self == e->d_name || listing == e->d_name ||
-          std::to_string(dir.get()) == e->d_name) {
+      if (e->d_name[0] == '.' || self == e->d_name || listing == e->d_name || info == e->d_name) {
         continue;
       }
       if (fdinfo_file(dir.get(), e->d_name) == mine) {
@@ -4342,8 +4341,7 @@ Result<void> Engine::resize(const std::string& session, const std::string& task_
 
 Result<std::vector<JobStatus>> Engine::list(const std::string& session,
                                             const std::optional<std::string>& state) {
-  sys::WriteSignalsBlock write_signals;  // an embedder's SIGPIPE and SIGXFSZ
-  CORDON_TRY(page, list_page(session, {.state = state}));
+  CORDON_TRY(page, list_page(session, {.state = state}));  // list_page blocks the signals
   return std::move(page.jobs);
 }
 

@@ -100,34 +100,29 @@ struct Relay {
 // without a status (a review, session 35); restores the old mask on destruction.
 class SignalMask {
  public:
-  Result<void> block(sigset_t set) {
-    sigaddset(&set, SIGPIPE);
-    sigaddset(&set, SIGXFSZ);
-    sigpipe_was_pending_ = sys::signal_pending(SIGPIPE);
-    sigxfsz_was_pending_ = sys::signal_pending(SIGXFSZ);
+  Result<void> block(const sigset_t& set) {
+    write_signals_.emplace();
     int rc = pthread_sigmask(SIG_BLOCK, &set, &old_);
     if (rc != 0) {
+      write_signals_.reset();
       return errno_error(rc, "pthread_sigmask SIG_BLOCK");
     }
     active_ = true;
     return {};
   }
+  // The handled signals come back first; then write_signals_, destroyed after the body, takes
+  // a SIGPIPE or SIGXFSZ our own write raised (unblocking would deliver it and kill cordon
+  // after the fact) and restores the mask from before.
   ~SignalMask() {
-    if (!active_) {
-      return;
+    if (active_) {
+      (void)pthread_sigmask(SIG_SETMASK, &old_, nullptr);  // cannot fail with a valid set
     }
-    // A SIGPIPE our own write raised is pending on this thread; unblocking would deliver it
-    // and kill cordon after the fact.
-    sys::consume_raised(old_, sigpipe_was_pending_, SIGPIPE);
-    sys::consume_raised(old_, sigxfsz_was_pending_, SIGXFSZ);
-    (void)pthread_sigmask(SIG_SETMASK, &old_, nullptr);  // cannot fail with a valid set
   }
 
  private:
+  std::optional<sys::WriteSignalsBlock> write_signals_;  // SIGPIPE and SIGXFSZ
   sigset_t old_{};
   bool active_ = false;
-  bool sigpipe_was_pending_ = false;
-  bool sigxfsz_was_pending_ = false;
 };
 
 // Raw mode on the caller's terminal; the destructor restores termios and drops typed-ahead

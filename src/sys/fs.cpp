@@ -165,7 +165,7 @@ Result<void> fill_closed_std_fds() {
     }
     const int null = ::open("/dev/null", O_RDWR);
     if (null < 0) {
-      return sys_error("fd {} is closed, and /dev/null to put there: open", fd);
+      return sys_error("fd {} is closed, and /dev/null could not be opened to put there: open", fd);
     }
     if (null != fd) {  // another thread took this one meanwhile: it is open now
       ::close(null);
