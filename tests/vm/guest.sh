@@ -28,8 +28,36 @@ CG=/sys/fs/cgroup
 C=/opt/cordon/cordon
 P=/opt/cordon/probe
 W=/work/root
-ok() { echo "VMTEST ok $1"; }
-fail() { echo "VMTEST fail $1: $2"; }
+PROGRESS=/tmp/vm-progress
+ok() { echo "VMTEST ok $1"; touch $PROGRESS; }
+fail() { echo "VMTEST fail $1: $2"; touch $PROGRESS; }
+# A stall watchdog: when no check has ended for STALL_S seconds, print what every user process
+# (and each of its threads) waits in, as `VMSTALL` lines run.py adds to the failure. A hang
+# then leaves its evidence in the report instead of only a timeout (one was seen, session 39).
+STALL_S=120
+stall_dump() {
+  echo "VMSTALL no check ended for ${STALL_S} s; the processes and where they wait:"
+  for d in /proc/[0-9]*; do
+    cmd=$(tr '\0' ' ' < $d/cmdline 2>/dev/null | cut -c1-160)
+    [ -n "$cmd" ] || continue # a kernel thread
+    echo "VMSTALL pid ${d#/proc/} $cmd"
+    for t in $d/task/*; do
+      echo "VMSTALL   tid ${t##*/} $(grep '^State:' $t/status | tr -s '\t ' ' ') wchan $(cat $t/wchan)"
+      sed 's/^/VMSTALL     /' $t/stack
+    done
+  done
+}
+watchdog() {
+  # usleep, not sleep: the checks below look for the sandbox's `sleep` with pidof.
+  while usleep 10000000; do
+    now=$(date +%s)
+    last=$(stat -c %Y $PROGRESS)
+    if [ $((now - last)) -ge $STALL_S ]; then
+      stall_dump
+      touch $PROGRESS
+    fi
+  done
+}
 # check NAME WHY CONDITION: ok when the shell condition (a string, eval'd) holds.
 check() {
   if eval "$3"; then ok "$1"; else fail "$1" "$2"; fi
@@ -45,6 +73,8 @@ in_cgroup() {
 no_jobs_left() { [ -z "$(ls -d "$1"/*/ 2>/dev/null)" ]; }
 
 echo "VM: $(uname -r), cgroup controllers: $(cat $CG/cgroup.controllers)"
+touch $PROGRESS
+watchdog &
 echo "+memory +pids +cpu" > $CG/cgroup.subtree_control
 
 # --- 1. cordon started from the root cgroup ------------------------------------------------

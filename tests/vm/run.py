@@ -161,9 +161,12 @@ def main():
             continue
         results.append((m.group(2).strip(), m.group(1) == "ok", m.group(3) or "", 0.0))
     if not ended:
-        tail = "\n".join(text.splitlines()[-40:])
+        lines = text.splitlines()
+        tail = "\n".join(l for l in lines[-40:] if "VMSTALL" not in l)
+        stall = "\n".join(l for l in lines if "VMSTALL" in l)
         why = (f"timed out after {TIMEOUT_S} s" if timed_out else "the guest stopped early") + \
-              f"; the console's last lines:\n{tail}"
+              f"; the console's last lines:\n{tail}" + \
+              (f"\nthe guest's stall watchdog saw:\n{stall}" if stall else "")
         results.append(("guest_ran_to_the_end", False, why, secs))
     # The sanitized build's reports go to the console with the command's stderr; one fails.
     reports = [l for l in text.splitlines()
