@@ -178,14 +178,6 @@ std::string default_state_dir() {
   return std::string(home ? home : "/tmp") + "/.local/state/cordon";
 }
 
-Result<std::string> resolve_dir(const std::string& path, const std::string& what) {
-  auto fd = sys::openat2_fd(AT_FDCWD, path, O_PATH | O_DIRECTORY, RESOLVE_NO_MAGICLINKS);
-  if (!fd) {
-    return std::unexpected(std::move(fd.error()).wrap("{}", what));
-  }
-  return sys::fd_path(fd->get());
-}
-
 bool valid_env_name(const std::string& n) {
   if (n.empty() || !(std::isalpha(static_cast<unsigned char>(n[0])) || n[0] == '_')) {
     return false;
@@ -486,10 +478,11 @@ int run_main(const RunArgs& a) {
     return refuse_run(a, fmt::format("getcwd: {}", errno_name(errno)));
   }
   std::string here = cwdbuf;
-  auto root = resolve_dir(a.root.value_or(here), "--root");
-  if (!root) {
-    return refuse_run(a, root.error().message());
+  auto bound_root = policy::open_bind_path(a.root.value_or(here), O_DIRECTORY, "--root");
+  if (!bound_root) {
+    return refuse_run(a, bound_root.error().message());
   }
+  const std::string root = bound_root->path;
   // Absolute and normalized before the guard checks them, and used so from here on: the guard
   // compared a normalized path while the run used the one given, so `link/../st` (the link
   // into the root) or a relative `--seccomp` escaped it (a review, session 29).
@@ -501,41 +494,31 @@ int run_main(const RunArgs& a) {
       first_existing({bin_dir + "/cordon-init", bin_dir + "/../libexec/cordon/cordon-init"});
   std::vector<std::string> protected_paths = {state_dir, seccomp, init, bin_dir + "/cordon"};
   auto guard = policy::HostPathGuard::from_system(protected_paths);
-  if (auto ok = guard.check(*root, "--root"); !ok) {
+  if (auto ok = guard.check(root, "--root"); !ok) {
     return refuse_run(a, ok.error().message());
   }
 
   engine::OneshotRequest req;
   sandbox::SandboxSpec& spec = req.spec;
-  spec.root = *root;
+  spec.root = root;
   std::string cwd;
   if (a.cwd) {
-    cwd = (*a.cwd)[0] == '/' ? normalize_path(*a.cwd) : normalize_path(*root + "/" + *a.cwd);
-    if (!path_within(cwd, *root)) {
+    cwd = (*a.cwd)[0] == '/' ? normalize_path(*a.cwd) : normalize_path(root + "/" + *a.cwd);
+    if (!path_within(cwd, root)) {
       return refuse_run(a,
-                        fmt::format("--cwd `{}` is not inside the working root `{}`", cwd, *root));
+                        fmt::format("--cwd `{}` is not inside the working root `{}`", cwd, root));
     }
   } else {
-    cwd = path_within(here, *root) ? here : *root;
+    cwd = path_within(here, root) ? here : root;
   }
   spec.cwd = cwd;
   for (const auto& ro : a.ro) {
-    auto r = resolve_dir(ro, "--ro");
-    std::string resolved;
-    if (r) {
-      resolved = *r;
-    } else {
-      // A single file is allowed too.
-      auto fd = sys::openat2_fd(AT_FDCWD, ro, O_PATH, RESOLVE_NO_MAGICLINKS);
-      if (!fd) {
-        return refuse_run(a, fd.error().wrap("--ro").message());
-      }
-      auto p = sys::fd_path(fd->get());
-      if (!p) {
-        return refuse_run(a, p.error().message());
-      }
-      resolved = *p;
+    // A directory or a single file.
+    auto r = policy::open_bind_path(ro, 0, "--ro");
+    if (!r) {
+      return refuse_run(a, r.error().message());
     }
+    const std::string resolved = r->path;
     if (auto ok = guard.check(resolved, "--ro"); !ok) {
       return refuse_run(a, ok.error().message());
     }

@@ -5,10 +5,13 @@
 
 #include <algorithm>
 #include <cstring>
+#include <fcntl.h>
+#include <linux/openat2.h>
 #include <span>
 #include <vector>
 
 #include "base/strings.hpp"
+#include "sys/fs.hpp"
 
 namespace cordon::policy {
 namespace {
@@ -109,6 +112,26 @@ std::string PathResolver::resolve(const std::string& path) {
 }
 
 std::string resolve_existing_part(const std::string& path) { return PathResolver().resolve(path); }
+
+Result<BindPath> open_bind_path(const std::string& path, int flags, const std::string& what) {
+  auto fd =
+      sys::openat2_fd(AT_FDCWD, path, O_PATH | flags, RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS);
+  if (!fd && fd.error().sys_errno() == ELOOP) {
+    char real[PATH_MAX];
+    std::string leads = ::realpath(path.c_str(), real) != nullptr
+                            ? fmt::format("give the path it leads to, `{}`", real)
+                            : std::string("give the path it leads to");
+    return refusal(
+        "{} `{}` passes through a symlink: cordon follows none in a path it binds into "
+        "sandboxes, since a job could have made it in a directory it could write; {}",
+        what, path, leads);
+  }
+  if (!fd) {
+    return std::unexpected(std::move(fd.error()).wrap("{}", what));
+  }
+  CORDON_TRY(real, sys::fd_path(fd->get()));
+  return BindPath{std::move(*fd), std::move(real)};
+}
 
 namespace {
 

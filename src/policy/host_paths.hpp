@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/error.hpp"
+#include "base/unique_fd.hpp"
 
 namespace cordon::policy {
 
@@ -62,6 +63,20 @@ struct HostPathGuard {
   [[nodiscard]] Result<void> check_writable(const std::string& resolved,
                                             const std::string& what) const;
 };
+
+/// A host path opened to be bound into sandboxes, and the kernel's name for it.
+struct BindPath {
+  UniqueFd fd;
+  std::string path;
+};
+
+/// Opens `path` (a working root, a `--ro` path, git.repoRoot; `flags` beside O_PATH) with no
+/// symlink on its way, refused with the path it leads to. A symlink in a directory some
+/// earlier job could write (a working root of another run, the parent of a per-run root)
+/// would let that job choose what the next sandbox binds: another user's private directory,
+/// idmapped to the sandbox user (a red-team review, session 40). `what` names the option.
+[[nodiscard]] Result<BindPath> open_bind_path(const std::string& path, int flags,
+                                              const std::string& what);
 
 /// `path` (absolute, normalized) as it resolves now: the realpath of its longest existing
 /// leading part, the rest appended. Unchanged when nothing of it resolves.

@@ -1242,16 +1242,14 @@ Result<Policy> parse_policy(std::string_view json_text) {
 }
 
 Result<void> bind_policy(Policy& p, const HostPathGuard& guard) {
-  CORDON_TRY_CTX(fd,
-                 sys::openat2_fd(AT_FDCWD, p.cwd_root, O_PATH | O_DIRECTORY, RESOLVE_NO_MAGICLINKS),
-                 "policy: cwdRoot");
-  CORDON_TRY(root, sys::fd_path(fd.get()));
+  CORDON_TRY_CTX(bound, open_bind_path(p.cwd_root, O_DIRECTORY, "cwdRoot"), "policy");
+  const std::string root = bound.path;
   CORDON_CHECK_CTX(guard.check_writable(root, "cwdRoot"), "policy");
   std::vector<std::string> ro;
   for (const auto& path : p.read_only_paths) {
-    CORDON_TRY_CTX(r, resolve_host_path(path, 0), "policy: readOnlyPaths");
-    CORDON_CHECK_CTX(guard.check(r, "readOnlyPaths entry"), "policy");
-    ro.push_back(r);
+    CORDON_TRY_CTX(r, open_bind_path(path, 0, "readOnlyPaths entry"), "policy");
+    CORDON_CHECK_CTX(guard.check(r.path, "readOnlyPaths entry"), "policy");
+    ro.push_back(r.path);
   }
   if (p.seccomp_profile) {
     // Load it now so a broken profile fails the policy, not the first start.
@@ -1259,14 +1257,10 @@ Result<void> bind_policy(Policy& p, const HostPathGuard& guard) {
   }
   if (p.git) {
     // The same guard as cwdRoot: the git jobs see all of repoRoot (read-only).
-    CORDON_TRY_CTX(
-        gfd,
-        sys::openat2_fd(AT_FDCWD, p.git->repo_root, O_PATH | O_DIRECTORY, RESOLVE_NO_MAGICLINKS),
-        "policy: git.repoRoot");
-    CORDON_TRY(groot, sys::fd_path(gfd.get()));
-    CORDON_CHECK_CTX(guard.check(groot, "git.repoRoot"), "policy");
-    p.git->root_fd = std::make_shared<const UniqueFd>(std::move(gfd));
-    p.git->root = groot;
+    CORDON_TRY_CTX(groot, open_bind_path(p.git->repo_root, O_DIRECTORY, "git.repoRoot"), "policy");
+    CORDON_CHECK_CTX(guard.check(groot.path, "git.repoRoot"), "policy");
+    p.git->root_fd = std::make_shared<const UniqueFd>(std::move(groot.fd));
+    p.git->root = groot.path;
   }
   // A pin is checked when a start is checked, and an executable in the working root is exec'd
   // by its path, which any job can replace in between: a pin there cannot hold (a review,
@@ -1319,7 +1313,7 @@ Result<void> bind_policy(Policy& p, const HostPathGuard& guard) {
       }
     }
   }
-  p.root_fd = std::make_shared<const UniqueFd>(std::move(fd));
+  p.root_fd = std::make_shared<const UniqueFd>(std::move(bound.fd));
   p.root = root;
   p.resolved_read_only_paths = std::move(ro);
   return {};

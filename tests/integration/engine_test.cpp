@@ -870,6 +870,34 @@ BOOST_AUTO_TEST_CASE(a_state_dir_linked_into_cwd_root_is_refused) {
   open_or_fail(env);
 }
 
+// cwdRoot, readOnlyPaths and git.repoRoot are bound with no symlink on their way: a job could
+// have made one (a repoRoot inside cwdRoot repointed at another user's repository showed it
+// through git_log after the next restart: a red-team review, session 40).
+BOOST_AUTO_TEST_CASE(a_policy_path_through_a_symlink_is_refused_at_load) {
+  EngineEnv env;
+  const std::string real = env.box.base + "/real", link = env.box.base + "/link";
+  BOOST_REQUIRE(std::filesystem::create_directories(real));
+  BOOST_REQUIRE(::symlink(real.c_str(), link.c_str()) == 0);
+  const std::vector<std::pair<std::string, nlohmann::json>> cases = {
+      {"cwdRoot", {{"cwdRoot", link}}},
+      {"readOnlyPaths entry", {{"readOnlyPaths", {link}}}},
+      {"git.repoRoot", {{"git", {{"repoRoot", link}}}}},
+  };
+  for (const auto& [what, extra] : cases) {
+    EngineEnv linked(extra);
+    auto e = linked.open();
+    BOOST_REQUIRE_MESSAGE(!e.has_value(), what);
+    BOOST_TEST(e.error().message().find(what + " `" + link + "` passes through a symlink") !=
+                   std::string::npos,
+               e.error().message());
+    BOOST_TEST(e.error().message().find("`" + real + "`") != std::string::npos,
+               e.error().message());
+  }
+  // The control: the same places by their own paths.
+  EngineEnv direct({{"readOnlyPaths", {real}}, {"git", {{"repoRoot", real}}}});
+  open_or_fail(direct);
+}
+
 // The policy file given as a link in cwdRoot (to a file outside it) is refused: a job could
 // repoint the link, and the next engine would load the job's policy (found by a review,
 // session 29: only where the file resolved was protected).

@@ -389,6 +389,44 @@ BOOST_AUTO_TEST_CASE(refuses_a_root_holding_cordons_state_or_profile_behind_a_sy
   BOOST_TEST(ctl.exit_code() == 0, ctl.err);
 }
 
+// A job can leave a symlink where a later run's --root or --ro path passes (CI that runs
+// `cordon run --root $W` and then `cordon run --root $W/sub`). Followed, the later sandbox
+// bound another user's private directory, idmapped to the sandbox user, and wrote there (a
+// red-team review, session 40). No symlink is followed on the way of a path cordon binds.
+BOOST_AUTO_TEST_CASE(a_root_or_ro_path_through_a_symlink_an_earlier_job_made_is_refused) {
+  Sandbox s;
+  const std::string victim = s.base + "/victim";
+  BOOST_REQUIRE(std::filesystem::create_directories(victim));
+  std::ofstream(victim + "/notes.txt") << "private\n";
+  BOOST_REQUIRE(::chown(victim.c_str(), 1001, 1001) == 0);
+  BOOST_REQUIRE(::chown((victim + "/notes.txt").c_str(), 1001, 1001) == 0);
+  BOOST_REQUIRE(::chmod(victim.c_str(), 0700) == 0);
+  BOOST_REQUIRE(std::filesystem::create_directories(s.root + "/sub"));
+  BOOST_REQUIRE(std::filesystem::create_directories(s.root + "/d"));
+  auto plant =
+      s.run({}, {"/bin/sh", "-c", "rmdir sub d && ln -s \"$0\" sub && ln -s \"$0\" d", victim});
+  BOOST_REQUIRE_MESSAGE(plant.exit_code() == 0, plant.err);
+  const std::string refused = "passes through a symlink: cordon follows none in a path it binds";
+  auto as_root = run_process({cordon_bin(), "run", "--root", s.root + "/sub", "--state-dir",
+                              s.state, "--", "/bin/sh", "-c", "echo PWNED >> notes.txt"});
+  BOOST_TEST(as_root.exit_code() == 125, as_root.err);
+  BOOST_TEST(as_root.err.find(refused) != std::string::npos, as_root.err);
+  BOOST_TEST(as_root.err.find("give the path it leads to, `" + victim + "`") != std::string::npos,
+             as_root.err);
+  auto as_ro = s.run({"--ro", s.root + "/d"}, {"/bin/cat", s.root + "/d/notes.txt"});
+  BOOST_TEST(as_ro.exit_code() == 125, as_ro.err);
+  BOOST_TEST(as_ro.err.find(refused) != std::string::npos, as_ro.err);
+  BOOST_TEST(as_ro.out.find("private") == std::string::npos, as_ro.out);
+  std::ifstream in(victim + "/notes.txt");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  BOOST_TEST(text == "private\n");
+  // The control: the same directory given by its own path is the operator's choice, and runs.
+  auto direct = run_process({cordon_bin(), "run", "--root", victim, "--state-dir", s.state, "--",
+                             "/bin/cat", "notes.txt"});
+  BOOST_TEST(direct.exit_code() == 0, direct.err);
+  BOOST_TEST(direct.out == "private\n");
+}
+
 BOOST_AUTO_TEST_CASE(cwd_symlink_leading_outside_is_refused_with_where_it_leads) {
   Sandbox s;
   ::symlink("/etc", (s.root + "/escape").c_str());
