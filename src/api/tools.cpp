@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include <algorithm>
+#include <numeric>
 #include <limits>
 #include <mutex>
 #include <optional>
@@ -503,13 +504,30 @@ json command_wait(Engine& engine, const std::string& session, const json& args,
   }
   bool all = json_fields::str(args, "mode", "any") == "all";
   milliseconds timeout(get_u64(args, "timeoutMs", kDefaultWaitMs));
-  std::vector<JobStatus> jobs;
+  // The wait goes in slices, each a new Engine::wait: a job removed during one is answered
+  // `removed` there and kept so, and the later slices wait for the others only (each slice
+  // checks its ids are the session's: one removed in an earlier slice failed the whole wait
+  // "unknown taskId", a review, session 40).
+  std::vector<JobStatus> jobs(ids.size());
+  std::vector<size_t> waiting(ids.size());
+  std::iota(waiting.begin(), waiting.end(), size_t{0});
   auto done = wait_in_slices(ctx, timeout, [&](milliseconds slice) -> Result<bool> {
-    CORDON_TRY(w, engine.wait(session, ids, slice, all));
-    jobs = std::move(w);
+    std::vector<std::string> asked;
+    for (size_t i : waiting) {
+      asked.push_back(ids[i]);
+    }
+    CORDON_TRY(w, engine.wait(session, asked, slice, all));
+    std::vector<size_t> still;
+    for (size_t k = 0; k < waiting.size(); ++k) {
+      if (w[k].state != "removed") {
+        still.push_back(waiting[k]);
+      }
+      jobs[waiting[k]] = std::move(w[k]);
+    }
+    waiting = std::move(still);
     size_t settled = static_cast<size_t>(
         std::count_if(jobs.begin(), jobs.end(), [](const JobStatus& s) { return s.settled(); }));
-    return all ? settled == jobs.size() : settled > 0;
+    return waiting.empty() || (all ? settled == jobs.size() : settled > 0);
   });
   if (!done) {
     return error_with_ids(engine, session, done.error());

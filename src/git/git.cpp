@@ -10,6 +10,7 @@
 #include <cctype>
 #include <cstring>
 #include <chrono>
+#include <set>
 #include <thread>
 #include <utility>
 
@@ -195,14 +196,21 @@ std::unexpected<Error> leads_outside(const GitSettings& s, const std::string& pa
 // the resolved path when it is inside the root, nullopt when it does not exist, a refusal
 // when it leads outside. The checks give clear refusals; the git sandbox, which mounts only
 // repoRoot, is the boundary (a link changed after the check leads nowhere).
-Result<std::optional<std::string>> resolve_inside(const GitSettings& s, const std::string& base,
+// Resolved beneath the root's fd: what a link out leads to is never looked at, so a link
+// into a dead mount cannot hold the call, and the answer is the same whether the place out
+// there exists or not (a red-team review, session 40: it said which).
+Result<std::optional<std::string>> resolve_inside(const GitSettings& s, int rootfd,
+                                                  const std::string& base,
                                                   const std::string& target, const char* what) {
   const std::string path = joined(base, target);
-  auto fd = sys::openat2_fd(AT_FDCWD, path, O_PATH | O_CLOEXEC, RESOLVE_NO_MAGICLINKS);
+  auto fd = sys::open_within(rootfd, s.resolved_root, path, 0);
   if (!fd) {
     int err = fd.error().sys_errno();
     if (err == ENOENT || err == ENOTDIR) {
       return std::nullopt;
+    }
+    if (err == EXDEV) {
+      return leads_outside(s, path, what);
     }
     return std::unexpected(std::move(fd.error()).wrap("check the repository's {}", what));
   }
@@ -246,9 +254,22 @@ std::string without_line_end(std::string text) {
 // levels), must stay inside the root by their text and where they resolve. The file is parsed
 // as git parses it: one entry a line, taken whole (no trimming), `#` only as a line's first
 // byte; a C-quoted entry (git unquotes it) is refused.
+// Each object directory is read once (git skips one it has, too), and at most
+// kMaxAlternateEntries entries are followed in all: without either, `.` written N times
+// cost N^5 lookups on the host, outside any job and its timeout (N = 15 took 84 s of cordon's
+// CPU: a red-team review, session 40).
+struct AlternatesWalk {
+  std::set<std::string> seen;
+  size_t entries = 0;
+};
+constexpr size_t kMaxAlternateEntries = 256;
+
 Result<void> check_alternates(const GitSettings& s, int rootfd, const std::string& objects,
-                              int depth) {
+                              int depth, AlternatesWalk& walk) {
   constexpr int kMaxAlternateDepth = 5;  // git's own limit (object-file.c, link_alt_odb_entry)
+  if (!walk.seen.insert(objects).second) {
+    return {};
+  }
   CORDON_TRY(alternates,
              read_link_file(s, rootfd, objects + "/info/alternates", "alternates file"));
   if (!alternates) {
@@ -257,6 +278,13 @@ Result<void> check_alternates(const GitSettings& s, int rootfd, const std::strin
   for (const auto& entry : split(*alternates, '\n')) {
     if (entry.empty() || entry[0] == '#') {
       continue;
+    }
+    if (++walk.entries > kMaxAlternateEntries) {
+      return refusal(
+          "the repository's objects/info/alternates files name more than {} object directories "
+          "(from `{}`), more than the git tools follow; repack the repository (`git repack -a "
+          "-d`, then remove objects/info/alternates)",
+          kMaxAlternateEntries, objects);
     }
     if (entry[0] == '"') {
       return refusal(
@@ -273,9 +301,9 @@ Result<void> check_alternates(const GitSettings& s, int rootfd, const std::strin
           "git.repoRoot to include it",
           quoted(entry), objects, s.repo_root);
     }
-    CORDON_TRY(real, resolve_inside(s, objects, entry, "alternate object directory"));
+    CORDON_TRY(real, resolve_inside(s, rootfd, objects, entry, "alternate object directory"));
     if (real && depth < kMaxAlternateDepth) {
-      CORDON_CHECK(check_alternates(s, rootfd, *real, depth + 1));
+      CORDON_CHECK(check_alternates(s, rootfd, *real, depth + 1, walk));
     }
   }
   return {};
@@ -284,7 +312,7 @@ Result<void> check_alternates(const GitSettings& s, int rootfd, const std::strin
 // The git directory `git_dir` (as named: it may be a link), its commondir and its alternates
 // must stay inside the root. A missing one is git's to report.
 Result<void> check_git_dir_links(const GitSettings& s, int rootfd, const std::string& git_dir) {
-  CORDON_TRY(resolved, resolve_inside(s, s.resolved_root, git_dir, "git directory"));
+  CORDON_TRY(resolved, resolve_inside(s, rootfd, s.resolved_root, git_dir, "git directory"));
   if (!resolved) {
     return {};
   }
@@ -299,13 +327,14 @@ Result<void> check_git_dir_links(const GitSettings& s, int rootfd, const std::st
           "to the main checkout",
           git_dir, quoted(target), s.repo_root);
     }
-    CORDON_TRY(common_dir, resolve_inside(s, *resolved, target, "common git directory"));
+    CORDON_TRY(common_dir, resolve_inside(s, rootfd, *resolved, target, "common git directory"));
     common = std::move(common_dir);
   }
   if (common) {
-    CORDON_TRY(objects, resolve_inside(s, *common, "objects", "object directory"));
+    CORDON_TRY(objects, resolve_inside(s, rootfd, *common, "objects", "object directory"));
     if (objects) {
-      CORDON_CHECK(check_alternates(s, rootfd, *objects, 0));
+      AlternatesWalk walk;
+      CORDON_CHECK(check_alternates(s, rootfd, *objects, 0, walk));
     }
   }
   return {};

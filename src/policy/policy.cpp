@@ -644,23 +644,15 @@ Result<ResolvedCwd> resolve_cwd(const Policy& p, const std::optional<std::string
   if (rel.empty()) {
     return outside(want);
   }
-  // The kernel resolves every component beneath the root fd: a symlink (or "..") that leads
-  // out fails with EXDEV however the tree is changed by a job between starts.
-  auto fd = sys::openat2_fd(p.root_fd->get(), rel, O_PATH | O_DIRECTORY,
-                            RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS);
+  // Every component resolved beneath the root fd, an absolute symlink back inside followed: a
+  // symlink (or "..") that leads out fails with EXDEV however a job changed the tree between
+  // starts, and nothing it leads to outside is looked at (under the engine's lock: a link to a
+  // dead FUSE mount held every call of the engine, a red-team review, session 40). The refusal
+  // names the link and its text, which the job wrote, and nothing of the host.
+  auto fd = sys::open_within(p.root_fd->get(), p.root, rel, O_DIRECTORY);
   if (!fd && fd.error().sys_errno() == EXDEV) {
-    // RESOLVE_BENEATH also refuses an absolute symlink even when it points back inside.
-    // Resolve without it only to learn where it leads; the fd counts only if the kernel's
-    // path of what it opened is inside the root.
-    auto any = sys::openat2_fd(p.root_fd->get(), rel, O_PATH | O_DIRECTORY, RESOLVE_NO_MAGICLINKS);
-    if (!any) {
-      return outside(want + " (through a symlink)");
-    }
-    CORDON_TRY(where, sys::fd_path(any->get()));
-    if (!path_within(where, p.root)) {
-      return outside(where);
-    }
-    fd = std::move(any);
+    return refusal("cwd {} leads outside the working root `{}`: {}; pass a directory inside `{}`",
+                   quoted(cwd.value_or(want)), p.cwd_root, fd.error().message(), p.cwd_root);
   }
   if (!fd) {
     int err = fd.error().sys_errno();
@@ -941,8 +933,25 @@ Result<std::string> hash_file(int path_fd, const std::string& path, const struct
   return Sha256::hex(h.finish());
 }
 
-Result<CheckedExecutable> check_executable(const AllowedExecutable& e) {
-  auto fd = sys::openat2_fd(AT_FDCWD, e.path, O_PATH, RESOLVE_NO_MAGICLINKS);
+Result<CheckedExecutable> check_executable(const Policy& p, const AllowedExecutable& e) {
+  // One in the working root is looked up beneath it: a job may have made it a link, and where
+  // a link out leads is neither looked at (a dead mount there held the engine's lock) nor told
+  // (the refusal said whether a host file existed, its mode and owner: a red-team review,
+  // session 40).
+  std::optional<std::string> in_root;
+  for (const std::string* r : {&p.root, &p.cwd_root}) {
+    if (!in_root && path_within(e.path, *r)) {
+      in_root = p.root + e.path.substr(r->size());
+    }
+  }
+  auto fd = in_root ? sys::open_within(p.root_fd->get(), p.root, *in_root, 0)
+                    : sys::openat2_fd(AT_FDCWD, e.path, O_PATH, RESOLVE_NO_MAGICLINKS);
+  if (!fd && fd.error().sys_errno() == EXDEV) {
+    return refusal(
+        "allowed executable `{}` leads outside the working root: {}; a job may have replaced "
+        "it, so ask the operator to check it",
+        e.path, fd.error().message());
+  }
   if (!fd) {
     int err = fd.error().sys_errno();
     if (err == ENOENT || err == ENOTDIR) {
@@ -1246,10 +1255,16 @@ Result<void> bind_policy(Policy& p, const HostPathGuard& guard) {
   const std::string root = bound.path;
   CORDON_CHECK_CTX(guard.check_writable(root, "cwdRoot"), "policy");
   std::vector<std::string> ro;
+  std::vector<std::optional<std::pair<dev_t, ino_t>>> ro_ids;
   for (const auto& path : p.read_only_paths) {
     CORDON_TRY_CTX(r, open_bind_path(path, 0, "readOnlyPaths entry"), "policy");
     CORDON_CHECK_CTX(guard.check(r.path, "readOnlyPaths entry"), "policy");
     ro.push_back(r.path);
+    ro_ids.emplace_back();
+    if (path_within(r.path, root)) {
+      CORDON_TRY(st, sys::fstat_fd(r.fd.get()));
+      ro_ids.back() = std::make_pair(st.st_dev, st.st_ino);
+    }
   }
   if (p.seccomp_profile) {
     // Load it now so a broken profile fails the policy, not the first start.
@@ -1316,6 +1331,7 @@ Result<void> bind_policy(Policy& p, const HostPathGuard& guard) {
   p.root_fd = std::make_shared<const UniqueFd>(std::move(bound.fd));
   p.root = root;
   p.resolved_read_only_paths = std::move(ro);
+  p.read_only_ids_in_root = std::move(ro_ids);
   return {};
 }
 
@@ -1439,6 +1455,30 @@ Result<Policy> git_job_policy(const Policy& main) {
   return p;
 }
 
+// A readOnlyPaths entry inside the working root is bound by its path at each start, and a job
+// can rename a directory above it (`mv sub sub2; mkdir -p sub/.git`): the next sandbox bound the
+// job's directory there, and the one the policy protected, now `sub2/.git`, was writable (a
+// red-team review, session 40). The start is refused until the operator has looked.
+Result<void> check_read_only_paths_in_root(const Policy& p) {
+  for (size_t i = 0; i < p.read_only_ids_in_root.size(); ++i) {
+    const auto& id = p.read_only_ids_in_root[i];
+    if (!id) {
+      continue;
+    }
+    const std::string& path = p.resolved_read_only_paths[i];
+    auto fd = sys::open_within(p.root_fd->get(), p.root, path, 0);
+    auto st = fd ? sys::fstat_fd(fd->get()) : Result<struct stat>(std::unexpected(fd.error()));
+    if (!st || st->st_dev != id->first || st->st_ino != id->second) {
+      return refusal(
+          "readOnlyPaths entry `{}` lies in the working root and is no longer what the policy "
+          "bound when cordon started: a job moved or replaced it, or a directory above it. "
+          "Nothing was started; the operator must check the working root, then restart cordon",
+          path);
+    }
+  }
+  return {};
+}
+
 Result<CheckedStart> check_start(const Policy* policy, const StartRequest& req) {
   if (policy == nullptr) {
     return refusal("no policy is loaded: start cordon with --policy FILE; see docs/policy.md");
@@ -1458,7 +1498,8 @@ Result<CheckedStart> check_start(const Policy* policy, const StartRequest& req) 
       allowed = &e;
     }
   }
-  CORDON_TRY(exe, check_executable(*allowed));
+  CORDON_TRY(exe, check_executable(p, *allowed));
+  CORDON_CHECK(check_read_only_paths_in_root(p));
 
   CheckedStart out;
   out.argv = req.argv;

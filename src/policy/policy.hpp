@@ -139,6 +139,9 @@ struct Policy {
   std::shared_ptr<const UniqueFd> root_fd;
   std::string root;                                   // resolved cwdRoot
   std::vector<std::string> resolved_read_only_paths;  // resolved readOnlyPaths, same order
+  // Of each readOnlyPaths entry inside the working root, the device and inode bound; every
+  // start checks the path still names them (a job can rename a directory above it).
+  std::vector<std::optional<std::pair<dev_t, ino_t>>> read_only_ids_in_root;
 };
 
 /// The top-level keys parse_policy() accepts (the schema test compares against these).

@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <poll.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
@@ -10,6 +11,7 @@
 
 #include <cerrno>
 #include <climits>
+#include <optional>
 
 #include "base/strings.hpp"
 #include "sys/syscalls.hpp"
@@ -197,6 +199,110 @@ Result<std::string> read_link_at(int dirfd, const std::string& name) {
     return errno_error(ENAMETOOLONG, "readlinkat `{}`", name);
   }
   return std::string(buf, static_cast<size_t>(n));
+}
+
+Result<UniqueFd> open_within(int root_fd, const std::string& root, const std::string& path,
+                             uint64_t flags) {
+  constexpr int kMaxLinks = 40;  // the kernel's MAXSYMLINKS
+  constexpr int kMaxWalks = 8;
+  constexpr uint64_t kBeneath = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  // `path` (absolute) below `root`, as a relative path; nullopt when it is not inside.
+  auto below_root = [&](const std::string& abs) -> std::optional<std::string> {
+    if (!path_within(abs, root)) {
+      return std::nullopt;
+    }
+    return abs.size() == root.size() ? "" : abs.substr(root == "/" ? 1 : root.size() + 1);
+  };
+  // A refusal with EXDEV (the kernel's word for it) and no errno name appended.
+  auto leaves = [](std::string why) {
+    return std::unexpected(Error(ErrorCode::kRefused, EXDEV, std::move(why)));
+  };
+  std::optional<std::string> start = path;
+  if (!path.empty() && path[0] == '/') {
+    start = below_root(path);
+    if (!start) {
+      return leaves(fmt::format("`{}` is outside `{}`", path, root));
+    }
+  }
+  // A component walked as no symlink and one by the time of the next step (ELOOP: a job
+  // swapping it) walks the path again from the start.
+  for (int walk = 1;; ++walk) {
+    std::vector<std::string> done;  // the components walked below the root; no symlink
+    std::vector<std::string> todo;  // the components still to walk, the next one last
+    auto push = [&](const std::string& rel) {
+      auto parts = split(rel, '/');
+      todo.insert(todo.end(), parts.rbegin(), parts.rend());
+    };
+    auto done_path = [&] {
+      std::string out = ".";
+      for (const auto& c : done) {
+        out += "/" + c;
+      }
+      return out;
+    };
+    auto swapped = [&](const Result<UniqueFd>& fd) {
+      return !fd && fd.error().sys_errno() == ELOOP && walk < kMaxWalks;
+    };
+    push(*start);
+    int links = 0;
+    std::string via;  // the last symlink followed, for a `..` that then leaves the root
+    bool again = false;
+    while (!todo.empty() && !again) {
+      std::string c = std::move(todo.back());
+      todo.pop_back();
+      if (c.empty() || c == ".") {
+        continue;
+      }
+      if (c == "..") {
+        if (done.empty() && via.empty()) {
+          return leaves(fmt::format("`{}` leads above `{}` through `..`", path, root));
+        }
+        if (done.empty()) {
+          return leaves(fmt::format("{}, which leads above `{}`", via, root));
+        }
+        done.pop_back();
+        continue;
+      }
+      done.push_back(std::move(c));
+      const std::string here = done_path();
+      auto fd = openat2_fd(root_fd, here, O_PATH | O_NOFOLLOW, kBeneath);
+      if (swapped(fd)) {
+        again = true;
+        continue;
+      }
+      if (!fd) {
+        return std::unexpected(std::move(fd.error()));
+      }
+      CORDON_TRY(st, fstat_fd(fd->get()));
+      if (!S_ISLNK(st.st_mode)) {
+        continue;
+      }
+      CORDON_TRY(target, read_link_at(fd->get(), ""));
+      done.pop_back();
+      if (++links > kMaxLinks || target.empty()) {
+        return errno_error(ELOOP, "`{}` leads through too many symbolic links", path);
+      }
+      via = fmt::format("`{}` is a symbolic link to `{}`", root + here.substr(1), target);
+      if (target[0] == '/') {
+        auto rel = below_root(target);
+        if (!rel) {
+          return leaves(fmt::format("{}, outside `{}`", via, root));
+        }
+        done.clear();
+        push(*rel);
+      } else {
+        push(target);
+      }
+    }
+    if (again) {
+      continue;
+    }
+    auto fd = openat2_fd(root_fd, done_path(), O_PATH | flags, kBeneath);
+    if (swapped(fd)) {
+      continue;
+    }
+    return fd;
+  }
 }
 
 Result<std::vector<MountInfo>> parse_mountinfo(std::string_view text) {

@@ -46,6 +46,17 @@ namespace cordon::sys {
 /// descriptor's own link); EINVAL when it is no symlink.
 [[nodiscard]] Result<std::string> read_link_at(int dirfd, const std::string& name);
 
+/// Opens `path` (absolute inside `root`, or relative to it) as the host resolves it, symlinks
+/// followed, an absolute one back inside `root` too, while looking at nothing outside the
+/// directory `root_fd` (whose kernel path is `root`): every step is an openat2 beneath it with
+/// no symlink on the way. A symlink whose target leaves `root` (absolute elsewhere, or `..`
+/// above it) is EXDEV, named with its text, and where it leads is never opened: a job's link
+/// to a dead FUSE or NFS mount, or to an automount point, cannot make the caller wait or
+/// trigger the mount (a red-team review, session 40), nor tell the job what exists out there.
+/// `flags` are added to O_PATH (O_DIRECTORY).
+[[nodiscard]] Result<UniqueFd> open_within(int root_fd, const std::string& root,
+                                           const std::string& path, uint64_t flags);
+
 /// One line of /proc/self/mountinfo, its fields unescaped.
 struct MountInfo {
   std::string id;             // the mount id (statx's STATX_MNT_ID)

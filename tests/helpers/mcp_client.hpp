@@ -136,6 +136,17 @@ class McpProcess {
 
   std::optional<json> response_to(const json& id,
                                   std::chrono::milliseconds deadline = std::chrono::seconds(30)) {
+    auto is_it = [&](const json& m) {
+      return m.contains("id") && !m.contains("method") && m["id"] == id;
+    };
+    // One that came while another answer was awaited.
+    for (auto it = seen_.begin(); it != seen_.end(); ++it) {
+      if (is_it(*it)) {
+        json j = *it;
+        seen_.erase(it);
+        return j;
+      }
+    }
     auto until = std::chrono::steady_clock::now() + deadline;
     for (;;) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -143,7 +154,7 @@ class McpProcess {
       if (left.count() <= 0) return std::nullopt;
       auto m = next(left);
       if (!m) return std::nullopt;
-      if (m->contains("id") && !m->contains("method") && (*m)["id"] == id) return m;
+      if (is_it(*m)) return m;
       seen_.push_back(*m);
     }
   }

@@ -898,6 +898,43 @@ BOOST_AUTO_TEST_CASE(a_policy_path_through_a_symlink_is_refused_at_load) {
   open_or_fail(direct);
 }
 
+// A readOnlyPaths entry inside the working root: a job cannot write it, but it can rename a
+// directory above it. The next start bound the job's new directory at the path, and the one the
+// policy protected was writable at its new name (a red-team review, session 40). Every start
+// now checks the path still names what was bound, and refuses until the operator has looked.
+BOOST_AUTO_TEST_CASE(a_read_only_path_whose_parent_a_job_renamed_refuses_the_next_start) {
+  EngineEnv probe_env;
+  const std::string root = probe_env.box.root;
+  BOOST_REQUIRE(std::filesystem::create_directories(root + "/proj/.git"));
+  std::ofstream(root + "/proj/.git/config") << "[core]\n";
+  EngineEnv env({{"cwdRoot", root}, {"readOnlyPaths", {root + "/proj/.git"}}});
+  auto e = open_or_fail(env);
+  auto write = e->start("s", {.argv = {"/bin/sh", "-c", "echo x >> proj/.git/config"}});
+  BOOST_REQUIRE_MESSAGE(write.has_value(), describe(write));
+  auto w = e->status("s", write->task_id, 20s);
+  BOOST_REQUIRE(w.has_value());
+  BOOST_TEST(w->exit_code.value_or(0) != 0);  // read-only
+  auto swap = e->start("s", {.argv = {"/bin/sh", "-c", "mv proj proj2 && mkdir -p proj/.git"}});
+  BOOST_REQUIRE_MESSAGE(swap.has_value(), describe(swap));
+  auto sw = e->status("s", swap->task_id, 20s);
+  BOOST_REQUIRE(sw.has_value());
+  BOOST_REQUIRE_MESSAGE(sw->exit_code == 0, sw->state);
+  auto next = e->start("s", {.argv = {"/bin/sh", "-c", "echo x >> proj2/.git/config"}});
+  BOOST_REQUIRE(!next.has_value());
+  BOOST_TEST(contains(next.error().message(), "readOnlyPaths entry `" + root +
+                                                  "/proj/.git` lies in the working root and is "
+                                                  "no longer what the policy bound"),
+             next.error().message());
+  std::ifstream in(root + "/proj2/.git/config");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  BOOST_TEST(text == "[core]\n");
+  // The control: put back, the starts run again.
+  std::filesystem::remove_all(root + "/proj");
+  std::filesystem::rename(root + "/proj2", root + "/proj");
+  auto back = e->start("s", {.argv = {"/bin/true"}});
+  BOOST_TEST(back.has_value(), describe(back));
+}
+
 // The policy file given as a link in cwdRoot (to a file outside it) is refused: a job could
 // repoint the link, and the next engine would load the job's policy (found by a review,
 // session 29: only where the file resolved was protected).

@@ -552,6 +552,37 @@ BOOST_AUTO_TEST_CASE(cancel_ends_a_wait_but_not_the_command) {
   BOOST_TEST(s.sc("command_status", {{"taskId", id}})["state"] == "running");
 }
 
+// command_wait waits in slices, each a new wait of the engine: a job removed during one is
+// answered `removed`, and the wait goes on for the others (docs/tools.md). Failure fixed (a
+// red-team review, session 40): the next slice failed the whole wait "unknown taskId".
+BOOST_AUTO_TEST_CASE(a_wait_for_all_answers_a_job_removed_meanwhile_and_waits_for_the_others) {
+  EngineEnv env;
+  Server s(env);
+  std::string a = s.sc("run_command_bg", {{"argv", {"/bin/cat"}}, {"stdin", "pipe"}})["taskId"];
+  std::string b = s.sc("run_command_bg", {{"argv", {"/bin/echo", "b"}}})["taskId"];
+  BOOST_REQUIRE(s.sc("command_wait", {{"taskIds", {b}}, {"timeoutMs", 20000}})["done"] == true);
+  int wait_id = s.proc.allocate_id();
+  s.proc.send({{"jsonrpc", "2.0"},
+               {"id", wait_id},
+               {"method", "tools/call"},
+               {"params",
+                {{"name", "command_wait"},
+                 {"arguments", {{"taskIds", {a, b}}, {"mode", "all"}, {"timeoutMs", 60000}}}}}});
+  std::this_thread::sleep_for(500ms);  // a slice or two of the wait
+  BOOST_REQUIRE(s.sc("command_remove", {{"taskId", b}})["removed"] == true);
+  std::this_thread::sleep_for(1s);  // later slices, without b
+  BOOST_REQUIRE(s.sc("command_write", {{"taskId", a}, {"eof", true}})["accepted"] == true);
+  auto r = s.proc.response_to(wait_id);
+  BOOST_REQUIRE(r.has_value());
+  const json& res = (*r)["result"];
+  BOOST_TEST(res.value("isError", false) == false, res.dump());
+  const json w = res["structuredContent"];
+  BOOST_TEST(w["done"] == true, res.dump());
+  BOOST_TEST(w["settledIds"] == json::array({a, b}), res.dump());
+  BOOST_TEST(w["jobs"][0]["state"] == "exited", res.dump());
+  BOOST_TEST(w["jobs"][1]["state"] == "removed", res.dump());
+}
+
 // Tool calls run on worker threads kept for the next call (CallWorkers): calls one after
 // another reuse an idle worker, and calls that wait side by side each get one, so a call is
 // never queued behind a wait, however many idle workers there were when they came.

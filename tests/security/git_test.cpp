@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include "api/schema.hpp"
@@ -620,6 +621,56 @@ BOOST_AUTO_TEST_CASE(a_git_file_or_alternates_leading_outside_the_root_are_refus
   BOOST_TEST(h.repo.run({"cat-file", "-e", other_only}).exit_code() == 0);
   ::unlink(objects.c_str());
   BOOST_REQUIRE(::rename(kept.c_str(), objects.c_str()) == 0);
+  BOOST_TEST(!h.call("git_log", json::object()).is_error);
+}
+
+// What the checks of a repository cost the host is bounded, and a link out is answered without
+// a look where it leads (a red-team review, session 40). The alternates: `.` 15 times made the
+// check follow 15^5 entries on the host (84 s of cordon's CPU, outside any job, its timeout and
+// a cancel); each object directory is now read once, and at most 256 entries are followed in
+// all. A link out: the answer said whether its target existed (a refusal for one that does, a
+// git error for one that does not); now both are the same refusal.
+BOOST_AUTO_TEST_CASE(the_checks_of_a_hostile_repository_are_bounded_and_look_at_nothing_outside) {
+  HostileEnv h;
+  const std::string alternates = h.repo.dir + "/.git/objects/info/alternates";
+  std::filesystem::create_directories(h.repo.dir + "/.git/objects/info");
+  {
+    std::ofstream out(alternates);
+    for (int i = 0; i < 200; ++i) out << ".\n";
+  }
+  auto self = h.call("git_log", json::object());
+  BOOST_TEST(!self.is_error, self.text);
+  {
+    std::ofstream out(alternates);
+    for (int i = 0; i < 300; ++i) {
+      const std::string d = h.repo.dir + "/stores/s" + std::to_string(i);
+      std::filesystem::create_directories(d);
+      out << d << "\n";
+    }
+  }
+  auto many = h.call("git_log", json::object());
+  BOOST_TEST(many.is_error);
+  BOOST_TEST(contains(many.text, "name more than 256 object directories"), many.text);
+  ::unlink(alternates.c_str());
+  std::filesystem::remove_all(h.repo.dir + "/stores");
+
+  const std::string outside = h.env.box.base + "/outside";
+  std::filesystem::create_directories(outside + "/there");
+  std::map<std::string, std::string> answers;
+  for (const std::string target : {outside + "/there", outside + "/missing"}) {
+    const std::string link = h.repo.dir + "/out";
+    BOOST_REQUIRE(::symlink(target.c_str(), link.c_str()) == 0);
+    std::ofstream(alternates) << link << "\n";
+    auto r = h.call("git_log", json::object());
+    BOOST_TEST(r.is_error, target);
+    answers[target] = r.text;
+    ::unlink(link.c_str());
+  }
+  BOOST_TEST(answers[outside + "/there"] == answers[outside + "/missing"]);
+  BOOST_TEST(contains(answers[outside + "/missing"],
+                      "alternate object directory `" + h.repo.dir + "/out` leads outside"),
+             answers[outside + "/missing"]);
+  ::unlink(alternates.c_str());
   BOOST_TEST(!h.call("git_log", json::object()).is_error);
 }
 

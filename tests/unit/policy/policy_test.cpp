@@ -188,10 +188,15 @@ BOOST_AUTO_TEST_CASE(refuses_symlinks_out_of_the_root_and_follows_those_inside) 
   auto p = bound(tr.base());
   auto r = req({tr.tool});
   r.cwd = "link-out";
-  BOOST_TEST(refused(&p, r).find("resolves to `" + tr.t + "/outside`, outside the working root") !=
-             std::string::npos);
+  BOOST_TEST(refused(&p, r) == "cwd \"link-out\" leads outside the working root `" + tr.root +
+                                   "`: `" + tr.root +
+                                   "/link-out` is a symbolic link to `../outside`, which leads "
+                                   "above `" +
+                                   tr.root + "`; pass a directory inside `" + tr.root + "`");
   r.cwd = tr.root + "/link-etc";
-  BOOST_TEST(refused(&p, r).find("resolves to `/etc`, outside") != std::string::npos);
+  BOOST_TEST(refused(&p, r).find("`" + tr.root +
+                                 "/link-etc` is a symbolic link to `/etc`, outside `" + tr.root +
+                                 "`") != std::string::npos);
   r.cwd = "sub/chain";  // a symlink to a symlink that leaves
   BOOST_TEST(refused(&p, r).find("outside the working root") != std::string::npos);
 
@@ -210,6 +215,63 @@ BOOST_AUTO_TEST_CASE(refuses_symlinks_out_of_the_root_and_follows_those_inside) 
   ok = policy::check_start(&p, r);
   BOOST_REQUIRE_MESSAGE(ok.has_value(), (ok ? "" : ok.error().message()));
   BOOST_TEST(ok->cwd == tr.root + "/sub");
+}
+
+// A cwd through a job's symlink that leaves the root is refused without looking where it leads:
+// the engine checks starts under its lock, and a link into a dead FUSE or NFS mount (or an
+// automount point) held every call of the engine while the lookup waited (a red-team review,
+// session 40). The refusal is the same whether the target exists or not, and names only the
+// link's own text: before, one that existed was answered with its resolved host path, one that
+// did not with "(through a symlink)".
+BOOST_AUTO_TEST_CASE(a_cwd_link_out_of_the_root_is_refused_without_a_look_where_it_leads) {
+  Tree tr;
+  auto p = bound(tr.base());
+  BOOST_REQUIRE(::mkdir((tr.t + "/outside/private").c_str(), 0700) == 0);
+  BOOST_REQUIRE(::symlink((tr.t + "/outside/private").c_str(), (tr.root + "/to-there").c_str()) ==
+                0);
+  BOOST_REQUIRE(::symlink((tr.t + "/outside/missing").c_str(), (tr.root + "/to-none").c_str()) ==
+                0);
+  auto r = req({tr.tool});
+  r.cwd = "to-there";
+  const std::string there = refused(&p, r);
+  r.cwd = "to-none";
+  const std::string none = refused(&p, r);
+  auto unlinked = [&](std::string msg, const std::string& name, const std::string& target) {
+    size_t at;
+    BOOST_REQUIRE(msg.find(name) != std::string::npos);
+    while ((at = msg.find(name)) != std::string::npos) {
+      msg.replace(at, name.size(), "LINK");
+    }
+    at = msg.find(target);
+    BOOST_REQUIRE_MESSAGE(at != std::string::npos, msg);
+    msg.replace(at, target.size(), "TARGET");
+    return msg;
+  };
+  BOOST_TEST(unlinked(there, "to-there", tr.t + "/outside/private") ==
+             unlinked(none, "to-none", tr.t + "/outside/missing"));
+  BOOST_TEST(there.find("is a symbolic link to `" + tr.t + "/outside/private`, outside") !=
+                 std::string::npos,
+             there);
+  // A link inside that then climbs out through `..` of a link is refused as well.
+  BOOST_REQUIRE(::symlink("sub/../../outside/private", (tr.root + "/climb").c_str()) == 0);
+  r.cwd = "climb";
+  BOOST_TEST(refused(&p, r).find("leads outside the working root") != std::string::npos);
+
+  // An allowlisted executable in the root that a job made a link out: refused the same way,
+  // without the mode or owner of what is out there (before, the link was followed on the host).
+  const std::string in_root = tr.root + "/tool";
+  BOOST_REQUIRE(::symlink(tr.tool.c_str(), in_root.c_str()) == 0);
+  auto with = bound(json{{"allowedExecutables", {tr.tool, in_root}}, {"cwdRoot", tr.root}});
+  const std::string out = refused(&with, req({in_root}));
+  BOOST_TEST(out == "allowed executable `" + in_root + "` leads outside the working root: `" +
+                        in_root + "` is a symbolic link to `" + tr.tool + "`, outside `" + tr.root +
+                        "`; a job may have replaced it, so ask the operator to check it");
+  // The control: one that links back inside the root is followed.
+  BOOST_REQUIRE(::unlink(in_root.c_str()) == 0);
+  Tree::write_exe(tr.root + "/sub/tool", "#!/bin/false\ntool in the root\n");
+  BOOST_REQUIRE(::symlink((tr.root + "/sub/tool").c_str(), in_root.c_str()) == 0);
+  auto ok = policy::check_start(&with, req({in_root}));
+  BOOST_TEST(ok.has_value(), (ok ? "" : ok.error().message()));
 }
 
 BOOST_AUTO_TEST_CASE(cwd_defaults_to_the_root_and_relative_is_taken_from_it) {
