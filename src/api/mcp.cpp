@@ -823,6 +823,10 @@ class Server {
       };
     }
     ToolResult res = call_tool(*engine_, tool, session_, args, ctx);
+    const json& s = res.structured;
+    const bool left_running = s.contains("taskId") && s["taskId"].is_string() &&
+                              s.contains("state") && s["state"].is_string() &&
+                              (s["state"] == "running" || s["state"] == "queued");
     if (call.cancelled) {
       // The client asked us not to answer (MCP: no response to a cancelled request).
       log_->info("request {} cancelled: its wait ended after {} ms; no response sent",
@@ -830,12 +834,33 @@ class Server {
                  std::chrono::duration_cast<std::chrono::milliseconds>(
                      std::chrono::steady_clock::now() - t0)
                      .count());
+      if (left_running) {
+        // A run_command cancelled while its command runs: the answer that would have given
+        // the task id is not sent, so it goes out on the logging channel, and the settle is
+        // announced as for any job left running. Before (a review, session 40) the client
+        // never learned the id of a command it had started.
+        const std::string id = s["taskId"].get<std::string>();
+        watch(id);
+        log_to_client("warning",
+                      {{"event", "call-cancelled"},
+                       {"requestId", call.id},
+                       {"taskId", id},
+                       {"state", s["state"]},
+                       {"hint", fmt::format("the cancel ended the wait, not the command: "
+                                            "command_kill {{\"taskId\": \"{}\"}} stops it; "
+                                            "command_wait waits for it",
+                                            id)}});
+      }
       return reply(nullptr);  // no response, but answered: a batch's others go out
     }
+    if (left_running && shutting_down_.load()) {
+      // The input closed: the server ends, and so does every job of its session.
+      res.structured["hint"] =
+          "the server is shutting down (its input closed): this command is being killed and "
+          "will read `abandoned`";
+    }
     // A job left running is watched, so its settling can be announced.
-    const json& s = res.structured;
-    if (s.contains("taskId") && s.contains("state") && s["state"].is_string() &&
-        (s["state"] == "running" || s["state"] == "queued")) {
+    if (left_running) {
       watch(s["taskId"].get<std::string>());
     }
     if (tool.name == "run_command" || tool.name == "run_command_bg" ||

@@ -461,16 +461,20 @@ json run_command(Engine& engine, const std::string& session, const json& args,
   std::string id = started->task_id;
   JobStatus st = *started;
   milliseconds yield(get_u64(args, "yieldMs", kDefaultYieldMs));
+  const auto t0 = std::chrono::steady_clock::now();
   if (auto err = await_status(engine, session, id, yield, ctx, st)) {
     return *err;
   }
   json out = status_json(st);
   if (!st.settled()) {
+    // The time waited, not the time asked for: a wait a cancel or a shutdown ended is shorter.
+    const auto waited =
+        std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - t0);
     out["hint"] = fmt::format(
         "still running after {} ms and left running: use command_wait {{\"taskIds\": "
         "[\"{}\"]}} or command_status {{\"taskId\": \"{}\", \"waitMs\": 30000}}; "
         "command_output pages what it printed so far",
-        yield.count(), id, id);
+        waited.count(), id, id);
     return out;
   }
   return settled_with_output(engine, session, st);

@@ -583,6 +583,55 @@ BOOST_AUTO_TEST_CASE(a_wait_for_all_answers_a_job_removed_meanwhile_and_waits_fo
   BOOST_TEST(w["jobs"][1]["state"] == "removed", res.dump());
 }
 
+// A run_command cancelled while its command runs: no answer goes out (MCP), so the task id goes
+// out on the logging channel, and the settle is announced like any job left running. Before (a
+// review, session 40) the client never learned the id of the command it had started.
+BOOST_AUTO_TEST_CASE(a_cancelled_run_command_tells_the_task_id_of_the_command_it_left_running) {
+  EngineEnv env;
+  Server s(env);
+  int call_id = s.proc.allocate_id();
+  s.proc.send({{"jsonrpc", "2.0"},
+               {"id", call_id},
+               {"method", "tools/call"},
+               {"params",
+                {{"name", "run_command"},
+                 {"arguments", {{"argv", {"/bin/sleep", "300"}}, {"yieldMs", 30000}}}}}});
+  // The command is running (the session's list shows it) before the cancel goes out.
+  std::string id;
+  for (int i = 0; i < 200 && id.empty(); ++i) {
+    json l = s.sc("command_list", json::object());
+    if (l["count"] == 1)
+      id = l["jobs"][0]["taskId"];
+    else
+      std::this_thread::sleep_for(50ms);
+  }
+  BOOST_REQUIRE(!id.empty());
+  s.proc.send({{"jsonrpc", "2.0"},
+               {"method", "notifications/cancelled"},
+               {"params", {{"requestId", call_id}, {"reason", "test"}}}});
+  auto told = s.proc.notification([&](const json& m) {
+    return m.value("method", "") == "notifications/message" &&
+           m["params"]["data"].value("event", "") == "call-cancelled";
+  });
+  BOOST_REQUIRE(told.has_value());
+  const json& data = (*told)["params"]["data"];
+  BOOST_TEST(data["taskId"] == id, data.dump());
+  BOOST_TEST(data["requestId"] == call_id, data.dump());
+  BOOST_TEST(data["state"] == "running", data.dump());
+  BOOST_TEST(data["hint"].get<std::string>().find("command_kill") != std::string::npos);
+  // Its settle is announced.
+  BOOST_REQUIRE(s.sc("command_kill", {{"taskId", id}, {"signal", "SIGKILL"}}).contains("state"));
+  auto settled = s.proc.notification([&](const json& m) {
+    return m.value("method", "") == "notifications/message" &&
+           m["params"]["data"].value("event", "") == "command-settled" &&
+           m["params"]["data"].value("taskId", "") == id;
+  });
+  BOOST_TEST(settled.has_value());
+  for (const auto& m : s.proc.seen()) {
+    BOOST_TEST(!(m.contains("id") && m["id"] == call_id), m.dump());
+  }
+}
+
 // Tool calls run on worker threads kept for the next call (CallWorkers): calls one after
 // another reuse an idle worker, and calls that wait side by side each get one, so a call is
 // never queued behind a wait, however many idle workers there were when they came.
