@@ -632,6 +632,30 @@ BOOST_AUTO_TEST_CASE(a_cancelled_run_command_tells_the_task_id_of_the_command_it
   }
 }
 
+// A run_command whose wait ends because the server's input closed is answered with what
+// happens next: the command is killed with the session. Before (a review, session 40) its hint
+// said "still running after 10000 ms and left running" 0.6 s after the call.
+BOOST_AUTO_TEST_CASE(a_run_command_answered_at_shutdown_says_its_command_is_being_killed) {
+  EngineEnv env;
+  Server s(env);
+  int call_id = s.proc.allocate_id();
+  s.proc.send({{"jsonrpc", "2.0"},
+               {"id", call_id},
+               {"method", "tools/call"},
+               {"params",
+                {{"name", "run_command"},
+                 {"arguments", {{"argv", {"/bin/sleep", "300"}}, {"yieldMs", 10000}}}}}});
+  BOOST_REQUIRE(s.proc.request("ping").has_value());  // the call is in flight
+  std::this_thread::sleep_for(300ms);
+  s.proc.close_stdin();
+  auto r = s.proc.response_to(call_id);
+  BOOST_REQUIRE(r.has_value());
+  const json sc = (*r)["result"]["structuredContent"];
+  BOOST_TEST(sc["state"] == "running", sc.dump());
+  BOOST_TEST(sc["hint"].get<std::string>().find("the server is shutting down") != std::string::npos,
+             sc.dump());
+}
+
 // Tool calls run on worker threads kept for the next call (CallWorkers): calls one after
 // another reuse an idle worker, and calls that wait side by side each get one, so a call is
 // never queued behind a wait, however many idle workers there were when they came.
