@@ -481,6 +481,13 @@ struct Job {
   std::optional<Clock::time_point> deadline, kill_deadline, drain_deadline;
   uint64_t timeout_ms = 0, grace_ms = 5000, max_output = 0;
   bool timed_out = false, output_limit = false, io_failed = false, killed_by_caller = false;
+  // The TCP sockets of the job's own network namespace, read once a second from its
+  // sockstat (held open from the attach to the settle) and counted against its memory limit:
+  // the kernel charges a connection to a memory cgroup only when accept() takes it.
+  UniqueFd sockstat;
+  std::optional<Clock::time_point> socket_deadline;
+  uint64_t memory_limit = 0, sockets_seen = 0;
+  bool socket_limit = false;
   int caller_signal = 0;  // the first signal a caller sent, for the settled message
   bool git = false;       // started for the git tools (has_slot)
   std::string owner;      // EngineOptions::session_owner of its session (concurrency.perUid)
@@ -1964,7 +1971,7 @@ class Engine::Impl {
   void rearm_timer() {
     std::optional<Clock::time_point> next;
     for (auto& [id, j] : live) {
-      for (const auto& d : {j->deadline, j->kill_deadline, j->drain_deadline}) {
+      for (const auto& d : {j->deadline, j->kill_deadline, j->drain_deadline, j->socket_deadline}) {
         if (d && (!next || *d < *next)) {
           next = *d;
         }
@@ -2029,6 +2036,22 @@ class Engine::Impl {
           static_cast<rlim_t>(fd.get()) + kFdsKeptFree < nofile.rlim_cur) {
         j.mount_ns = std::move(fd);
       }
+    }
+  }
+
+  void check_sockets(Job& j) {
+    if (j.socket_limit || !j.sockstat) {
+      return;
+    }
+    auto n = engine::tcp_sockets(j.sockstat.get());
+    if (!n) {
+      return;
+    }
+    j.sockets_seen = std::max(j.sockets_seen, *n);
+    if (*n * engine::kSocketCost > j.memory_limit) {
+      j.socket_limit = true;
+      j.socket_deadline.reset();
+      kill_sandbox(j);
     }
   }
 
@@ -2563,6 +2586,8 @@ class Engine::Impl {
       exiting_init = std::move(j.pidfd);
     }
     j.pidfd.reset();
+    j.sockstat.reset();  // it holds the sandbox's network namespace, and its sockets, alive
+    j.socket_deadline.reset();
     j.stdin_watch = j.pty_watch = 0;
     std::string().swap(j.pending_stdin);  // input nobody will read any more
     j.pending_off = 0;
@@ -2581,6 +2606,10 @@ class Engine::Impl {
           j.io_what, j.out.lost, j.err.lost, j.out.written, j.err.written);
     } else if (j.output_limit) {
       j.state = "output-limit";
+    } else if (j.socket_limit) {
+      j.state = "oom";
+      j.signal = signal_name(SIGKILL);
+      j.error = engine::socket_limit_message(j.sockets_seen, j.memory_limit);
     } else if (j.timed_out) {
       j.state = "timeout";
     } else if (j.setup_step != sandbox::SetupStep::kNone &&
@@ -2917,6 +2946,7 @@ class Engine::Impl {
       }
     }
     w.limits.memory_bytes = cs.limits.memory_bytes;
+    j.memory_limit = cs.network == sandbox::NetworkMode::kNone ? cs.limits.memory_bytes : 0;
     w.limits.pids = cs.limits.pids;
     w.limits.cpus = cs.limits.cpus;
     w.req.spec = std::move(spec);
@@ -3039,6 +3069,14 @@ class Engine::Impl {
       j.deadline = j.start_tp + std::chrono::milliseconds(j.timeout_ms);
       arm_for(*j.deadline);
     }
+    if (j.memory_limit > 0) {
+      auto fd = engine::open_sockstat(j.pidfd.get());
+      if (fd) {
+        j.sockstat = std::move(*fd);
+        j.socket_deadline = Clock::now() + engine::kSocketCheckEvery;
+        arm_for(*j.socket_deadline);
+      }
+    }
     if (j.kill_on_attach != 0) {
       terminate(j, j.kill_on_attach);
     }
@@ -3086,6 +3124,10 @@ class Engine::Impl {
       }
       if (j->drain_deadline && now >= *j->drain_deadline) {
         maybe_settle(*j);
+      }
+      if (j->socket_deadline && now >= *j->socket_deadline) {
+        j->socket_deadline = now + engine::kSocketCheckEvery;
+        check_sockets(*j);
       }
     }
     rearm_timer();

@@ -215,6 +215,9 @@ Result<OneshotReport> run_oneshot(const OneshotRequest& req) {
   so.stdin_fd = req.stdin_fd;
   so.tty = req.spec.tty;
   so.terminal_fd = req.terminal_fd;
+  if (req.spec.network == sandbox::NetworkMode::kNone) {
+    so.socket_memory_limit = req.memory_bytes;
+  }
   int init_pidfd = handles.pidfd.get();
   KillHooks hooks;
   hooks.signal_init = [init_pidfd](int sig) {
@@ -326,6 +329,9 @@ Result<OneshotReport> run_oneshot(const OneshotRequest& req) {
         o.have_init_wait_status ? std::optional(o.init_wait_status) : std::nullopt);
   } else if (o.state == RunState::kTimeout) {
     report.message = fmt::format("timed out after {} ms", req.timeout.count());
+  } else if (o.state == RunState::kSocketLimit) {
+    report.term_signal = SIGKILL;
+    report.message = socket_limit_message(o.tcp_sockets, req.memory_bytes);
   } else if (o.state == RunState::kOutputLimit) {
     report.message = fmt::format("{} reached the output limit of {} bytes", o.output_limit_stream,
                                  req.max_output_bytes);

@@ -15,6 +15,7 @@
 
 #include <array>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -26,7 +27,10 @@
 
 #include "sandbox/prepare.hpp"
 #include "sandbox/status.hpp"
+#include "base/strings.hpp"
+#include "sys/fs.hpp"
 #include "sys/sigpipe.hpp"
+#include "sys/syscalls.hpp"
 
 namespace cordon::engine {
 namespace {
@@ -470,6 +474,12 @@ class Supervisor {
     if (options_.timeout.count() > 0) {
       timeout_deadline_ = start_ + options_.timeout;
     }
+    if (options_.socket_memory_limit > 0) {
+      if (auto fd = open_sockstat(handles_.pidfd.get())) {
+        sockstat_ = std::move(*fd);
+        socket_deadline_ = start_ + kSocketCheckEvery;
+      }
+    }
     return {};
   }
 
@@ -592,6 +602,9 @@ class Supervisor {
     }
     if (!drain_expired_) {
       consider(drain_deadline_);
+    }
+    if (!killed_ && !init_exited_) {
+      consider(socket_deadline_);
     }
     if (next == armed_) {
       return {};
@@ -932,6 +945,10 @@ class Supervisor {
     if (grace_deadline_ && now >= *grace_deadline_) {
       kill_all();
     }
+    if (socket_deadline_ && now >= *socket_deadline_) {
+      socket_deadline_ = now + kSocketCheckEvery;
+      check_sockets();
+    }
     if (drain_deadline_ && !drain_expired_ && now >= *drain_deadline_) {
       drain_expired_ = true;
       CORDON_CHECK(final_drain());
@@ -942,6 +959,23 @@ class Supervisor {
       }
     }
     return {};
+  }
+
+  // The sandbox's TCP sockets against its memory limit (kSocketCost each); over it, the
+  // sandbox is killed and the run reads `oom`.
+  void check_sockets() {
+    auto n = sockstat_ ? tcp_sockets(sockstat_.get()) : std::nullopt;
+    if (!n) {
+      return;
+    }
+    tcp_sockets_ = std::max(tcp_sockets_, *n);
+    if (*n * kSocketCost > options_.socket_memory_limit && !init_exited_) {
+      socket_deadline_.reset();
+      if (!forced_state_) {
+        forced_state_ = RunState::kSocketLimit;
+      }
+      kill_all();
+    }
   }
 
   // `sig` (SIGTERM, or the caller's SIGINT/SIGHUP) to init, which forwards it to the whole
@@ -1010,6 +1044,8 @@ class Supervisor {
       return sys_error("waitid P_PIDFD init");
     }
     init_exited_ = true;
+    sockstat_.reset();  // it holds the sandbox's network namespace, and its sockets, alive
+    socket_deadline_.reset();
     duration_ = Clock::now() - start_;
     epoll_remove(handles_.pidfd.get());
     // Everything init sent is queued in the socket by now; read it all before deciding.
@@ -1095,6 +1131,7 @@ class Supervisor {
     o.stdout_write_errno = relays_[kStdoutRelay].dst_errno;
     o.stderr_write_errno = relays_[kStderrRelay].dst_errno;
     o.output_limit_stream = limit_stream_;
+    o.tcp_sockets = tcp_sockets_;
     o.signalled_by_caller = signalled_by_caller_;
     o.caller_signal = caller_signal_;
     return o;
@@ -1117,6 +1154,9 @@ class Supervisor {
   bool immediate_ = false;
 
   std::optional<Clock::time_point> timeout_deadline_, grace_deadline_, drain_deadline_, armed_;
+  UniqueFd sockstat_;
+  std::optional<Clock::time_point> socket_deadline_;
+  uint64_t tcp_sockets_ = 0;
   bool timeout_fired_ = false, term_sent_ = false, killed_ = false, drain_expired_ = false;
   std::vector<std::string> held_open_;    // streams the final drain gave up on (Outcome)
   std::vector<std::string> undelivered_;  // streams a caller's late signal cut short (Outcome)
@@ -1152,6 +1192,47 @@ std::string init_end_text(int wait_status) {
   return fmt::format("init's wait status {:#x}", wait_status);
 }
 
+Result<UniqueFd> open_sockstat(int pidfd) {
+  CORDON_TRY(info, sys::read_file_at(AT_FDCWD, fmt::format("/proc/self/fdinfo/{}", pidfd)));
+  long pid = -1;
+  for (const auto& line : split(info, '\n')) {
+    if (line.rfind("Pid:", 0) == 0) {
+      pid = std::strtol(line.c_str() + 4, nullptr, 10);
+    }
+  }
+  if (pid <= 0) {
+    return errno_error(ESRCH, "the sandbox's init has no pid (it ended)");
+  }
+  CORDON_TRY(fd, sys::open_fd(fmt::format("/proc/{}/net/sockstat", pid), O_RDONLY));
+  // Opened by pid: the init is still alive after the open, so the pid was its own.
+  if (sys::pidfd_send_signal(pidfd, 0, nullptr, 0) != 0) {
+    return sys_error("pidfd_send_signal (the sandbox's init ended)");
+  }
+  return fd;
+}
+
+std::optional<uint64_t> tcp_sockets(int sockstat_fd) {
+  char buf[1024];
+  ssize_t n = ::pread(sockstat_fd, buf, sizeof buf - 1, 0);
+  if (n <= 0) {
+    return std::nullopt;
+  }
+  buf[n] = '\0';
+  const char* at = std::strstr(buf, "\nTCP: inuse ");
+  if (at == nullptr) {
+    return std::nullopt;
+  }
+  return std::strtoull(at + std::strlen("\nTCP: inuse "), nullptr, 10);
+}
+
+std::string socket_limit_message(uint64_t sockets, uint64_t memory_limit) {
+  return fmt::format(
+      "the sandbox was killed at its memory limit: its network namespace held {} TCP sockets, "
+      "counted at {} bytes each against the limit of {} bytes (the kernel charges a "
+      "connection to no memory cgroup until accept() takes it); its output is banked",
+      sockets, kSocketCost, memory_limit);
+}
+
 std::string init_died_message(sandbox::SetupStep step, int err,
                               std::optional<int> init_wait_status) {
   std::string message = "the sandbox init died without reporting the command's status";
@@ -1173,6 +1254,8 @@ const char* run_state_name(RunState state) {
       return "timeout";
     case RunState::kOutputLimit:
       return "output-limit";
+    case RunState::kSocketLimit:
+      return "oom";
     case RunState::kSetupFailed:
       return "setup-failed";
     case RunState::kInitDied:

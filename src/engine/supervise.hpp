@@ -36,6 +36,9 @@ struct SuperviseOptions {
   // slow reader is not bounded: what the pipes hold is delivered).
   std::chrono::milliseconds drain_timeout{1000};
   uint64_t max_output_bytes = 0;  // per stream; 0 = unlimited
+  // With its own network namespace: the memory limit its TCP sockets count against
+  // (kSocketCost each; 0 = not counted).
+  uint64_t socket_memory_limit = 0;
   int out_fd = STDOUT_FILENO, err_fd = STDERR_FILENO;
   // Data read here goes to stdin_write (EOF closes stdin_write). With tty it goes to the pty
   // master instead; when -1 in tty mode, terminal_fd is read (ssh-like).
@@ -52,9 +55,18 @@ struct KillHooks {
   std::function<void()> kill_all;            // SIGKILL every process (cgroup.kill + init)
 };
 
-enum class RunState { kExited, kKilled, kTimeout, kOutputLimit, kSetupFailed, kInitDied };
+enum class RunState {
+  kExited,
+  kKilled,
+  kTimeout,
+  kOutputLimit,
+  kSocketLimit,
+  kSetupFailed,
+  kInitDied
+};
 
-/// "exited", "killed", "timeout", "output-limit", "setup-failed", "init-died".
+/// "exited", "killed", "timeout", "output-limit", "oom" (its sockets), "setup-failed",
+/// "init-died".
 const char* run_state_name(RunState state);
 
 /// How a sandbox's init ended, from its wait(2) status, for the message of a job whose init
@@ -67,6 +79,23 @@ std::string init_end_text(int wait_status);
 /// ended (init_end_text of its wait status). `cordon run` and the engine say the same.
 std::string init_died_message(sandbox::SetupStep step, int err,
                               std::optional<int> init_wait_status);
+
+/// TCP sockets a sandbox with its own network namespace may hold: each counts kSocketCost
+/// against its memory limit, read every kSocketCheckEvery. The kernel charges a connection to
+/// a memory cgroup only when accept() takes it, so the server ends of connections a job's own
+/// listener never accepts were charged to nothing: 819 200 of them took ~3 GiB of host slab
+/// under --memory 32M (a red-team review, session 40). 4 KiB is about what one costs (the
+/// socket, its request and buffer heads: ~3.7 KB measured) and no more than a page of data.
+inline constexpr uint64_t kSocketCost = 4096;
+inline constexpr std::chrono::milliseconds kSocketCheckEvery{500};
+/// /proc/<init>/net/sockstat of the sandbox whose init `pidfd` is, opened (and checked to be
+/// that init's: its pid not reused) to be read again and again; the descriptor holds the
+/// namespace, so it is closed when the job ends.
+[[nodiscard]] Result<UniqueFd> open_sockstat(int pidfd);
+/// The TCP sockets in use in the namespace of an open sockstat ("TCP: inuse N").
+[[nodiscard]] std::optional<uint64_t> tcp_sockets(int sockstat_fd);
+/// The error of a job killed for its sockets.
+std::string socket_limit_message(uint64_t sockets, uint64_t memory_limit);
 
 struct Outcome {
   RunState state = RunState::kInitDied;
@@ -83,6 +112,7 @@ struct Outcome {
   uint64_t stdout_bytes = 0, stderr_bytes = 0;
   int stdout_write_errno = 0, stderr_write_errno = 0;  // first write error on out_fd / err_fd
   std::string output_limit_stream;                     // "stdout"/"stderr" when the cap was hit
+  uint64_t tcp_sockets = 0;  // the most TCP sockets its namespace was seen to hold (counted)
   // Streams still open when the drain after init's exit gave up: a process outside the sandbox
   // holds their write end; what it wrote later was not relayed.
   std::vector<std::string> held_open;

@@ -935,6 +935,21 @@ BOOST_AUTO_TEST_CASE(a_read_only_path_whose_parent_a_job_renamed_refuses_the_nex
   BOOST_TEST(back.has_value(), describe(back));
 }
 
+// The engine counts a job's TCP sockets against its memory limit as `cordon run` does
+// (security net_limits: connections_nobody_accepts_count_against_the_memory_limit).
+BOOST_AUTO_TEST_CASE(a_jobs_unaccepted_connections_count_against_its_memory_limit) {
+  EngineEnv env(nlohmann::json{{"limits", {{"memoryBytes", 33554432}}}});
+  env.policy["allowedExecutables"].push_back(probe_bin());
+  env.write_policy();
+  auto e = open_or_fail(env);
+  auto s = e->start("s", {.argv = {probe_bin(), "tcp-unaccepted", "200000", "60000"}});
+  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+  auto st = e->status("s", s->task_id, 40s);
+  BOOST_REQUIRE(st.has_value());
+  BOOST_TEST(st->state == "oom", st->state << ": " << st->error);
+  BOOST_TEST(contains(st->error, "TCP sockets, counted at 4096 bytes each"), st->error);
+}
+
 // The policy file given as a link in cwdRoot (to a file outside it) is refused: a job could
 // repoint the link, and the next engine would load the job's policy (found by a review,
 // session 29: only where the file resolved was protected).

@@ -1089,6 +1089,30 @@ BOOST_AUTO_TEST_CASE(socket_buffers_are_bounded_by_memory) {
   BOOST_TEST(queued_by(rc.out) > 32LL * (1 << 20) + 300LL * 96 * 1024, rc.out);
 }
 
+// Connections a job's own listener never accepts are charged to no memory cgroup (the kernel
+// charges a socket when accept() takes it): 819 200 of them under --memory 32M took ~3 GiB of
+// the host's slab (a red-team review, session 40). The TCP sockets of the sandbox's network
+// namespace now count 4 KiB each against its memory limit, read twice a second; over it, the
+// sandbox is killed and the run reads `oom`. The probe would make 200 000 and hold them 60 s.
+BOOST_AUTO_TEST_CASE(connections_nobody_accepts_count_against_the_memory_limit) {
+  Sandbox s;
+  auto [r, st] =
+      s.run_status({"--memory", "32M"}, {probe_bin(), "tcp-unaccepted", "200000", "60000"});
+  BOOST_TEST(r.exit_code() == 122, r.out << r.err);
+  BOOST_TEST(st["state"] == "oom", st.dump());
+  BOOST_TEST(st.value("message", "")
+                     .find("TCP sockets, counted at 4096 bytes each against the "
+                           "limit of 33554432 bytes") != std::string::npos,
+             st.dump());
+  BOOST_TEST(r.out.find("held") == std::string::npos, r.out);
+  // The control: fewer than the limit allows run to their end.
+  auto [rc, stc] =
+      s.run_status({"--memory", "512M"}, {probe_bin(), "tcp-unaccepted", "5000", "1200"});
+  BOOST_TEST(rc.exit_code() == 0, rc.out << rc.err);
+  BOOST_TEST(rc.out.find("probe tcp-unaccepted: value held 5000") != std::string::npos, rc.out);
+  BOOST_TEST(stc["state"] == "exited", stc.dump());
+}
+
 // ---------------------------------------------------------------------------------------------
 // cordon itself SIGKILLed mid-run
 // ---------------------------------------------------------------------------------------------
