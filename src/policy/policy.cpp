@@ -938,13 +938,14 @@ Result<CheckedExecutable> check_executable(const Policy& p, const AllowedExecuta
   // a link out leads is neither looked at (a dead mount there held the engine's lock) nor told
   // (the refusal said whether a host file existed, its mode and owner: a red-team review,
   // session 40).
+  // The whole of cwdRoot: with rootPerSession another session's job can write its own part.
   std::optional<std::string> in_root;
-  for (const std::string* r : {&p.root, &p.cwd_root}) {
+  for (const std::string* r : {&p.whole_root, &p.whole_cwd_root}) {
     if (!in_root && path_within(e.path, *r)) {
-      in_root = p.root + e.path.substr(r->size());
+      in_root = p.whole_root + e.path.substr(r->size());
     }
   }
-  auto fd = in_root ? sys::open_within(p.root_fd->get(), p.root, *in_root, 0)
+  auto fd = in_root ? sys::open_within(p.whole_root_fd->get(), p.whole_root, *in_root, 0)
                     : sys::openat2_fd(AT_FDCWD, e.path, O_PATH, RESOLVE_NO_MAGICLINKS);
   if (!fd && fd.error().sys_errno() == EXDEV) {
     return refusal(
@@ -1330,6 +1331,9 @@ Result<void> bind_policy(Policy& p, const HostPathGuard& guard) {
   }
   p.root_fd = std::make_shared<const UniqueFd>(std::move(bound.fd));
   p.root = root;
+  p.whole_root = root;
+  p.whole_cwd_root = p.cwd_root;
+  p.whole_root_fd = p.root_fd;
   p.resolved_read_only_paths = std::move(ro);
   p.read_only_ids_in_root = std::move(ro_ids);
   return {};
@@ -1466,7 +1470,11 @@ Result<void> check_read_only_paths_in_root(const Policy& p) {
       continue;
     }
     const std::string& path = p.resolved_read_only_paths[i];
-    auto fd = sys::open_within(p.root_fd->get(), p.root, path, 0);
+    // As the spawner opens it: no symlink on the way.
+    const std::string rel =
+        path.size() == p.whole_root.size() ? "." : path.substr(p.whole_root.size() + 1);
+    auto fd = sys::openat2_fd(p.whole_root_fd->get(), rel, O_PATH,
+                              RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS);
     auto st = fd ? sys::fstat_fd(fd->get()) : Result<struct stat>(std::unexpected(fd.error()));
     if (!st || st->st_dev != id->first || st->st_ino != id->second) {
       return refusal(

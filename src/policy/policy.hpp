@@ -139,6 +139,10 @@ struct Policy {
   std::shared_ptr<const UniqueFd> root_fd;
   std::string root;                                   // resolved cwdRoot
   std::vector<std::string> resolved_read_only_paths;  // resolved readOnlyPaths, same order
+  // cwdRoot whole (resolved, as written, its fd), also in a rootPerSession copy, whose `root`
+  // is its session's directory: what any job can write, for the checks of paths in it.
+  std::string whole_root, whole_cwd_root;
+  std::shared_ptr<const UniqueFd> whole_root_fd;
   // Of each readOnlyPaths entry inside the working root, the device and inode bound; every
   // start checks the path still names them (a job can rename a directory above it).
   std::vector<std::optional<std::pair<dev_t, ino_t>>> read_only_ids_in_root;

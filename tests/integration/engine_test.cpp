@@ -935,6 +935,24 @@ BOOST_AUTO_TEST_CASE(a_read_only_path_whose_parent_a_job_renamed_refuses_the_nex
   BOOST_TEST(back.has_value(), describe(back));
 }
 
+// With rootPerSession, a readOnlyPaths entry in cwdRoot is checked against cwdRoot whole, not
+// the session's directory (the review of the change that added the check, session 40: every
+// start was refused as "no longer what the policy bound").
+BOOST_AUTO_TEST_CASE(a_read_only_path_in_cwd_root_serves_per_session_roots) {
+  EngineEnv probe_env;
+  const std::string root = probe_env.box.root;
+  BOOST_REQUIRE(std::filesystem::create_directories(root + "/shared"));
+  std::ofstream(root + "/shared/data") << "shared\n";
+  EngineEnv env(
+      {{"cwdRoot", root}, {"rootPerSession", true}, {"readOnlyPaths", {root + "/shared"}}});
+  auto e = open_or_fail(env);
+  auto s = e->start("a", {.argv = {"/bin/cat", root + "/shared/data"}});
+  BOOST_REQUIRE_MESSAGE(s.has_value(), describe(s));
+  auto st = e->status("a", s->task_id, 20s);
+  BOOST_REQUIRE(st.has_value());
+  BOOST_TEST(st->state == "exited", st->state << ": " << st->error);
+}
+
 // The engine counts a job's TCP sockets against its memory limit as `cordon run` does
 // (security net_limits: connections_nobody_accepts_count_against_the_memory_limit).
 BOOST_AUTO_TEST_CASE(a_jobs_unaccepted_connections_count_against_its_memory_limit) {
