@@ -508,10 +508,10 @@ json command_wait(Engine& engine, const std::string& session, const json& args,
   }
   bool all = json_fields::str(args, "mode", "any") == "all";
   milliseconds timeout(get_u64(args, "timeoutMs", kDefaultWaitMs));
-  // The wait goes in slices, each a new Engine::wait: a job removed during one is answered
-  // `removed` there and kept so, and the later slices wait for the others only (each slice
-  // checks its ids are the session's: one removed in an earlier slice failed the whole wait
-  // "unknown taskId", a review, session 40).
+  // The wait goes in slices, each a new Engine::wait that checks its ids are the session's: a
+  // job settled (or answered `removed`) in one is kept as answered, and the later slices wait
+  // for the others only. A job removed in an earlier slice, or between two, failed the whole
+  // wait "unknown taskId" (a review, session 40).
   std::vector<JobStatus> jobs(ids.size());
   std::vector<size_t> waiting(ids.size());
   std::iota(waiting.begin(), waiting.end(), size_t{0});
@@ -523,7 +523,7 @@ json command_wait(Engine& engine, const std::string& session, const json& args,
     CORDON_TRY(w, engine.wait(session, asked, slice, all));
     std::vector<size_t> still;
     for (size_t k = 0; k < waiting.size(); ++k) {
-      if (w[k].state != "removed") {
+      if (!w[k].settled()) {  // a settled job's answer is kept: it may be removed meanwhile
         still.push_back(waiting[k]);
       }
       jobs[waiting[k]] = std::move(w[k]);

@@ -941,7 +941,7 @@ Result<CheckedExecutable> check_executable(const Policy& p, const AllowedExecuta
   // The whole of cwdRoot: with rootPerSession another session's job can write its own part.
   std::optional<std::string> in_root;
   for (const std::string* r : {&p.whole_root, &p.whole_cwd_root}) {
-    if (!in_root && path_within(e.path, *r)) {
+    if (!in_root && p.whole_root_fd && !r->empty() && path_within(e.path, *r)) {
       in_root = p.whole_root + e.path.substr(r->size());
     }
   }
@@ -1411,6 +1411,9 @@ Result<Policy> git_job_policy(const Policy& main) {
   p.cwd_root = g.repo_root;
   p.root = g.root;
   p.root_fd = g.root_fd;
+  p.whole_root = g.root;
+  p.whole_cwd_root = g.repo_root;
+  p.whole_root_fd = g.root_fd;
   // The repository is bound read-only: a hostile config that still found a way to run a
   // program, or a flag that slipped through, cannot change it (EROFS, then Landlock).
   p.root_read_only = true;

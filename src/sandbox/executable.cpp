@@ -153,14 +153,14 @@ Result<std::optional<Opened>> open_visible(const std::string& path,
 Result<Opened> open_program(const std::string& path, const std::string& root, int root_fd) {
   Result<UniqueFd> fd = std::unexpected(Error::invalid(""));
   if (path_within(path, root)) {
-    std::string rel =
-        path.size() == root.size() ? "." : path.substr(root.size() + (root == "/" ? 0 : 1));
-    fd = sys::openat2_fd(root_fd, rel, O_PATH, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS);
+    // Beneath the root, an absolute link back inside followed too (as the policy's check of
+    // an allowlisted program there): nothing a link out leads to is looked at.
+    fd = sys::open_within(root_fd, root, path, 0);
     if (!fd && fd.error().sys_errno() == EXDEV) {
       return refusal(
-          "`{}` leads outside the working root `{}`; run a program inside the root "
+          "`{}` leads outside the working root `{}` ({}); run a program inside the root "
           "or a system one by its real path",
-          path, root);
+          path, root, fd.error().message());
     }
   } else {
     fd = sys::openat2_fd(AT_FDCWD, path, O_PATH, RESOLVE_NO_MAGICLINKS);

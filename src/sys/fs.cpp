@@ -203,9 +203,9 @@ Result<std::string> read_link_at(int dirfd, const std::string& name) {
 
 Result<UniqueFd> open_within(int root_fd, const std::string& root, const std::string& path,
                              uint64_t flags) {
-  constexpr int kMaxLinks = 40;  // the kernel's MAXSYMLINKS
-  constexpr int kMaxWalks = 8;
-  constexpr uint64_t kBeneath = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  constexpr int kMaxLinks = 40;      // the kernel's MAXSYMLINKS
+  constexpr size_t kMaxDepth = 256;  // directories held open at once while walking
+  constexpr uint64_t kStep = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
   // `path` (absolute) below `root`, as a relative path; nullopt when it is not inside.
   auto below_root = [&](const std::string& abs) -> std::optional<std::string> {
     if (!path_within(abs, root)) {
@@ -221,88 +221,89 @@ Result<UniqueFd> open_within(int root_fd, const std::string& root, const std::st
   if (!path.empty() && path[0] == '/') {
     start = below_root(path);
     if (!start) {
-      return leaves(fmt::format("`{}` is outside `{}`", path, root));
+      return leaves(fmt::format("{:?} is outside {:?}", path, root));
     }
   }
-  // A component walked as no symlink and one by the time of the next step (ELOOP: a job
-  // swapping it) walks the path again from the start.
-  for (int walk = 1;; ++walk) {
-    std::vector<std::string> done;  // the components walked below the root; no symlink
-    std::vector<std::string> todo;  // the components still to walk, the next one last
-    auto push = [&](const std::string& rel) {
-      auto parts = split(rel, '/');
-      todo.insert(todo.end(), parts.rbegin(), parts.rend());
-    };
-    auto done_path = [&] {
-      std::string out = ".";
-      for (const auto& c : done) {
-        out += "/" + c;
+  if (!path.empty() && (path.back() == '/' || path.ends_with("/."))) {
+    flags |= O_DIRECTORY;  // as the kernel takes a trailing slash
+  }
+  // One step at a time, each a single name opened beneath the directory walked before (held
+  // open): linear in the path, and a component a job swaps after its step changes nothing of
+  // what was walked.
+  std::vector<UniqueFd> dirs;      // the walk so far, each inside the one before; none: root
+  std::vector<std::string> names;  // their names
+  std::vector<std::string> todo;   // the components still to walk, the next one last
+  auto push = [&](const std::string& rel) {
+    auto parts = split(rel, '/');
+    todo.insert(todo.end(), parts.rbegin(), parts.rend());
+  };
+  auto here = [&] {
+    std::string out = root;
+    for (const auto& n : names) {
+      out += (out == "/" ? "" : "/") + n;
+    }
+    return out;
+  };
+  push(*start);
+  int links = 0;
+  std::string via;  // the last symlink followed, for a `..` that then leaves the root
+  while (!todo.empty()) {
+    std::string c = std::move(todo.back());
+    todo.pop_back();
+    if (c.empty() || c == ".") {
+      continue;
+    }
+    if (c == "..") {
+      if (dirs.empty()) {
+        return leaves(via.empty()
+                          ? fmt::format("{:?} leads above {:?} through `..`", path, root)
+                          : fmt::format("{}, and `..` from there leads above {:?}", via, root));
       }
-      return out;
-    };
-    auto swapped = [&](const Result<UniqueFd>& fd) {
-      return !fd && fd.error().sys_errno() == ELOOP && walk < kMaxWalks;
-    };
-    push(*start);
-    int links = 0;
-    std::string via;  // the last symlink followed, for a `..` that then leaves the root
-    bool again = false;
-    while (!todo.empty() && !again) {
-      std::string c = std::move(todo.back());
-      todo.pop_back();
-      if (c.empty() || c == ".") {
-        continue;
-      }
-      if (c == "..") {
-        if (done.empty() && via.empty()) {
-          return leaves(fmt::format("`{}` leads above `{}` through `..`", path, root));
-        }
-        if (done.empty()) {
-          return leaves(fmt::format("{}, which leads above `{}`", via, root));
-        }
-        done.pop_back();
-        continue;
-      }
-      done.push_back(std::move(c));
-      const std::string here = done_path();
-      auto fd = openat2_fd(root_fd, here, O_PATH | O_NOFOLLOW, kBeneath);
-      if (swapped(fd)) {
-        again = true;
-        continue;
-      }
-      if (!fd) {
-        return std::unexpected(std::move(fd.error()));
-      }
-      CORDON_TRY(st, fstat_fd(fd->get()));
-      if (!S_ISLNK(st.st_mode)) {
-        continue;
-      }
-      CORDON_TRY(target, read_link_at(fd->get(), ""));
-      done.pop_back();
+      dirs.pop_back();
+      names.pop_back();
+      continue;
+    }
+    const int at = dirs.empty() ? root_fd : dirs.back().get();
+    CORDON_TRY(fd, openat2_fd(at, c, O_PATH | O_NOFOLLOW, kStep));
+    CORDON_TRY(st, fstat_fd(fd.get()));
+    if (S_ISLNK(st.st_mode)) {
+      CORDON_TRY(target, read_link_at(fd.get(), ""));
       if (++links > kMaxLinks || target.empty()) {
-        return errno_error(ELOOP, "`{}` leads through too many symbolic links", path);
+        return errno_error(ELOOP, "{:?} leads through too many symbolic links", path);
       }
-      via = fmt::format("`{}` is a symbolic link to `{}`", root + here.substr(1), target);
+      names.push_back(c);
+      via = fmt::format("{:?} is a symbolic link to {:?}", here(), target);
+      names.pop_back();
       if (target[0] == '/') {
         auto rel = below_root(target);
         if (!rel) {
-          return leaves(fmt::format("{}, outside `{}`", via, root));
+          return leaves(fmt::format("{}, outside {:?}", via, root));
         }
-        done.clear();
+        dirs.clear();
+        names.clear();
         push(*rel);
       } else {
         push(target);
       }
-    }
-    if (again) {
       continue;
     }
-    auto fd = openat2_fd(root_fd, done_path(), O_PATH | flags, kBeneath);
-    if (swapped(fd)) {
-      continue;
+    if (dirs.size() >= kMaxDepth) {
+      return errno_error(ENAMETOOLONG, "{:?} is more than {} directories deep", path, kMaxDepth);
     }
-    return fd;
+    dirs.push_back(std::move(fd));
+    names.push_back(std::move(c));
   }
+  // The last step's descriptor is what the path names; the root's own when it names the root.
+  if (dirs.empty()) {
+    return openat2_fd(root_fd, ".", O_PATH | flags, kStep);
+  }
+  if ((flags & O_DIRECTORY) != 0) {
+    CORDON_TRY(st, fstat_fd(dirs.back().get()));
+    if (!S_ISDIR(st.st_mode)) {
+      return errno_error(ENOTDIR, "{:?} is not a directory", here());
+    }
+  }
+  return std::move(dirs.back());
 }
 
 Result<std::vector<MountInfo>> parse_mountinfo(std::string_view text) {

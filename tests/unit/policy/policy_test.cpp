@@ -189,14 +189,15 @@ BOOST_AUTO_TEST_CASE(refuses_symlinks_out_of_the_root_and_follows_those_inside) 
   auto r = req({tr.tool});
   r.cwd = "link-out";
   BOOST_TEST(refused(&p, r) == "cwd \"link-out\" leads outside the working root `" + tr.root +
-                                   "`: `" + tr.root +
-                                   "/link-out` is a symbolic link to `../outside`, which leads "
-                                   "above `" +
-                                   tr.root + "`; pass a directory inside `" + tr.root + "`");
+                                   "`: \"" + tr.root +
+                                   "/link-out\" is a symbolic link to \"../outside\", and `..` "
+                                   "from there leads above \"" +
+                                   tr.root + "\"; pass a directory inside `" + tr.root + "`");
   r.cwd = tr.root + "/link-etc";
-  BOOST_TEST(refused(&p, r).find("`" + tr.root +
-                                 "/link-etc` is a symbolic link to `/etc`, outside `" + tr.root +
-                                 "`") != std::string::npos);
+  BOOST_TEST(refused(&p, r).find("\"" + tr.root +
+                                 "/link-etc\" is a symbolic link to \"/etc\", "
+                                 "outside \"" +
+                                 tr.root + "\"") != std::string::npos);
   r.cwd = "sub/chain";  // a symlink to a symlink that leaves
   BOOST_TEST(refused(&p, r).find("outside the working root") != std::string::npos);
 
@@ -249,7 +250,7 @@ BOOST_AUTO_TEST_CASE(a_cwd_link_out_of_the_root_is_refused_without_a_look_where_
   };
   BOOST_TEST(unlinked(there, "to-there", tr.t + "/outside/private") ==
              unlinked(none, "to-none", tr.t + "/outside/missing"));
-  BOOST_TEST(there.find("is a symbolic link to `" + tr.t + "/outside/private`, outside") !=
+  BOOST_TEST(there.find("is a symbolic link to \"" + tr.t + "/outside/private\", outside") !=
                  std::string::npos,
              there);
   // A link inside that then climbs out through `..` of a link is refused as well.
@@ -263,9 +264,10 @@ BOOST_AUTO_TEST_CASE(a_cwd_link_out_of_the_root_is_refused_without_a_look_where_
   BOOST_REQUIRE(::symlink(tr.tool.c_str(), in_root.c_str()) == 0);
   auto with = bound(json{{"allowedExecutables", {tr.tool, in_root}}, {"cwdRoot", tr.root}});
   const std::string out = refused(&with, req({in_root}));
-  BOOST_TEST(out == "allowed executable `" + in_root + "` leads outside the working root: `" +
-                        in_root + "` is a symbolic link to `" + tr.tool + "`, outside `" + tr.root +
-                        "`; a job may have replaced it, so ask the operator to check it");
+  BOOST_TEST(out == "allowed executable `" + in_root + "` leads outside the working root: \"" +
+                        in_root + "\" is a symbolic link to \"" + tr.tool + "\", outside \"" +
+                        tr.root +
+                        "\"; a job may have replaced it, so ask the operator to check it");
   // The control: one that links back inside the root is followed.
   BOOST_REQUIRE(::unlink(in_root.c_str()) == 0);
   Tree::write_exe(tr.root + "/sub/tool", "#!/bin/false\ntool in the root\n");
