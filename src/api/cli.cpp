@@ -478,11 +478,6 @@ int run_main(const RunArgs& a) {
     return refuse_run(a, fmt::format("getcwd: {}", errno_name(errno)));
   }
   std::string here = cwdbuf;
-  auto bound_root = policy::open_bind_path(a.root.value_or(here), O_DIRECTORY, "--root");
-  if (!bound_root) {
-    return refuse_run(a, bound_root.error().message());
-  }
-  const std::string root = bound_root->path;
   // Absolute and normalized before the guard checks them, and used so from here on: the guard
   // compared a normalized path while the run used the one given, so `link/../st` (the link
   // into the root) or a relative `--seccomp` escaped it (a review, session 29).
@@ -494,6 +489,11 @@ int run_main(const RunArgs& a) {
       first_existing({bin_dir + "/cordon-init", bin_dir + "/../libexec/cordon/cordon-init"});
   std::vector<std::string> protected_paths = {state_dir, seccomp, init, bin_dir + "/cordon"};
   auto guard = policy::HostPathGuard::from_system(protected_paths);
+  auto bound_root = policy::open_bind_path(a.root.value_or(here), O_DIRECTORY, "--root");
+  if (!bound_root) {
+    return refuse_run(a, bound_root.error().message());
+  }
+  const std::string root = bound_root->path;
   if (auto ok = guard.check(root, "--root"); !ok) {
     return refuse_run(a, ok.error().message());
   }

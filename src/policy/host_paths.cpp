@@ -114,17 +114,31 @@ std::string PathResolver::resolve(const std::string& path) {
 std::string resolve_existing_part(const std::string& path) { return PathResolver().resolve(path); }
 
 Result<BindPath> open_bind_path(const std::string& path, int flags, const std::string& what) {
-  auto fd =
-      sys::openat2_fd(AT_FDCWD, path, O_PATH | flags, RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS);
-  if (!fd && fd.error().sys_errno() == ELOOP) {
-    char real[PATH_MAX];
-    std::string leads = ::realpath(path.c_str(), real) != nullptr
-                            ? fmt::format("give the path it leads to, `{}`", real)
-                            : std::string("give the path it leads to");
+  std::string abs = path;
+  if (abs.empty() || abs[0] != '/') {
+    char cwd[PATH_MAX];
+    if (::getcwd(cwd, sizeof cwd) == nullptr) {
+      return sys_error("getcwd (for {} `{}`)", what, path);
+    }
+    abs = std::string(cwd) + "/" + path;
+  }
+  CORDON_TRY_CTX(top, sys::open_fd("/", O_PATH | O_DIRECTORY), "{}", what);
+  // Only what no configuration makes a working root (system and home directories and those
+  // holding them): a directory refused because it holds this cordon's state dir may have
+  // been another cordon's root. Read when the first link is met.
+  std::optional<HostPathGuard> system;
+  auto never_a_root = [&](const std::string& dir) {
+    if (!system) {
+      system = HostPathGuard::from_system({});
+    }
+    return !system->check(dir, what);
+  };
+  auto fd = sys::open_within(top.get(), "/", abs, static_cast<uint64_t>(flags), never_a_root);
+  if (!fd && fd.error().sys_errno() == ELOOP && fd.error().code() == ErrorCode::kRefused) {
     return refusal(
-        "{} `{}` passes through a symlink: cordon follows none in a path it binds into "
-        "sandboxes, since a job could have made it in a directory it could write; {}",
-        what, path, leads);
+        "{} `{}` passes through a symlink where a job could have made it ({}): cordon follows "
+        "none there in a path it binds into sandboxes; give the path it leads to",
+        what, path, fd.error().message());
   }
   if (!fd) {
     return std::unexpected(std::move(fd.error()).wrap("{}", what));

@@ -70,11 +70,14 @@ struct BindPath {
   std::string path;
 };
 
-/// Opens `path` (a working root, a `--ro` path, git.repoRoot; `flags` beside O_PATH) with no
-/// symlink on its way, refused with the path it leads to. A symlink in a directory some
-/// earlier job could write (a working root of another run, the parent of a per-run root)
-/// would let that job choose what the next sandbox binds: another user's private directory,
-/// idmapped to the sandbox user (a red-team review, session 40). `what` names the option.
+/// Opens `path` (a working root, a `--ro` path, git.repoRoot; `flags` beside O_PATH), following
+/// a symlink on its way only where no job can have made it: in a directory no cordon takes as
+/// a working root (a system directory, a home directory, one holding either: `/lib64`,
+/// `/var/run`, Fedora's `/home`). One elsewhere is refused, named with its text and never
+/// followed: in a directory some earlier job could write (a working root of another run, the
+/// parent of a per-run root) it would let that job choose what the next sandbox binds,
+/// another user's private directory idmapped to the sandbox user (a red-team review, session
+/// 40). `what` names the option.
 [[nodiscard]] Result<BindPath> open_bind_path(const std::string& path, int flags,
                                               const std::string& what);
 

@@ -202,7 +202,8 @@ Result<std::string> read_link_at(int dirfd, const std::string& name) {
 }
 
 Result<UniqueFd> open_within(int root_fd, const std::string& root, const std::string& path,
-                             uint64_t flags) {
+                             uint64_t flags,
+                             const std::function<bool(const std::string& link_dir)>& may_follow) {
   constexpr int kMaxLinks = 40;      // the kernel's MAXSYMLINKS
   constexpr size_t kMaxDepth = 256;  // directories held open at once while walking
   constexpr uint64_t kStep = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
@@ -271,9 +272,13 @@ Result<UniqueFd> open_within(int root_fd, const std::string& root, const std::st
       if (++links > kMaxLinks || target.empty()) {
         return errno_error(ELOOP, "{:?} leads through too many symbolic links", path);
       }
+      const std::string dir = here();
       names.push_back(c);
       via = fmt::format("{:?} is a symbolic link to {:?}", here(), target);
       names.pop_back();
+      if (may_follow && !may_follow(dir)) {
+        return std::unexpected(Error(ErrorCode::kRefused, ELOOP, via));
+      }
       if (target[0] == '/') {
         auto rel = below_root(target);
         if (!rel) {

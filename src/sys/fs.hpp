@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <sys/uio.h>
 
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -54,8 +55,11 @@ namespace cordon::sys {
 /// to a dead FUSE or NFS mount, or to an automount point, cannot make the caller wait or
 /// trigger the mount (a red-team review, session 40), nor tell the job what exists out there.
 /// `flags` are added to O_PATH (O_DIRECTORY).
-[[nodiscard]] Result<UniqueFd> open_within(int root_fd, const std::string& root,
-                                           const std::string& path, uint64_t flags);
+/// `may_follow`, when given, is asked of each symlink met, with the (symlink-free) path of the
+/// directory it is in: one it refuses is ELOOP, named with its text.
+[[nodiscard]] Result<UniqueFd> open_within(
+    int root_fd, const std::string& root, const std::string& path, uint64_t flags,
+    const std::function<bool(const std::string& link_dir)>& may_follow = {});
 
 /// One line of /proc/self/mountinfo, its fields unescaped.
 struct MountInfo {
