@@ -1528,6 +1528,9 @@ Result<CheckedStart> check_start(const Policy* policy, const StartRequest& req) 
   out.network = p.network;
   out.allow_netlink_route = p.allow_netlink_route;
   out.read_only_paths = p.resolved_read_only_paths;
+  for (const auto& id : p.read_only_ids_in_root) {
+    out.read_only_ids.emplace_back(id ? id->first : 0, id ? id->second : 0);
+  }
   out.mask_paths = p.mask_paths;
   out.seccomp_profile = p.seccomp_profile;
   out.run_as_uid = p.run_as_uid;
@@ -1547,6 +1550,7 @@ sandbox::SandboxSpec to_sandbox_spec(const CheckedStart& s) {
   spec.reads_root_and_system_only = s.reads_root_and_system_only;
   spec.cwd = s.cwd;
   spec.read_only_paths = s.read_only_paths;
+  spec.read_only_ids = s.read_only_ids;
   spec.extra_masked_paths = s.mask_paths;
   spec.network = s.network;
   spec.allow_netlink_route = s.allow_netlink_route;

@@ -205,6 +205,9 @@ struct CheckedStart {
   sandbox::NetworkMode network = sandbox::NetworkMode::kNone;
   bool allow_netlink_route = false;
   std::vector<std::string> read_only_paths;  // resolved
+  // Each one's (device, inode) as bound when the policy loaded, {0, 0} for one outside cwdRoot
+  // (the spawner binds only that inode; policy.cpp, check_read_only_paths_in_root).
+  std::vector<std::pair<uint64_t, uint64_t>> read_only_ids;
   std::vector<std::string> mask_paths;
   std::optional<std::string> seccomp_profile;
   uid_t run_as_uid = 1000;

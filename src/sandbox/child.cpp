@@ -75,6 +75,16 @@ void move_tree(int root_fd, const TreeMount& tree, SetupStep step) {
   if (target < 0) {
     fail_errno(step, -target);
   }
+  if (tree.onto_itself) {
+    struct stat from {
+    }, to{};
+    if (::fstat(tree.fd, &from) != 0 || ::fstat(target, &to) != 0) {
+      fail(step);
+    }
+    if (from.st_dev != to.st_dev || from.st_ino != to.st_ino) {
+      fail_errno(step, ESTALE);
+    }
+  }
   if (sys::move_mount(tree.fd, "", target, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) !=
       0) {
     fail(step);

@@ -18,6 +18,10 @@ struct TreeMount {
   int fd;            // detached tree from open_tree(OPEN_TREE_CLONE), flags already set
   const char* path;  // where it goes, relative to the new root ("usr", "home/u/proj")
   bool is_file;      // a single file: the mount point is an empty file, not a directory
+  // A --ro path inside the working root, bound onto itself: the mount point must be the very
+  // file the tree was cloned from (a job renaming directories above it in a loop could make
+  // the path lead elsewhere between the two lookups; a review, session 40). ESTALE if not.
+  bool onto_itself = false;
 };
 
 struct SymlinkEntry {

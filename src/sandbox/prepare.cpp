@@ -620,12 +620,14 @@ Result<void> PreparedSandbox::prepare_mounts(const SandboxSpec& spec, uid_t host
     std::string path;
     int fd;
     bool is_file;
+    bool onto_itself = false;
   };
   std::vector<Pending> pending;
   pending.push_back({root_, root_tree.get(), false});
   fds_.push_back(std::move(root_tree));
   visible_.push_back(root_);
-  for (const auto& ro : spec.read_only_paths) {
+  for (size_t i = 0; i < spec.read_only_paths.size(); ++i) {
+    const std::string& ro = spec.read_only_paths[i];
     // Resolved and checked by the caller: no symlink may have appeared since.
     CORDON_TRY_CTX(
         fd, sys::openat2_fd(AT_FDCWD, ro, O_PATH, RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS),
@@ -634,6 +636,18 @@ Result<void> PreparedSandbox::prepare_mounts(const SandboxSpec& spec, uid_t host
     CORDON_TRY(st, sys::fstat_fd(fd.get()));
     if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)) {
       return refusal("--ro `{}` is neither a directory nor a regular file", ro);
+    }
+    // What the policy bound, when it lies in the working root: a job may have moved it since
+    // the start's check (it renames a directory above it in a loop), and the path now names
+    // the job's directory (a review, session 40).
+    if (i < spec.read_only_ids.size() && spec.read_only_ids[i] != std::pair<uint64_t, uint64_t>{} &&
+        spec.read_only_ids[i] != std::pair<uint64_t, uint64_t>{static_cast<uint64_t>(st.st_dev),
+                                                               static_cast<uint64_t>(st.st_ino)}) {
+      return refusal(
+          "readOnlyPaths entry `{}` lies in the working root and is no longer what the policy "
+          "bound when cordon started: a job moved or replaced it, or a directory above it. "
+          "Nothing was started; the operator must check the working root, then restart cordon",
+          ro);
     }
     uint64_t ro_attr = kRo;
 #ifdef CORDON_TEST_WALLS
@@ -644,7 +658,7 @@ Result<void> PreparedSandbox::prepare_mounts(const SandboxSpec& spec, uid_t host
 #endif
     CORDON_TRY(tree, clone_tree(fd.get(), "", ro_attr));
     ro_ids_.emplace_back(st.st_dev, st.st_ino);
-    pending.push_back({path, tree.get(), S_ISREG(st.st_mode)});
+    pending.push_back({path, tree.get(), S_ISREG(st.st_mode), path_within(path, root_)});
     fds_.push_back(std::move(tree));
     visible_.push_back(path);
   }
@@ -655,7 +669,7 @@ Result<void> PreparedSandbox::prepare_mounts(const SandboxSpec& spec, uid_t host
   });
   // The working root must be first in user_trees_ (step names); equal depth keeps order.
   for (const auto& pe : pending) {
-    user_trees_.push_back({pe.fd, keep(rel(pe.path)), pe.is_file});
+    user_trees_.push_back({pe.fd, keep(rel(pe.path)), pe.is_file, pe.onto_itself});
   }
   plan.user_trees = user_trees_.data();
   plan.n_user_trees = user_trees_.size();

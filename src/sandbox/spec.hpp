@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace cordon::sandbox {
@@ -62,8 +63,11 @@ struct SandboxSpec {
   // a hostile repository's git directory (info/grafts -> /etc/…) cannot make git read, and quote
   // in an error, a file outside the repository.
   bool reads_root_and_system_only = false;
-  std::string cwd;                              // inside root
-  std::vector<std::string> read_only_paths;     // host paths bound read-only at their own path
+  std::string cwd;                           // inside root
+  std::vector<std::string> read_only_paths;  // host paths bound read-only at their own path
+  // For each read_only_paths entry, the (device, inode) it must be when bound, or {0, 0}: a
+  // policy's entry inside the working root, which a job can move (policy.hpp).
+  std::vector<std::pair<uint64_t, uint64_t>> read_only_ids;
   std::vector<std::string> extra_masked_paths;  // under /etc, hidden in addition to the defaults
   NetworkMode network = NetworkMode::kNone;
   uid_t inside_uid = 1000;
@@ -121,11 +125,12 @@ inline bool same_sandbox_shape(const SandboxSpec& a, const SandboxSpec& b) {
   };
   return !a.tty && !b.tty && a.root == b.root && a.root_read_only == b.root_read_only &&
          a.reads_root_and_system_only == b.reads_root_and_system_only &&
-         a.read_only_paths == b.read_only_paths && a.extra_masked_paths == b.extra_masked_paths &&
-         a.network == b.network && a.inside_uid == b.inside_uid && a.inside_gid == b.inside_gid &&
-         a.hostname == b.hostname && a.tmp_size_bytes == b.tmp_size_bytes &&
-         a.inotify_instances == b.inotify_instances && a.inotify_watches == b.inotify_watches &&
-         a.disabled_walls == b.disabled_walls && same_rlimits();
+         a.read_only_paths == b.read_only_paths && a.read_only_ids == b.read_only_ids &&
+         a.extra_masked_paths == b.extra_masked_paths && a.network == b.network &&
+         a.inside_uid == b.inside_uid && a.inside_gid == b.inside_gid && a.hostname == b.hostname &&
+         a.tmp_size_bytes == b.tmp_size_bytes && a.inotify_instances == b.inotify_instances &&
+         a.inotify_watches == b.inotify_watches && a.disabled_walls == b.disabled_walls &&
+         same_rlimits();
 }
 
 }  // namespace cordon::sandbox

@@ -207,6 +207,12 @@ void encode_spec(Writer& w, const SandboxSpec& s) {
   w.u64(s.exec_ino);
   w.boolean(s.root_read_only);
   w.boolean(s.reads_root_and_system_only);
+  if (w.count(s.read_only_ids.size(), "read_only_ids")) {
+    for (const auto& [dev, ino] : s.read_only_ids) {
+      w.u64(dev);
+      w.u64(ino);
+    }
+  }
 }
 
 bool decode_spec(Reader& r, SandboxSpec& s) {
@@ -252,11 +258,27 @@ bool decode_spec(Reader& r, SandboxSpec& s) {
     static_assert(std::is_same_v<rlim_t, uint64_t> || sizeof(rlim_t) == sizeof(uint64_t));
     s.rlimits.push_back({resource, static_cast<rlim_t>(soft), static_cast<rlim_t>(hard)});
   }
-  return r.boolean(s.allow_ptrace, "allow_ptrace") &&
-         r.boolean(s.allow_netlink_route, "allow_netlink_route") &&
-         r.u32(s.disabled_walls, "disabled_walls") && r.u64(s.exec_dev, "exec_dev") &&
-         r.u64(s.exec_ino, "exec_ino") && r.boolean(s.root_read_only, "root_read_only") &&
-         r.boolean(s.reads_root_and_system_only, "reads_root_and_system_only");
+  uint32_t n_ids = 0;
+  if (!(r.boolean(s.allow_ptrace, "allow_ptrace") &&
+        r.boolean(s.allow_netlink_route, "allow_netlink_route") &&
+        r.u32(s.disabled_walls, "disabled_walls") && r.u64(s.exec_dev, "exec_dev") &&
+        r.u64(s.exec_ino, "exec_ino") && r.boolean(s.root_read_only, "root_read_only") &&
+        r.boolean(s.reads_root_and_system_only, "reads_root_and_system_only") &&
+        r.count(n_ids, 2 * sizeof(uint64_t), "read_only_ids"))) {
+    return false;
+  }
+  if (n_ids > s.read_only_paths.size()) {
+    return r.fail("read_only_ids", "has more entries than read_only_paths");
+  }
+  s.read_only_ids.clear();
+  for (uint32_t i = 0; i < n_ids; ++i) {
+    uint64_t dev = 0, ino = 0;
+    if (!r.u64(dev, "read_only_ids") || !r.u64(ino, "read_only_ids")) {
+      return false;
+    }
+    s.read_only_ids.emplace_back(dev, ino);
+  }
+  return true;
 }
 
 }  // namespace

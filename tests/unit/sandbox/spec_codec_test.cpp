@@ -29,6 +29,7 @@ SpawnRequestBody full_request() {
   s.reads_root_and_system_only = true;
   s.cwd = "/var/tmp/root/sub dir";
   s.read_only_paths = {"/opt/a", "/opt/b"};
+  s.read_only_ids = {{0, 0}, {64769, 1234567}};
   s.extra_masked_paths = {"/etc/secret"};
   s.network = NetworkMode::kHost;
   s.inside_uid = 1234;
@@ -60,6 +61,7 @@ void check_equal(const SpawnRequestBody& a, const SpawnRequestBody& b) {
   BOOST_TEST(a.spec.reads_root_and_system_only == b.spec.reads_root_and_system_only);
   BOOST_TEST(a.spec.cwd == b.spec.cwd);
   BOOST_TEST(a.spec.read_only_paths == b.spec.read_only_paths, boost::test_tools::per_element());
+  BOOST_TEST((a.spec.read_only_ids == b.spec.read_only_ids));
   BOOST_TEST(a.spec.extra_masked_paths == b.spec.extra_masked_paths,
              boost::test_tools::per_element());
   BOOST_TEST((a.spec.network == b.spec.network));
