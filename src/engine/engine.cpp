@@ -481,10 +481,10 @@ struct Job {
   std::optional<Clock::time_point> deadline, kill_deadline, drain_deadline;
   uint64_t timeout_ms = 0, grace_ms = 5000, max_output = 0;
   bool timed_out = false, output_limit = false, io_failed = false, killed_by_caller = false;
-  // The TCP sockets of the job's own network namespace, read once a second from its
+  // The TCP sockets of the job's own network namespace, read twice a second from its
   // sockstat (held open from the attach to the settle) and counted against its memory limit:
   // the kernel charges a connection to a memory cgroup only when accept() takes it.
-  UniqueFd sockstat;
+  engine::Sockstat sockstat;
   std::optional<Clock::time_point> socket_deadline;
   uint64_t memory_limit = 0, sockets_seen = 0;
   bool socket_limit = false;
@@ -2039,17 +2039,28 @@ class Engine::Impl {
     }
   }
 
+  // The socket checks of every job on one grid: one timer wake per tick for all of them, not
+  // one per job (each wake scans every live job).
+  static Clock::time_point socket_tick_after(Clock::time_point now) {
+    const auto n = now.time_since_epoch() / engine::kSocketCheckEvery;
+    return Clock::time_point(
+        std::chrono::duration_cast<Clock::duration>((n + 1) * engine::kSocketCheckEvery));
+  }
+
   void check_sockets(Job& j) {
-    if (j.socket_limit || !j.sockstat) {
+    if (j.socket_limit || !j.sockstat.v4) {
+      j.socket_deadline.reset();
       return;
     }
-    auto n = engine::tcp_sockets(j.sockstat.get());
+    auto n = engine::tcp_sockets(j.sockstat);
     if (!n) {
       return;
     }
     j.sockets_seen = std::max(j.sockets_seen, *n);
     if (*n * engine::kSocketCost > j.memory_limit) {
-      j.socket_limit = true;
+      // Killed at once, also within a timeout's or a caller's grace; read `oom` only when
+      // nothing else ended it first (its exit, the timeout, the caller's kill).
+      j.socket_limit = !j.have_exit && !j.timed_out && !j.killed_by_caller;
       j.socket_deadline.reset();
       kill_sandbox(j);
     }
@@ -2586,7 +2597,7 @@ class Engine::Impl {
       exiting_init = std::move(j.pidfd);
     }
     j.pidfd.reset();
-    j.sockstat.reset();  // it holds the sandbox's network namespace, and its sockets, alive
+    j.sockstat = {};  // it holds the sandbox's network namespace, and its sockets, alive
     j.socket_deadline.reset();
     j.stdin_watch = j.pty_watch = 0;
     std::string().swap(j.pending_stdin);  // input nobody will read any more
@@ -3073,7 +3084,7 @@ class Engine::Impl {
       auto fd = engine::open_sockstat(j.pidfd.get());
       if (fd) {
         j.sockstat = std::move(*fd);
-        j.socket_deadline = Clock::now() + engine::kSocketCheckEvery;
+        j.socket_deadline = socket_tick_after(Clock::now());
         arm_for(*j.socket_deadline);
       }
     }
@@ -3126,7 +3137,7 @@ class Engine::Impl {
         maybe_settle(*j);
       }
       if (j->socket_deadline && now >= *j->socket_deadline) {
-        j->socket_deadline = now + engine::kSocketCheckEvery;
+        j->socket_deadline = socket_tick_after(now);
         check_sockets(*j);
       }
     }

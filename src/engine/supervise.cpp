@@ -964,14 +964,20 @@ class Supervisor {
   // The sandbox's TCP sockets against its memory limit (kSocketCost each); over it, the
   // sandbox is killed and the run reads `oom`.
   void check_sockets() {
-    auto n = sockstat_ ? tcp_sockets(sockstat_.get()) : std::nullopt;
+    if (killed_ || init_exited_) {
+      socket_deadline_.reset();
+      return;
+    }
+    auto n = tcp_sockets(sockstat_);
     if (!n) {
       return;
     }
     tcp_sockets_ = std::max(tcp_sockets_, *n);
-    if (*n * kSocketCost > options_.socket_memory_limit && !init_exited_) {
+    if (*n * kSocketCost > options_.socket_memory_limit) {
+      // Killed at once, also within a timeout's or a caller's grace; read `oom` only when
+      // nothing else ended it first.
       socket_deadline_.reset();
-      if (!forced_state_) {
+      if (!forced_state_ && !term_sent_ && !have_wait_status_) {
         forced_state_ = RunState::kSocketLimit;
       }
       kill_all();
@@ -1044,7 +1050,7 @@ class Supervisor {
       return sys_error("waitid P_PIDFD init");
     }
     init_exited_ = true;
-    sockstat_.reset();  // it holds the sandbox's network namespace, and its sockets, alive
+    sockstat_ = {};  // it holds the sandbox's network namespace, and its sockets, alive
     socket_deadline_.reset();
     duration_ = Clock::now() - start_;
     epoll_remove(handles_.pidfd.get());
@@ -1154,7 +1160,7 @@ class Supervisor {
   bool immediate_ = false;
 
   std::optional<Clock::time_point> timeout_deadline_, grace_deadline_, drain_deadline_, armed_;
-  UniqueFd sockstat_;
+  Sockstat sockstat_;
   std::optional<Clock::time_point> socket_deadline_;
   uint64_t tcp_sockets_ = 0;
   bool timeout_fired_ = false, term_sent_ = false, killed_ = false, drain_expired_ = false;
@@ -1192,7 +1198,7 @@ std::string init_end_text(int wait_status) {
   return fmt::format("init's wait status {:#x}", wait_status);
 }
 
-Result<UniqueFd> open_sockstat(int pidfd) {
+Result<Sockstat> open_sockstat(int pidfd) {
   CORDON_TRY(info, sys::read_file_at(AT_FDCWD, fmt::format("/proc/self/fdinfo/{}", pidfd)));
   long pid = -1;
   for (const auto& line : split(info, '\n')) {
@@ -1203,26 +1209,47 @@ Result<UniqueFd> open_sockstat(int pidfd) {
   if (pid <= 0) {
     return errno_error(ESRCH, "the sandbox's init has no pid (it ended)");
   }
-  CORDON_TRY(fd, sys::open_fd(fmt::format("/proc/{}/net/sockstat", pid), O_RDONLY));
-  // Opened by pid: the init is still alive after the open, so the pid was its own.
+  Sockstat out;
+  CORDON_TRY(v4, sys::open_fd(fmt::format("/proc/{}/net/sockstat", pid), O_RDONLY));
+  out.v4 = std::move(v4);
+  if (auto v6 = sys::open_fd(fmt::format("/proc/{}/net/sockstat6", pid), O_RDONLY)) {
+    out.v6 = std::move(*v6);
+  } else if (v6.error().sys_errno() != ENOENT) {
+    return std::unexpected(std::move(v6.error()));
+  }
+  // Opened by pid: the init is still alive after the opens, so the pid was its own.
   if (sys::pidfd_send_signal(pidfd, 0, nullptr, 0) != 0) {
     return sys_error("pidfd_send_signal (the sandbox's init ended)");
   }
-  return fd;
+  return out;
 }
 
-std::optional<uint64_t> tcp_sockets(int sockstat_fd) {
+namespace {
+
+// The number after `key` in a /proc/net/sockstat* file read whole from its start.
+std::optional<uint64_t> sockstat_field(int fd, const char* key) {
   char buf[1024];
-  ssize_t n = ::pread(sockstat_fd, buf, sizeof buf - 1, 0);
+  ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
   if (n <= 0) {
     return std::nullopt;
   }
   buf[n] = '\0';
-  const char* at = std::strstr(buf, "\nTCP: inuse ");
+  const char* at = std::strstr(buf, key);
   if (at == nullptr) {
     return std::nullopt;
   }
-  return std::strtoull(at + std::strlen("\nTCP: inuse "), nullptr, 10);
+  return std::strtoull(at + std::strlen(key), nullptr, 10);
+}
+
+}  // namespace
+
+std::optional<uint64_t> tcp_sockets(const Sockstat& s) {
+  auto v4 = s.v4 ? sockstat_field(s.v4.get(), "\nTCP: inuse ") : std::nullopt;
+  if (!v4) {
+    return std::nullopt;
+  }
+  auto v6 = s.v6 ? sockstat_field(s.v6.get(), "TCP6: inuse ") : std::optional<uint64_t>(0);
+  return *v4 + v6.value_or(0);
 }
 
 std::string socket_limit_message(uint64_t sockets, uint64_t memory_limit) {

@@ -88,12 +88,16 @@ std::string init_died_message(sandbox::SetupStep step, int err,
 /// socket, its request and buffer heads: ~3.7 KB measured) and no more than a page of data.
 inline constexpr uint64_t kSocketCost = 4096;
 inline constexpr std::chrono::milliseconds kSocketCheckEvery{500};
-/// /proc/<init>/net/sockstat of the sandbox whose init `pidfd` is, opened (and checked to be
-/// that init's: its pid not reused) to be read again and again; the descriptor holds the
-/// namespace, so it is closed when the job ends.
-[[nodiscard]] Result<UniqueFd> open_sockstat(int pidfd);
-/// The TCP sockets in use in the namespace of an open sockstat ("TCP: inuse N").
-[[nodiscard]] std::optional<uint64_t> tcp_sockets(int sockstat_fd);
+/// /proc/<init>/net/sockstat and sockstat6 of the sandbox whose init `pidfd` is, opened (and
+/// checked to be that init's: its pid not reused) to be read again and again; the
+/// descriptors hold the namespace, so they are closed when the job ends.
+struct Sockstat {
+  UniqueFd v4, v6;  // v6 absent on a kernel without IPv6
+};
+[[nodiscard]] Result<Sockstat> open_sockstat(int pidfd);
+/// The TCP sockets in use in the namespace, IPv4 ("TCP: inuse N") and IPv6 ("TCP6: inuse N":
+/// a connection to ::1 counts only there; the review of session 40).
+[[nodiscard]] std::optional<uint64_t> tcp_sockets(const Sockstat& s);
 /// The error of a job killed for its sockets.
 std::string socket_limit_message(uint64_t sockets, uint64_t memory_limit);
 

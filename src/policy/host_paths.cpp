@@ -123,17 +123,25 @@ Result<BindPath> open_bind_path(const std::string& path, int flags, const std::s
     abs = std::string(cwd) + "/" + path;
   }
   CORDON_TRY_CTX(top, sys::open_fd("/", O_PATH | O_DIRECTORY), "{}", what);
-  // Only what no configuration makes a working root (system and home directories and those
-  // holding them): a directory refused because it holds this cordon's state dir may have
-  // been another cordon's root. Read when the first link is met.
+  // A link root made, in a directory only root can write that no configuration makes a
+  // working root (system and home directories and those holding them: a directory refused
+  // because it holds this cordon's state dir may have been another cordon's root), outside
+  // /proc (whose links name places in other mount namespaces). Not one in /tmp or another
+  // user's directory: other users make links there (the review of session 40); nor one a
+  // job made in a root-owned working root, which is no such directory.
   std::optional<HostPathGuard> system;
-  auto never_a_root = [&](const std::string& dir) {
+  auto host_made = [&](const std::string& dir, int dir_fd, const struct stat& link) {
+    struct stat d {};
+    if (link.st_uid != 0 || ::fstat(dir_fd, &d) != 0 || d.st_uid != 0 ||
+        (d.st_mode & (S_IWGRP | S_IWOTH)) != 0 || path_within(dir, "/proc")) {
+      return false;
+    }
     if (!system) {
       system = HostPathGuard::from_system({});
     }
     return !system->check(dir, what);
   };
-  auto fd = sys::open_within(top.get(), "/", abs, static_cast<uint64_t>(flags), never_a_root);
+  auto fd = sys::open_within(top.get(), "/", abs, static_cast<uint64_t>(flags), host_made);
   if (!fd && fd.error().sys_errno() == ELOOP && fd.error().code() == ErrorCode::kRefused) {
     return refusal(
         "{} `{}` passes through a symlink where a job could have made it ({}): cordon follows "

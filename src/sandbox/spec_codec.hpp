@@ -28,8 +28,9 @@ namespace cordon::sandbox {
 
 inline constexpr uint32_t kRequestCodecMagic = 0x51525043;  // "CPRQ"
 inline constexpr uint32_t kResultCodecMagic = 0x53525043;   // "CPRS"
-// 2: allow_netlink_route (session 29); 3: reads_root_and_system_only (session 33)
-inline constexpr uint32_t kCodecVersion = 3;
+// 2: allow_netlink_route (session 29); 3: reads_root_and_system_only (session 33);
+// 4: read_only_ids (session 40)
+inline constexpr uint32_t kCodecVersion = 4;
 
 /// Everything of a spawn request but its id (in the datagram header, the one place it lives)
 /// and its descriptors (SCM_RIGHTS).

@@ -202,8 +202,7 @@ Result<std::string> read_link_at(int dirfd, const std::string& name) {
 }
 
 Result<UniqueFd> open_within(int root_fd, const std::string& root, const std::string& path,
-                             uint64_t flags,
-                             const std::function<bool(const std::string& link_dir)>& may_follow) {
+                             uint64_t flags, const MayFollow& may_follow) {
   constexpr int kMaxLinks = 40;      // the kernel's MAXSYMLINKS
   constexpr size_t kMaxDepth = 256;  // directories held open at once while walking
   constexpr uint64_t kStep = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
@@ -265,7 +264,16 @@ Result<UniqueFd> open_within(int root_fd, const std::string& root, const std::st
       continue;
     }
     const int at = dirs.empty() ? root_fd : dirs.back().get();
-    CORDON_TRY(fd, openat2_fd(at, c, O_PATH | O_NOFOLLOW, kStep));
+    // As a directory first: O_PATH of a last component triggers no automount unless it asks
+    // for a directory (a path through an autofs mount not yet mounted read as missing).
+    auto opened = openat2_fd(at, c, O_PATH | O_NOFOLLOW | O_DIRECTORY, kStep);
+    if (!opened && opened.error().sys_errno() == ENOTDIR) {
+      opened = openat2_fd(at, c, O_PATH | O_NOFOLLOW, kStep);
+    }
+    if (!opened) {
+      return std::unexpected(std::move(opened.error()).wrap("{:?}", path));
+    }
+    UniqueFd fd = std::move(*opened);
     CORDON_TRY(st, fstat_fd(fd.get()));
     if (S_ISLNK(st.st_mode)) {
       CORDON_TRY(target, read_link_at(fd.get(), ""));
@@ -276,7 +284,7 @@ Result<UniqueFd> open_within(int root_fd, const std::string& root, const std::st
       names.push_back(c);
       via = fmt::format("{:?} is a symbolic link to {:?}", here(), target);
       names.pop_back();
-      if (may_follow && !may_follow(dir)) {
+      if (may_follow && !may_follow(dir, at, st)) {
         return std::unexpected(Error(ErrorCode::kRefused, ELOOP, via));
       }
       if (target[0] == '/') {

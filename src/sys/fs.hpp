@@ -56,10 +56,13 @@ namespace cordon::sys {
 /// trigger the mount (a red-team review, session 40), nor tell the job what exists out there.
 /// `flags` are added to O_PATH (O_DIRECTORY).
 /// `may_follow`, when given, is asked of each symlink met, with the (symlink-free) path of the
-/// directory it is in: one it refuses is ELOOP, named with its text.
-[[nodiscard]] Result<UniqueFd> open_within(
-    int root_fd, const std::string& root, const std::string& path, uint64_t flags,
-    const std::function<bool(const std::string& link_dir)>& may_follow = {});
+/// directory it is in, that directory's descriptor and the link's own stat: one it refuses is
+/// ELOOP (ErrorCode::kRefused), named with its text.
+using MayFollow =
+    std::function<bool(const std::string& link_dir, int dir_fd, const struct stat& link)>;
+[[nodiscard]] Result<UniqueFd> open_within(int root_fd, const std::string& root,
+                                           const std::string& path, uint64_t flags,
+                                           const MayFollow& may_follow = {});
 
 /// One line of /proc/self/mountinfo, its fields unescaped.
 struct MountInfo {

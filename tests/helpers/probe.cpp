@@ -1741,30 +1741,42 @@ std::string probe_tcp_fill(Args args) {
 }
 
 // Makes <conns> loopback connections to listeners it never accepts from (4096 per listener,
-// each on its own 127.0.0.x address), closing each client end at once, then sleeps <ms>:
-// the server ends stay queued, charged to no memory cgroup. Prints how many it made.
+// each on a port of its own; IPv6 `::1` with a third argument `6`), closing each client end at
+// once, then sleeps <ms>: the server ends stay queued, charged to no memory cgroup. Prints how
+// many it made.
 std::string probe_tcp_unaccepted(Args args) {
   long conns = parse_long(args[0], "conns");
   long hold_ms = parse_long(args[1], "ms");
+  const bool v6 = args.size() > 2 && std::string_view(args[2]) == "6";
   if (conns <= 0 || hold_ms < 0) {
     usage_error("bad conns or ms");
   }
   constexpr long kPerListener = 4096;
   long made = 0;
-  for (long l = 0; made < conns; ++l) {
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK + 1 + static_cast<uint32_t>(l));
-    int srv = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    socklen_t len = sizeof addr;
-    if (srv < 0 || bind(srv, reinterpret_cast<sockaddr*>(&addr), sizeof addr) < 0 ||
+  while (made < conns) {
+    sockaddr_storage ss{};
+    socklen_t len;
+    if (v6) {
+      auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+      a->sin6_family = AF_INET6;
+      a->sin6_addr = in6addr_loopback;
+      len = sizeof *a;
+    } else {
+      auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+      a->sin_family = AF_INET;
+      a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      len = sizeof *a;
+    }
+    const int family = v6 ? AF_INET6 : AF_INET;
+    int srv = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (srv < 0 || bind(srv, reinterpret_cast<sockaddr*>(&ss), len) < 0 ||
         listen(srv, kPerListener) < 0 ||
-        getsockname(srv, reinterpret_cast<sockaddr*>(&addr), &len) < 0) {
+        getsockname(srv, reinterpret_cast<sockaddr*>(&ss), &len) < 0) {
       return denied(errno);
     }
     for (long i = 0; i < kPerListener && made < conns; ++i, ++made) {
-      int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      if (c < 0 || connect(c, reinterpret_cast<sockaddr*>(&addr), sizeof addr) < 0) {
+      int c = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (c < 0 || connect(c, reinterpret_cast<sockaddr*>(&ss), len) < 0) {
         return value("made " + std::to_string(made) + " then errno " + errno_name(errno));
       }
       close(c);
@@ -2037,7 +2049,7 @@ constexpr Probe kProbes[] = {
     {"memory-hog", "<MiB>", 1, 1, probe_memory_hog},
     {"cpu-burn", "<ms>", 1, 1, probe_cpu_burn},
     {"tcp-fill", "<conns>", 1, 1, probe_tcp_fill},
-    {"tcp-unaccepted", "<conns> <ms>", 2, 2, probe_tcp_unaccepted},
+    {"tcp-unaccepted", "<conns> <ms> [6]", 2, 3, probe_tcp_unaccepted},
     {"hostname", "", 0, 0, probe_hostname},
     {"sethostname", "<name>", 1, 1, probe_sethostname},
     {"sysv-shm", "<key>", 1, 1, probe_sysv_shm},

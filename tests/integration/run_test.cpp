@@ -421,6 +421,17 @@ BOOST_AUTO_TEST_CASE(a_root_or_ro_path_through_a_symlink_an_earlier_job_made_is_
   std::ifstream in(victim + "/notes.txt");
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   BOOST_TEST(text == "private\n");
+  // A link in a directory others can write is not followed, though none of them can be a
+  // working root (/var/tmp: any user makes links there; the review of session 40).
+  const std::string shared_link = "/var/tmp/cordon-link-" + std::to_string(::getpid());
+  BOOST_REQUIRE(::symlink(victim.c_str(), shared_link.c_str()) == 0);
+  auto via_tmp = run_process(
+      {cordon_bin(), "run", "--root", shared_link, "--state-dir", s.state, "--", "/bin/true"});
+  ::unlink(shared_link.c_str());
+  BOOST_TEST(via_tmp.exit_code() == 125, via_tmp.err);
+  BOOST_TEST(via_tmp.err.find("passes through a symlink where a job could have made it") !=
+                 std::string::npos,
+             via_tmp.err);
   // A link where no job can have made one is followed: /var/run, in /var, a system directory.
   auto host_link = s.run({"--ro", "/var/run/lock"}, {"/bin/true"});
   BOOST_TEST(host_link.exit_code() == 0, host_link.err);
