@@ -599,9 +599,9 @@ BOOST_AUTO_TEST_CASE(a_command_cannot_make_the_host_write_back_its_dirty_pages) 
 //   with success and no effect, so FIN_WAIT2 is a time-wait entry at once (control: without
 //   the fixed filter every one is still an orphan after 4 s).
 // A stray one of the 2000 may be left in FIN_WAIT2 with the linger wall (seen in about one run
-// in three, session 40, the old build too): the kernel moves a socket to time-wait at once only
-// when its peer's ACK finds it not held by its owner, else it waits tcp_fin_timeout. The wall is
-// about the thousands, so at most 1 in 100 may be left.
+// in three, session 40, the old build too). Most likely the kernel's own: it moves a socket to
+// time-wait at once only when its peer's ACK finds it not held by its owner, else it waits
+// tcp_fin_timeout. The wall is about the thousands, so at most 1 in 100 may be left.
 BOOST_AUTO_TEST_CASE(a_commands_tcp_orphans_do_not_outlive_a_few_seconds) {
   auto left = [](const std::string& answer) {
     const std::string prefix = "value ";
