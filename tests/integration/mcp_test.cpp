@@ -73,6 +73,15 @@ struct Server {
   json sc(const std::string& tool, const json& args) {
     return call(tool, args)["structuredContent"];
   }
+  // tools/call sent without waiting for its answer; its request id.
+  int send_call(const std::string& tool, const json& args) {
+    int id = proc.allocate_id();
+    proc.send({{"jsonrpc", "2.0"},
+               {"id", id},
+               {"method", "tools/call"},
+               {"params", {{"name", tool}, {"arguments", args}}}});
+    return id;
+  }
 };
 
 // Host processes whose command line is exactly `argv` (the sandbox's processes are visible).
@@ -562,13 +571,8 @@ BOOST_AUTO_TEST_CASE(a_wait_for_all_answers_a_job_removed_meanwhile_and_waits_fo
   std::string a = s.sc("run_command_bg", {{"argv", {"/bin/cat"}}, {"stdin", "pipe"}})["taskId"];
   std::string b = s.sc("run_command_bg", {{"argv", {"/bin/echo", "b"}}})["taskId"];
   BOOST_REQUIRE(s.sc("command_wait", {{"taskIds", {b}}, {"timeoutMs", 20000}})["done"] == true);
-  int wait_id = s.proc.allocate_id();
-  s.proc.send({{"jsonrpc", "2.0"},
-               {"id", wait_id},
-               {"method", "tools/call"},
-               {"params",
-                {{"name", "command_wait"},
-                 {"arguments", {{"taskIds", {a, b}}, {"mode", "all"}, {"timeoutMs", 60000}}}}}});
+  int wait_id =
+      s.send_call("command_wait", {{"taskIds", {a, b}}, {"mode", "all"}, {"timeoutMs", 60000}});
   std::this_thread::sleep_for(500ms);  // a slice or two of the wait
   BOOST_REQUIRE(s.sc("command_remove", {{"taskId", b}})["removed"] == true);
   std::this_thread::sleep_for(1s);  // later slices, without b
@@ -591,13 +595,7 @@ BOOST_AUTO_TEST_CASE(a_wait_for_all_answers_a_job_removed_meanwhile_and_waits_fo
 BOOST_AUTO_TEST_CASE(a_cancelled_run_command_tells_the_task_id_of_the_command_it_left_running) {
   EngineEnv env;
   Server s(env);
-  int call_id = s.proc.allocate_id();
-  s.proc.send({{"jsonrpc", "2.0"},
-               {"id", call_id},
-               {"method", "tools/call"},
-               {"params",
-                {{"name", "run_command"},
-                 {"arguments", {{"argv", {"/bin/sleep", "300"}}, {"yieldMs", 30000}}}}}});
+  int call_id = s.send_call("run_command", {{"argv", {"/bin/sleep", "300"}}, {"yieldMs", 30000}});
   // The command is running (the session's list shows it) before the cancel goes out.
   std::string id;
   for (int i = 0; i < 200 && id.empty(); ++i) {
@@ -640,13 +638,7 @@ BOOST_AUTO_TEST_CASE(a_cancelled_run_command_tells_the_task_id_of_the_command_it
 BOOST_AUTO_TEST_CASE(a_run_command_answered_at_shutdown_says_its_command_is_being_killed) {
   EngineEnv env;
   Server s(env);
-  int call_id = s.proc.allocate_id();
-  s.proc.send({{"jsonrpc", "2.0"},
-               {"id", call_id},
-               {"method", "tools/call"},
-               {"params",
-                {{"name", "run_command"},
-                 {"arguments", {{"argv", {"/bin/sleep", "300"}}, {"yieldMs", 10000}}}}}});
+  int call_id = s.send_call("run_command", {{"argv", {"/bin/sleep", "300"}}, {"yieldMs", 10000}});
   BOOST_REQUIRE(s.proc.request("ping").has_value());  // the call is in flight
   std::this_thread::sleep_for(300ms);
   s.proc.close_stdin();
