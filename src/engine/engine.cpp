@@ -2052,12 +2052,7 @@ class Engine::Impl {
       j.socket_deadline.reset();
       return;
     }
-    auto n = engine::tcp_sockets(j.sockstat);
-    if (!n) {
-      return;
-    }
-    j.sockets_seen = std::max(j.sockets_seen, *n);
-    if (*n * engine::kSocketCost > j.memory_limit) {
+    if (engine::sockets_over_limit(j.sockstat, j.memory_limit, j.sockets_seen)) {
       // Killed at once, also within a timeout's or a caller's grace; read `oom` only when
       // nothing else ended it first (its exit, the timeout, the caller's kill).
       j.socket_limit = !j.have_exit && !j.timed_out && !j.killed_by_caller;

@@ -968,12 +968,7 @@ class Supervisor {
       socket_deadline_.reset();
       return;
     }
-    auto n = tcp_sockets(sockstat_);
-    if (!n) {
-      return;
-    }
-    tcp_sockets_ = std::max(tcp_sockets_, *n);
-    if (*n * kSocketCost > options_.socket_memory_limit) {
+    if (sockets_over_limit(sockstat_, options_.socket_memory_limit, tcp_sockets_)) {
       // Killed at once, also within a timeout's or a caller's grace; read `oom` only when
       // nothing else ended it first.
       socket_deadline_.reset();
@@ -1243,13 +1238,15 @@ std::optional<uint64_t> sockstat_field(int fd, const char* key) {
 
 }  // namespace
 
-std::optional<uint64_t> tcp_sockets(const Sockstat& s) {
+bool sockets_over_limit(const Sockstat& s, uint64_t memory_limit, uint64_t& seen) {
   auto v4 = s.v4 ? sockstat_field(s.v4.get(), "\nTCP: inuse ") : std::nullopt;
   if (!v4) {
-    return std::nullopt;
+    return false;
   }
   auto v6 = s.v6 ? sockstat_field(s.v6.get(), "TCP6: inuse ") : std::optional<uint64_t>(0);
-  return *v4 + v6.value_or(0);
+  const uint64_t n = *v4 + v6.value_or(0);
+  seen = std::max(seen, n);
+  return n * kSocketCost > memory_limit;
 }
 
 std::string socket_limit_message(uint64_t sockets, uint64_t memory_limit) {

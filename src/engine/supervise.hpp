@@ -95,9 +95,11 @@ struct Sockstat {
   UniqueFd v4, v6;  // v6 absent on a kernel without IPv6
 };
 [[nodiscard]] Result<Sockstat> open_sockstat(int pidfd);
-/// The TCP sockets in use in the namespace, IPv4 ("TCP: inuse N") and IPv6 ("TCP6: inuse N":
-/// a connection to ::1 counts only there; the review of session 40).
-[[nodiscard]] std::optional<uint64_t> tcp_sockets(const Sockstat& s);
+/// Reads the TCP sockets in use in the namespace, IPv4 ("TCP: inuse N") and IPv6 ("TCP6:
+/// inuse N": a connection to ::1 counts only there; the review of session 40), keeping the
+/// most seen in `seen`: true when they pass `memory_limit` at kSocketCost each. The engine
+/// and `cordon run` decide alike.
+[[nodiscard]] bool sockets_over_limit(const Sockstat& s, uint64_t memory_limit, uint64_t& seen);
 /// The error of a job killed for its sockets.
 std::string socket_limit_message(uint64_t sockets, uint64_t memory_limit);
 

@@ -1256,15 +1256,15 @@ Result<void> bind_policy(Policy& p, const HostPathGuard& guard) {
   const std::string root = bound.path;
   CORDON_CHECK_CTX(guard.check_writable(root, "cwdRoot"), "policy");
   std::vector<std::string> ro;
-  std::vector<std::optional<std::pair<dev_t, ino_t>>> ro_ids;
+  std::vector<std::pair<uint64_t, uint64_t>> ro_ids;
   for (const auto& path : p.read_only_paths) {
     CORDON_TRY_CTX(r, open_bind_path(path, 0, "readOnlyPaths entry"), "policy");
     CORDON_CHECK_CTX(guard.check(r.path, "readOnlyPaths entry"), "policy");
     ro.push_back(r.path);
-    ro_ids.emplace_back();
+    ro_ids.emplace_back(0, 0);
     if (path_within(r.path, root)) {
       CORDON_TRY(st, sys::fstat_fd(r.fd.get()));
-      ro_ids.back() = std::make_pair(st.st_dev, st.st_ino);
+      ro_ids.back() = {st.st_dev, st.st_ino};
     }
   }
   if (p.seccomp_profile) {
@@ -1335,7 +1335,7 @@ Result<void> bind_policy(Policy& p, const HostPathGuard& guard) {
   p.whole_cwd_root = p.cwd_root;
   p.whole_root_fd = p.root_fd;
   p.resolved_read_only_paths = std::move(ro);
-  p.read_only_ids_in_root = std::move(ro_ids);
+  p.read_only_ids = std::move(ro_ids);
   return {};
 }
 
@@ -1467,9 +1467,9 @@ Result<Policy> git_job_policy(const Policy& main) {
 // job's directory there, and the one the policy protected, now `sub2/.git`, was writable (a
 // red-team review, session 40). The start is refused until the operator has looked.
 Result<void> check_read_only_paths_in_root(const Policy& p) {
-  for (size_t i = 0; i < p.read_only_ids_in_root.size(); ++i) {
-    const auto& id = p.read_only_ids_in_root[i];
-    if (!id) {
+  for (size_t i = 0; i < p.read_only_ids.size(); ++i) {
+    const auto& [dev, ino] = p.read_only_ids[i];
+    if (dev == 0 && ino == 0) {
       continue;
     }
     const std::string& path = p.resolved_read_only_paths[i];
@@ -1479,12 +1479,8 @@ Result<void> check_read_only_paths_in_root(const Policy& p) {
     auto fd = sys::openat2_fd(p.whole_root_fd->get(), rel, O_PATH,
                               RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS);
     auto st = fd ? sys::fstat_fd(fd->get()) : Result<struct stat>(std::unexpected(fd.error()));
-    if (!st || st->st_dev != id->first || st->st_ino != id->second) {
-      return refusal(
-          "readOnlyPaths entry `{}` lies in the working root and is no longer what the policy "
-          "bound when cordon started: a job moved or replaced it, or a directory above it. "
-          "Nothing was started; the operator must check the working root, then restart cordon",
-          path);
+    if (!st || st->st_dev != dev || st->st_ino != ino) {
+      return refusal("{}", sandbox::moved_read_only_path(path));
     }
   }
   return {};
@@ -1528,9 +1524,7 @@ Result<CheckedStart> check_start(const Policy* policy, const StartRequest& req) 
   out.network = p.network;
   out.allow_netlink_route = p.allow_netlink_route;
   out.read_only_paths = p.resolved_read_only_paths;
-  for (const auto& id : p.read_only_ids_in_root) {
-    out.read_only_ids.emplace_back(id ? id->first : 0, id ? id->second : 0);
-  }
+  out.read_only_ids = p.read_only_ids;
   out.mask_paths = p.mask_paths;
   out.seccomp_profile = p.seccomp_profile;
   out.run_as_uid = p.run_as_uid;

@@ -143,9 +143,10 @@ struct Policy {
   // is its session's directory: what any job can write, for the checks of paths in it.
   std::string whole_root, whole_cwd_root;
   std::shared_ptr<const UniqueFd> whole_root_fd;
-  // Of each readOnlyPaths entry inside the working root, the device and inode bound; every
-  // start checks the path still names them (a job can rename a directory above it).
-  std::vector<std::optional<std::pair<dev_t, ino_t>>> read_only_ids_in_root;
+  // Of each readOnlyPaths entry, the device and inode bound when it lies inside the working
+  // root, else {0, 0} (sandbox::SandboxSpec::read_only_ids): every start checks the path
+  // still names them (a job can rename a directory above it), and the spawner binds only them.
+  std::vector<std::pair<uint64_t, uint64_t>> read_only_ids;
 };
 
 /// The top-level keys parse_policy() accepts (the schema test compares against these).

@@ -643,11 +643,7 @@ Result<void> PreparedSandbox::prepare_mounts(const SandboxSpec& spec, uid_t host
     if (i < spec.read_only_ids.size() && spec.read_only_ids[i] != std::pair<uint64_t, uint64_t>{} &&
         spec.read_only_ids[i] != std::pair<uint64_t, uint64_t>{static_cast<uint64_t>(st.st_dev),
                                                                static_cast<uint64_t>(st.st_ino)}) {
-      return refusal(
-          "readOnlyPaths entry `{}` lies in the working root and is no longer what the policy "
-          "bound when cordon started: a job moved or replaced it, or a directory above it. "
-          "Nothing was started; the operator must check the working root, then restart cordon",
-          ro);
+      return refusal("{}", moved_read_only_path(ro));
     }
     uint64_t ro_attr = kRo;
 #ifdef CORDON_TEST_WALLS

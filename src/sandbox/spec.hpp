@@ -110,6 +110,15 @@ struct SandboxSpec {
 /// seccomp profile and its options are compared with the request (pool.cpp `fits`, and the
 /// spawner for a parked init that loaded the filters). Never a tty: a pty is made with the
 /// sandbox.
+/// The refusal of a start whose read-only path in the working root is no longer the inode
+/// read_only_ids names: the start's check and the spawner's say the same.
+inline std::string moved_read_only_path(const std::string& path) {
+  return "readOnlyPaths entry `" + path +
+         "` lies in the working root and is no longer what the policy bound when cordon "
+         "started: a job moved or replaced it, or a directory above it. Nothing was started; "
+         "the operator must check the working root, then restart cordon";
+}
+
 inline bool same_sandbox_shape(const SandboxSpec& a, const SandboxSpec& b) {
   auto same_rlimits = [&] {
     if (a.rlimits.size() != b.rlimits.size()) {
